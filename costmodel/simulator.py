@@ -1,0 +1,435 @@
+"""The simulator: the time of ANY NCCL configuration on a topology, the ground truth of the
+simulated environment.
+
+It follows NCCL's structure (the same hop counts per algorithm, the same per-call channel choice
+and the same spreading of work over channels as :mod:`costmodel.replica`) but replaces NCCL's
+constants by parameters of the platform, and adds the effects NCCL's own model leaves out:
+
+* a fixed launch cost per call and an overhead per extra channel (CTA);
+* per-channel bandwidth per (algorithm, protocol) -- protocol efficiency -- and a fabric ceiling
+  that channels share, combined by a soft minimum (contention: ``(x^-q + y^-q)^(-1/q)``);
+* pipelining by chunk size: a pipeline fill of ``fill_steps`` chunks, and an overhead per loop
+  of chunks (so a larger ``NCCL_BUFFSIZE`` costs fill and a smaller one costs loops);
+* inter-node networks with per-flow ceilings: on TCP sockets the flows are
+  channels x ``NCCL_SOCKET_NTHREADS`` x ``NCCL_NSOCKS_PERTHREAD``, each flow capped, each helper
+  thread capped, the node's NICs capped;
+* seeded multiplicative noise whose size grows as the message shrinks (latency-bound calls are
+  noisy), with rare slow outliers.
+
+Every parameter is named with its unit; :data:`PARAM_DOC` documents them and
+:data:`RANDOMIZATION` gives the bounds used for domain randomization.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from costmodel import nccl as N
+from costmodel.errors import ConfigError
+from costmodel.replica import (
+    auto_channels,
+    build_model,
+    check_algo_allowed,
+    chunk_bytes,
+    default_decisions,
+    eligible_mask,
+    scheduled_channels,
+)
+from costmodel.topology import Topology, load_topology
+
+# CTA copy rate of one channel with the Simple protocol, GB/s (Hopper measured ~24.5 on H200).
+_SIMPLE_CH_BW = {"volta": 10.0, "ampere": 18.0, "hopper": 24.0, "blackwell": 36.0}
+# Relative per-channel rate of each protocol and of Tree against Ring (H200 measurements).
+_PROTO_CH_FRAC = np.array([0.26, 0.78, 1.0])
+_TREE_CH_FRAC = np.array([0.87, 0.77, 0.83])
+_PROTO_CAP_FRAC = np.array([0.5, 0.93, 0.98])
+
+PARAM_DOC: dict[str, str] = {
+    "launch_us": "host cost of one call (enqueue + kernel launch), us; back-to-back calls overlap it "
+                 "with the previous call's device time",
+    "overlap_exp": "how fully host and device time overlap: t = (host^r + device^r)^(1/r); 1 = none",
+    "channel_us": "extra cost per channel beyond the first (CTA launch and sync), us",
+    "base_us": "[algo][proto] fixed algorithm/protocol latency, us",
+    "hop_us": "[algo][proto] latency of one intra-node step, us",
+    "net_hop_us": "[proto] latency of one inter-node step, us (adds the NIC latency)",
+    "channel_bw_gbps": "[algo][proto] bus bandwidth one channel reaches alone, GB/s",
+    "cap_gbps": "[algo][proto] intra-node ceiling all channels share, GB/s of bus bandwidth",
+    "contention_exp": "sharpness q of the soft minimum between channels' sum and the ceiling",
+    "fill_steps": "[algo] chunks of pipeline fill before the bandwidth term applies",
+    "loop_us": "[proto] overhead per loop of chunks on a channel, us",
+    "flow_bw_gbps": "bandwidth of one network flow (socket or QP), GB/s",
+    "thread_bw_gbps": "bandwidth one socket helper thread can drive (sockets only), GB/s",
+    "net_eff": "[proto] fraction of the network's bandwidth a protocol's payload gets (LL sends flags too)",
+    "net_flows": "[algo] concurrent network flows per channel (Tree sends up and down at once)",
+    "noise_small": "lognormal sigma of a latency-bound call",
+    "noise_large": "lognormal sigma of a bandwidth-bound call",
+    "outlier_prob": "probability of a slow outlier",
+    "outlier_scale": "an outlier is up to this fraction slower",
+}
+
+# (low, high) multiplicative bounds for domain randomization (absolute for contention_exp).
+RANDOMIZATION: dict[str, tuple[float, float]] = {
+    "launch_us": (0.6, 1.6),
+    "overlap_exp": (0.8, 1.25),
+    "channel_us": (0.5, 2.0),
+    "base_us": (0.7, 1.4),
+    "hop_us": (0.6, 1.7),
+    "net_hop_us": (0.6, 1.7),
+    "channel_bw_gbps": (0.75, 1.3),
+    "cap_gbps": (0.8, 1.2),
+    "contention_exp": (3.0, 10.0),
+    "fill_steps": (0.5, 2.0),
+    "loop_us": (0.5, 2.0),
+    "flow_bw_gbps": (0.6, 1.6),
+    "thread_bw_gbps": (0.6, 1.6),
+    "net_eff": (0.85, 1.05),
+    "net_flows": (0.8, 1.25),
+    "noise_small": (0.7, 1.4),
+    "noise_large": (0.7, 1.4),
+    "outlier_prob": (0.5, 2.0),
+    "outlier_scale": (0.7, 1.3),
+}
+
+TABLE_PARAMS = ("base_us", "hop_us", "channel_bw_gbps", "cap_gbps")
+PROTO_PARAMS = ("net_hop_us", "loop_us", "net_eff")
+ALGO_PARAMS = ("fill_steps", "net_flows")
+
+
+@dataclass
+class SimParams:
+    """Parameters of one simulated platform (see :data:`PARAM_DOC` for units)."""
+
+    launch_us: float
+    overlap_exp: float
+    channel_us: float
+    base_us: np.ndarray
+    hop_us: np.ndarray
+    net_hop_us: np.ndarray
+    channel_bw_gbps: np.ndarray
+    cap_gbps: np.ndarray
+    contention_exp: float
+    fill_steps: np.ndarray
+    loop_us: np.ndarray
+    flow_bw_gbps: float
+    thread_bw_gbps: float
+    net_eff: np.ndarray
+    net_flows: np.ndarray
+    noise_small: float
+    noise_large: float
+    outlier_prob: float
+    outlier_scale: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def defaults(cls, topo: Topology) -> SimParams:
+        """Plausible parameters derived from the topology alone (before any calibration)."""
+        intra_hw = N.HW_NVLINK if topo.intra.fabric in ("nvswitch", "nvlink") else N.HW_PCI
+        simple = _SIMPLE_CH_BW[topo.gpu_arch]
+        if topo.intra.fabric == "pcie":
+            simple = min(simple, 12.0)
+        ring = simple * _PROTO_CH_FRAC
+        ch = np.tile(ring, (N.NUM_ALGOS, 1))
+        ch[N.TREE] = ring * _TREE_CH_FRAC
+        ceiling = topo.intra.ceiling_gbps
+        cap = np.tile(ceiling * _PROTO_CAP_FRAC, (N.NUM_ALGOS, 1))
+        cap[N.TREE] *= 0.7
+        kind = topo.net.kind
+        nic_lat = topo.net.nic_latency_us
+        if kind == "socket":
+            flow, thread = 2.0, 3.0
+        else:
+            flow, thread = max(topo.net.nic_bw_gbps, 1.0), 1e6
+        return cls(
+            launch_us=8.0,
+            overlap_exp=4.0,
+            channel_us=0.05,
+            base_us=N.BASE_LAT_US.copy(),
+            hop_us=N.HW_LAT_US[intra_hw].copy(),
+            net_hop_us=N.HW_LAT_US[N.HW_NET, N.RING].copy() + nic_lat,
+            channel_bw_gbps=ch,
+            cap_gbps=cap,
+            contention_exp=5.0,
+            fill_steps=np.array([1.0, 0.2, 0.5, 0.5, 0.5, 0.5, 1.0]),
+            loop_us=np.array([0.02, 0.1, 0.3]),
+            flow_bw_gbps=flow,
+            thread_bw_gbps=thread,
+            net_eff=np.array([0.5, 0.9, 0.95]),
+            net_flows=np.array([1.5, 1.0, 1.0, 1.0, 1.0, 1.5, 1.0]),
+            noise_small=0.12,
+            noise_large=0.015,
+            outlier_prob=0.02,
+            outlier_scale=0.5,
+        )
+
+    @classmethod
+    def from_topology(cls, topo: Topology) -> SimParams:
+        """Defaults, overridden by the topology's ``sim`` block."""
+        p = cls.defaults(topo)
+        p.update(topo.sim)
+        return p
+
+    def update(self, d: dict[str, Any]) -> None:
+        for key, value in d.items():
+            if key not in PARAM_DOC:
+                raise ConfigError(f"sim.{key}", f"unknown parameter; allowed: {', '.join(PARAM_DOC)}")
+            if key in TABLE_PARAMS:
+                if not isinstance(value, dict):
+                    raise ConfigError(f"sim.{key}", "must map algorithm names to [ll, ll128, simple]")
+                arr = getattr(self, key)
+                for algo, row in value.items():
+                    a = N.parse_name(f"sim.{key}", algo, N.ALGOS)
+                    arr[a] = _vector(f"sim.{key}.{algo}", row, N.NUM_PROTOS)
+            elif key in PROTO_PARAMS:
+                setattr(self, key, _vector(f"sim.{key}", value, N.NUM_PROTOS))
+            elif key in ALGO_PARAMS:
+                if not isinstance(value, dict):
+                    raise ConfigError(f"sim.{key}", "must map algorithm names to a number")
+                arr = getattr(self, key)
+                for algo, v in value.items():
+                    arr[N.parse_name(f"sim.{key}", algo, N.ALGOS)] = _vector(f"sim.{key}.{algo}", [v], 1)[0]
+            else:
+                setattr(self, key, float(_vector(f"sim.{key}", [value], 1)[0]))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``sim`` block of a topology YAML (round-trips through :meth:`update`)."""
+        out: dict[str, Any] = {}
+        for key in PARAM_DOC:
+            v = getattr(self, key)
+            if key in TABLE_PARAMS:
+                out[key] = {N.ALGOS[a]: [round(float(x), 6) for x in v[a]] for a in range(N.NUM_ALGOS)}
+            elif key in PROTO_PARAMS:
+                out[key] = [round(float(x), 6) for x in v]
+            elif key in ALGO_PARAMS:
+                out[key] = {N.ALGOS[a]: round(float(v[a]), 6) for a in range(N.NUM_ALGOS)}
+            else:
+                out[key] = round(float(v), 6)
+        return out
+
+    def copy(self) -> SimParams:
+        return copy.deepcopy(self)
+
+    def randomized(self, rng: np.random.Generator, scale: float = 1.0) -> SimParams:
+        """A platform drawn around this one: every parameter within :data:`RANDOMIZATION`'s
+        bounds (log-uniform; ``scale`` in [0, 1] shrinks the bounds)."""
+        p = self.copy()
+        for key, (lo, hi) in RANDOMIZATION.items():
+            if key == "contention_exp":
+                p.contention_exp = float(rng.uniform(self.contention_exp + (lo - self.contention_exp) * scale,
+                                                     self.contention_exp + (hi - self.contention_exp) * scale))
+                continue
+            llo, lhi = np.log(lo) * scale, np.log(hi) * scale
+            v = getattr(p, key)
+            if isinstance(v, np.ndarray):
+                setattr(p, key, v * np.exp(rng.uniform(llo, lhi, size=v.shape)))
+            else:
+                setattr(p, key, float(v * np.exp(rng.uniform(llo, lhi))))
+        # Keep the physical ordering that makes protocols what they are.
+        p.cap_gbps = np.maximum(p.cap_gbps, 1e-3)
+        return p
+
+
+def _vector(field_name: str, value: Any, n: int) -> np.ndarray:
+    arr = np.atleast_1d(np.asarray(value, dtype=object))
+    if arr.size != n:
+        raise ConfigError(field_name, f"must have {n} value(s), got {arr.size}")
+    try:
+        out = arr.astype(float)
+    except (TypeError, ValueError):
+        raise ConfigError(field_name, f"must be numbers, got {value!r}") from None
+    if not np.all(np.isfinite(out)) or np.any(out < 0):
+        raise ConfigError(field_name, f"must be finite and >= 0, got {value!r}")
+    return out
+
+
+# -- configurations ---------------------------------------------------------------------------
+
+
+@dataclass
+class Configs:
+    """A batch of configurations, one entry per call to time (all arrays of equal length).
+
+    ``channels`` 0 means NCCL's own per-call choice; ``comm_channels`` 0 the communicator's
+    default (``NCCL_MIN/MAX_NCHANNELS`` otherwise); ``buffsize_bytes`` 0 NCCL's default
+    (``NCCL_BUFFSIZE``); ``socket_nthreads``/``nsocks_perthread`` 0 the topology's defaults.
+    """
+
+    coll: np.ndarray
+    nbytes: np.ndarray
+    algo: np.ndarray
+    proto: np.ndarray
+    channels: np.ndarray
+    comm_channels: np.ndarray
+    buffsize_bytes: np.ndarray
+    socket_nthreads: np.ndarray
+    nsocks_perthread: np.ndarray
+
+    @classmethod
+    def make(cls, coll: Any, nbytes: Any, algo: Any, proto: Any, channels: Any = 0, comm_channels: Any = 0,
+             buffsize_bytes: Any = 0, socket_nthreads: Any = 0, nsocks_perthread: Any = 0) -> Configs:
+        arrays = np.broadcast_arrays(*(np.asarray(x) for x in (
+            coll, nbytes, algo, proto, channels, comm_channels, buffsize_bytes, socket_nthreads,
+            nsocks_perthread)))
+        out = [np.ascontiguousarray(a, dtype=np.int64).ravel() for a in arrays]
+        return cls(*out)
+
+    def __len__(self) -> int:
+        return int(self.nbytes.size)
+
+    def validate(self, topo: Topology) -> None:
+        """One-line errors for impossible entries (checked once per batch, vectorized)."""
+        if np.any(self.nbytes <= 0):
+            raise ConfigError("nbytes", f"must be > 0, got {int(self.nbytes[self.nbytes <= 0][0])}")
+        for name, hi in (("coll", 5), ("algo", N.NUM_ALGOS), ("proto", N.NUM_PROTOS)):
+            arr = getattr(self, name)
+            if np.any((arr < 0) | (arr >= hi)):
+                raise ConfigError(name, f"index out of range 0..{hi - 1}")
+        for name in ("channels", "comm_channels"):
+            arr = getattr(self, name)
+            if np.any((arr < 0) | (arr > N.MAX_CHANNELS)):
+                raise ConfigError(name, f"must be 0 (NCCL's choice) or 1..{N.MAX_CHANNELS}")
+        for name in ("buffsize_bytes", "socket_nthreads", "nsocks_perthread"):
+            if np.any(getattr(self, name) < 0):
+                raise ConfigError(name, "must be >= 0 (0 = NCCL's default)")
+        if np.any(self.socket_nthreads * np.maximum(self.nsocks_perthread, 1) > 64):
+            raise ConfigError("socket_nthreads", "NCCL allows at most 64 sockets per connection "
+                              "(socket_nthreads x nsocks_perthread)")
+        ok = eligible_mask(topo)[self.coll, self.algo, self.proto]
+        if not np.all(ok):
+            i = int(np.argmin(ok))
+            check_algo_allowed(topo, int(self.coll[i]), int(self.algo[i]), int(self.proto[i]))
+
+
+# -- the simulator ----------------------------------------------------------------------------
+
+
+def _hops(topo: Topology, coll: np.ndarray, algo: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intra-node steps, inter-node steps and algorithm bandwidth multiplier per entry."""
+    n, nn = topo.nranks, topo.nodes
+    ppn = n // nn
+    log_nn = float(np.ceil(np.log2(nn))) if nn > 1 else 0.0
+    ar = coll == N.ALLREDUCE
+    agrs = (coll == N.ALLGATHER) | (coll == N.REDUCESCATTER)
+    ring_steps = np.where(ar, 2 * (n - 1), np.where(agrs, n - 1, n - 1)).astype(float)
+    ring_inter = np.where(ar, 2 * (nn - 1), nn - 1).astype(float) if nn > 1 else np.zeros(coll.shape)
+    intra = np.zeros(coll.shape)
+    inter = np.zeros(coll.shape)
+    is_ring = algo == N.RING
+    intra = np.where(is_ring, ring_steps - ring_inter, intra)
+    inter = np.where(is_ring, ring_inter, inter)
+    is_tree = algo == N.TREE
+    intra = np.where(is_tree, 2.0 * (ppn - 1), intra)
+    inter = np.where(is_tree, 2.0 * log_nn, inter)
+    intra = np.where(algo == N.PAT, 0.0, intra)
+    inter = np.where(algo == N.PAT, log_nn + n / 3.5, inter)
+    intra = np.where(algo == N.NVLS, 1.0, intra)
+    inter = np.where(algo == N.NVLS, 1.0 if nn > 1 else 0.0, inter)
+    intra = np.where(algo == N.NVLS_TREE, 1.0, intra)
+    inter = np.where(algo == N.NVLS_TREE, 2.0 * log_nn, inter)
+    intra = np.where(algo == N.COLLNET_DIRECT, 2.0, intra)
+    inter = np.where(algo == N.COLLNET_DIRECT, 1.0, inter)
+    intra = np.where(algo == N.COLLNET_CHAIN, 2.0 * (ppn - 1), intra)
+    inter = np.where(algo == N.COLLNET_CHAIN, 1.0, inter)
+    return intra, inter, ring_steps
+
+
+def _softmin(x: np.ndarray, y: np.ndarray | float, q: float) -> np.ndarray:
+    x = np.maximum(x, 1e-9)
+    y = np.maximum(y, 1e-9)
+    m = np.minimum(x, y)
+    # (x^-q + y^-q)^(-1/q) computed relative to the smaller term for stability.
+    return m * ((m / x) ** q + (m / y) ** q) ** (-1.0 / q)
+
+
+class Simulator:
+    """Times configurations on one simulated platform.
+
+    :param topology: a :class:`Topology`, a preset name or a YAML path
+    :param params: simulator parameters (default: the topology's ``sim`` block over defaults)
+    :param seed: seed of the noise generator used by :meth:`sample`
+    """
+
+    def __init__(self, topology: Topology | str, params: SimParams | None = None, seed: int | None = 0) -> None:
+        self.topo = load_topology(topology)
+        self.params = params if params is not None else SimParams.from_topology(self.topo)
+        self.model = build_model(self.topo)
+        self.rng = np.random.default_rng(seed)
+
+    # -- noise-free time -------------------------------------------------------------------
+    def time_us(self, cfg: Configs, validate: bool = True) -> np.ndarray:
+        """Expected time (us) of each configuration, noise-free."""
+        return self._time(cfg, validate)[0]
+
+    def _time(self, cfg: Configs, validate: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        topo, p = self.topo, self.params
+        if validate:
+            cfg.validate(topo)
+        coll, nbytes, algo, proto = cfg.coll, cfg.nbytes, cfg.algo, cfg.proto
+        n, nn = topo.nranks, topo.nodes
+        comm_ch = np.where(cfg.comm_channels > 0, cfg.comm_channels, topo.nccl.channels)
+        auto, _ = auto_channels(self.model, nbytes, algo, proto, comm_ch)
+        maxc = np.where(cfg.channels > 0, np.minimum(cfg.channels, comm_ch), auto)
+        k = scheduled_channels(coll, nbytes, proto, maxc, comm_ch, n).astype(float)
+
+        intra_hops, inter_hops, ring_steps = _hops(topo, coll, algo)
+        lat = (p.base_us[algo, proto] + intra_hops * p.hop_us[algo, proto]
+               + inter_hops * p.net_hop_us[proto] + p.channel_us * (k - 1.0))
+
+        q = p.contention_exp
+        bus = _softmin(k * p.channel_bw_gbps[algo, proto], p.cap_gbps[algo, proto], q)
+        if nn > 1:
+            if topo.net.kind == "socket":
+                nthr = np.where(cfg.socket_nthreads > 0, cfg.socket_nthreads, topo.nccl.socket_nthreads)
+                nsock = np.where(cfg.nsocks_perthread > 0, cfg.nsocks_perthread, topo.nccl.nsocks_perthread)
+                per_ch = _softmin(nthr * nsock * p.flow_bw_gbps, nthr * p.thread_bw_gbps, q)
+            else:
+                per_ch = np.full(k.shape, p.flow_bw_gbps)
+            per_ch = per_ch * p.net_flows[algo] * p.net_eff[proto]
+            nic = topo.net.nics_per_node * topo.net.nic_bw_gbps * p.net_eff[proto]
+            net_bus = _softmin(k * per_ch, nic, q)
+            bus = _softmin(bus, net_bus, q)
+        bw_time = nbytes * N.bus_factor(coll, n) / (1000.0 * bus)
+
+        # Pipelining: fill with one chunk per fill step, then a cost per loop of chunks.
+        per_ch_bytes = nbytes / k
+        chunk = chunk_bytes(topo, coll, algo, proto, per_ch_bytes.astype(np.int64), cfg.buffsize_bytes)
+        chunk = np.maximum(chunk, 1).astype(float)
+        slices = np.where(algo == N.RING, np.where(coll == N.ALLREDUCE, n, np.maximum(ring_steps, 1)), 1.0)
+        piece = np.minimum(chunk, per_ch_bytes / slices)
+        loops = np.ceil(per_ch_bytes / (chunk * slices))
+        fill = p.fill_steps[algo] * piece / (1000.0 * bus / k)
+        device = lat + bw_time + fill + p.loop_us[proto] * np.maximum(loops - 1.0, 0.0)
+        # Host launch cost and device time overlap across back-to-back calls (soft maximum).
+        r = max(p.overlap_exp, 1.0)
+        hi = np.maximum(device, p.launch_us)
+        t = hi * ((device / hi) ** r + (p.launch_us / hi) ** r) ** (1.0 / r)
+        return t, np.minimum(t, lat + p.launch_us)
+
+    # -- noisy samples ---------------------------------------------------------------------
+    def sample(self, cfg: Configs, n_samples: int = 1, rng: np.random.Generator | None = None,
+               validate: bool = True) -> np.ndarray:
+        """Noisy measured times, shape ``(len(cfg), n_samples)``; seeded by the simulator's seed."""
+        rng = self.rng if rng is None else rng
+        t, lat = self._time(cfg, validate)
+        p = self.params
+        frac = np.clip(lat / t, 0.0, 1.0)
+        sigma = p.noise_large + (p.noise_small - p.noise_large) * frac
+        z = rng.standard_normal((t.size, n_samples))
+        out = t[:, None] * np.exp(sigma[:, None] * z)
+        slow = rng.random((t.size, n_samples)) < p.outlier_prob
+        out = np.where(slow, out * (1.0 + p.outlier_scale * rng.random((t.size, n_samples))), out)
+        return out
+
+    # -- conveniences ----------------------------------------------------------------------
+    def default_configs(self, coll: int | str, nbytes: Any) -> Configs:
+        """NCCL's default choice for each size, as configurations (channels 0 = NCCL's)."""
+        d = default_decisions(self.topo, coll, nbytes)
+        return Configs.make(d.coll, d.nbytes, d.algo, d.proto, 0)
+
+    def randomized(self, rng: np.random.Generator, scale: float = 1.0, seed: int | None = None) -> Simulator:
+        """A simulator of a platform drawn around this one (domain randomization)."""
+        return Simulator(self.topo, self.params.randomized(rng, scale), seed=seed)

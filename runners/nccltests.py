@@ -1,0 +1,272 @@
+"""Parse nccl-tests output: the stdout table and the ``-J`` JSON report, into typed records.
+
+Both formats give, per size: the collective, ``nbytes`` (nccl-tests' ``size`` column: the larger
+buffer, i.e. the total for AllGather/ReduceScatter), the element count and type, the reduction
+op and root, and for out-of-place and in-place runs the time (us), algorithm and bus bandwidth
+(GB/s) and the number of wrong elements (``None`` when the check was off, ``-c 0``).
+
+A run that cannot be trusted is an error, never silently half-read: a truncated run (no closing
+lines), ``#wrong`` > 0, NCCL ``WARN`` lines, or no rows at all.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROGRAM_COLLECTIVES = {
+    "all_reduce_perf": "allreduce",
+    "all_gather_perf": "allgather",
+    "reduce_scatter_perf": "reducescatter",
+    "broadcast_perf": "broadcast",
+    "reduce_perf": "reduce",
+    "alltoall_perf": "alltoall",
+    "sendrecv_perf": "sendrecv",
+    "gather_perf": "gather",
+    "scatter_perf": "scatter",
+    "hypercube_perf": "hypercube",
+}
+
+_ENV_LINE = re.compile(r"NCCL INFO (NCCL_[A-Z0-9_]+) set by environment to (\S+)")
+_WARN_LINE = re.compile(r"NCCL WARN (.*)")
+_NUM = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+
+
+class NcclTestsError(ValueError):
+    """A file that is not a complete, correct nccl-tests run."""
+
+
+@dataclass(frozen=True)
+class Result:
+    """One out-of-place or in-place measurement."""
+
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    wrong: int | None
+
+
+@dataclass(frozen=True)
+class Record:
+    """One row of an nccl-tests table."""
+
+    collective: str
+    nbytes: int
+    count: int
+    dtype: str
+    redop: str
+    root: int
+    out_of_place: Result | None
+    in_place: Result | None
+    env: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def times_us(self) -> list[float]:
+        return [r.time_us for r in (self.out_of_place, self.in_place) if r is not None]
+
+
+@dataclass
+class Run:
+    """A whole nccl-tests run."""
+
+    collective: str
+    records: list[Record]
+    env: dict[str, str]
+    nranks: int
+    source: str
+    version: str = ""
+    graph: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+def _number(tok: str, what: str, line_no: int, source: str) -> float:
+    t = tok.strip().replace(",", "")
+    if t.upper() in ("N/A", "NA", "-"):
+        return math.nan
+    if _NUM.match(t):
+        return float(t)
+    if t.lower() in ("nan", "inf", "-inf"):
+        return float(t)
+    raise NcclTestsError(f"{source}:{line_no}: {what}: not a number: {tok!r}")
+
+
+def _wrong(tok: str, line_no: int, source: str) -> int | None:
+    v = _number(tok, "#wrong", line_no, source)
+    if math.isnan(v):
+        return None
+    return int(v)
+
+
+def _collective_from_program(program: str) -> str:
+    name = Path(program).name
+    return PROGRAM_COLLECTIVES.get(name, name.removesuffix("_perf"))
+
+
+def parse_stdout(text: str, source: str = "<stdout>", strict: bool = True) -> Run:
+    """Parse nccl-tests' standard output (its table, header and footer)."""
+    collective = ""
+    version = ""
+    graph = False
+    records: list[Record] = []
+    env: dict[str, str] = {}
+    warnings: list[str] = []
+    ranks: set[int] = set()
+    concluded = False
+    avg_seen = False
+    for line_no, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        m = _ENV_LINE.search(line)
+        if m:
+            env[m.group(1)] = m.group(2)
+            continue
+        m = _WARN_LINE.search(line)
+        if m:
+            warnings.append(f"{source}:{line_no}: {m.group(1).strip()}")
+            continue
+        if line.startswith("#"):
+            body = line.lstrip("#").strip()
+            if body.startswith("Collective test starting:"):
+                collective = _collective_from_program(body.split(":", 1)[1].strip())
+            elif body.startswith("Collective test concluded:"):
+                concluded = True
+            elif body.startswith("nccl-tests version"):
+                version = body.split()[2]
+            elif body.startswith("Avg bus bandwidth"):
+                avg_seen = True
+            elif body.startswith("nThread"):
+                gm = re.search(r"graph:\s*(\d+)", body)
+                graph = bool(gm and int(gm.group(1)))
+            elif body.startswith("Rank"):
+                rm = re.match(r"Rank\s+(\d+)", body)
+                if rm:
+                    ranks.add(int(rm.group(1)))
+            continue
+        toks = line.split()
+        if len(toks) < 9 or not toks[0].isdigit() or not toks[1].isdigit():
+            continue  # NCCL INFO lines and other chatter
+        nbytes, count, dtype, redop, root_tok = int(toks[0]), int(toks[1]), toks[2], toks[3], toks[4]
+        root = int(root_tok) if re.fullmatch(r"-?\d+", root_tok) else -1
+        rest = toks[5:]
+        oop = Result(_number(rest[0], "time", line_no, source), _number(rest[1], "algbw", line_no, source),
+                     _number(rest[2], "busbw", line_no, source), _wrong(rest[3], line_no, source))
+        ip = None
+        if len(rest) >= 8 and _NUM.match(rest[4].replace(",", "")):
+            ip = Result(_number(rest[4], "time", line_no, source), _number(rest[5], "algbw", line_no, source),
+                        _number(rest[6], "busbw", line_no, source), _wrong(rest[7], line_no, source))
+        records.append(Record(collective, nbytes, count, dtype, redop, root, oop, ip, env))
+    run = Run(collective=collective, records=records, env=env, nranks=len(ranks), source=source,
+              version=version, graph=graph, warnings=warnings)
+    if strict:
+        _check(run, complete=concluded and avg_seen)
+    return run
+
+
+def parse_json(text: str, source: str = "<json>", strict: bool = True) -> Run:
+    """Parse the ``-J`` JSON report (nccl-tests >= 2.17)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise NcclTestsError(f"{source}: truncated or malformed JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(doc, dict):
+        raise NcclTestsError(f"{source}: not an nccl-tests JSON report")
+    args = doc.get("args") or [""]
+    collective = _collective_from_program(str(args[0]))
+    env = {}
+    for item in doc.get("env") or []:
+        if isinstance(item, str) and item.startswith("NCCL_") and "=" in item:
+            k, v = item.split("=", 1)
+            env[k] = v
+    records = []
+    for i, row in enumerate(doc.get("results") or []):
+        def result(key: str, row: dict = row, i: int = i) -> Result | None:
+            r = row.get(key)
+            if r is None:
+                return None
+            t = r.get("time", r.get("cpu_time"))
+            vals = []
+            for name, v in (("time", t), ("alg_bw", r.get("alg_bw")), ("bus_bw", r.get("bus_bw"))):
+                if isinstance(v, str):
+                    v = _number(v, name, i + 1, source)
+                if v is None:
+                    raise NcclTestsError(f"{source}: results[{i}].{key}.{name} missing")
+                vals.append(float(v))
+            w = r.get("nwrong")
+            return Result(vals[0], vals[1], vals[2], None if w is None else int(float(w)))
+        root = row.get("root", -1)
+        root = int(root) if isinstance(root, (int, float)) or (isinstance(root, str) and
+                                                               re.fullmatch(r"-?\d+", root)) else -1
+        records.append(Record(collective, int(row["size"]), int(row["count"]), str(row.get("type", "")),
+                              str(row.get("redop", "")), root, result("out_of_place"), result("in_place"),
+                              env))
+    cfg = doc.get("config") or {}
+    devices = doc.get("devices") or []
+    errors = [str(e) for e in doc.get("errors") or []]
+    run = Run(collective=collective, records=records, env=env, nranks=len(devices), source=source,
+              version=str(doc.get("version", "")), graph=bool(cfg.get("graph", 0)), warnings=errors)
+    if strict:
+        _check(run, complete="end_time" in doc and "results" in doc)
+    return run
+
+
+def _check(run: Run, complete: bool) -> None:
+    if run.warnings:
+        raise NcclTestsError(f"{run.source}: NCCL reported errors: {run.warnings[0]}")
+    if not run.records:
+        raise NcclTestsError(f"{run.source}: no result rows (did the run start?)")
+    if not complete:
+        raise NcclTestsError(f"{run.source}: truncated run: last size {run.records[-1].nbytes} B, "
+                             "no closing summary (killed, hung or out of time?)")
+    for r in run.records:
+        for kind, res in (("out-of-place", r.out_of_place), ("in-place", r.in_place)):
+            if res is not None and res.wrong:
+                raise NcclTestsError(f"{run.source}: {res.wrong} wrong elements ({kind}) at {r.nbytes} B: "
+                                     "results are not valid")
+
+
+def parse_file(path: str | Path, strict: bool = True) -> Run:
+    """Parse a stdout capture or a ``-J`` JSON file (chosen by content)."""
+    p = Path(path)
+    if not p.exists():
+        raise NcclTestsError(f"{p}: file not found")
+    text = p.read_text(errors="replace")
+    if text.lstrip().startswith("{"):
+        return parse_json(text, str(p), strict)
+    return parse_stdout(text, str(p), strict)
+
+
+def env_from_name(stem: str) -> dict[str, str]:
+    """The environment our shared data names a file by (``<program>__<config>``, see
+    ``shared/data/h200x4-nccl2.28/README.md``): ``ring_LL_c8`` -> NCCL_ALGO=ring, NCCL_PROTO=LL,
+    NCCL_MIN/MAX_NCHANNELS=8; ``c4`` -> channels only; ``buf1048576`` -> NCCL_BUFFSIZE."""
+    if "__" not in stem:
+        return {}
+    cfg = stem.split("__", 1)[1]
+    env: dict[str, str] = {}
+    parts = cfg.split("_")
+    i = 0
+    if parts and parts[0].lower() in ("ring", "tree", "pat", "nvls", "nvlstree", "collnetdirect",
+                                      "collnetchain"):
+        env["NCCL_ALGO"] = parts[0]
+        i = 1
+        if len(parts) > 1 and parts[1].lower() in ("ll", "ll128", "simple"):
+            env["NCCL_PROTO"] = parts[1]
+            i = 2
+    for part in parts[i:]:
+        if re.fullmatch(r"c\d+", part):
+            env["NCCL_MIN_NCHANNELS"] = env["NCCL_MAX_NCHANNELS"] = part[1:]
+        elif re.fullmatch(r"buf\d+", part):
+            env["NCCL_BUFFSIZE"] = part[3:]
+    return env
+
+
+def run_env(run: Run) -> dict[str, Any]:
+    """The run's NCCL environment: what the output says, else what its file name says."""
+    env = dict(env_from_name(Path(run.source).stem))
+    env.update(run.env)
+    return env

@@ -1,0 +1,31 @@
+"""Shared fixtures: the real recorded data in ../shared/data (never skipped: a missing data
+directory is a failure, point NCCLRL_SHARED_DATA at it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir() -> Path:
+    env = os.environ.get("NCCLRL_SHARED_DATA")
+    path = Path(env) if env else REPO.parent / "shared" / "data"
+    if not path.is_dir():
+        raise FileNotFoundError(f"real data not found at {path}; set NCCLRL_SHARED_DATA")
+    return path
+
+
+@pytest.fixture(scope="session")
+def h200_data() -> Path:
+    return shared_data_dir() / "h200x4-nccl2.28"
+
+
+@pytest.fixture(scope="session")
+def allreduce_files(h200_data: Path) -> list[Path]:
+    files = sorted((h200_data / "nccltests_allreduce").glob("*.txt"))
+    assert len(files) >= 20, "expected the recorded nccl-tests files"
+    return files
