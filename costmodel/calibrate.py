@@ -43,7 +43,7 @@ def parse_nccl_list(value: str, names: tuple[str, ...], coll: int, var: str) -> 
         if not prefix and i > 0:
             raise ConfigError(var, "only the first entry may lack a collective prefix")
         negate = elems.startswith("^")
-        items = [e.strip().lower() for e in elems.lstrip("^").split(",") if e.strip()]
+        items = [e.strip() for e in elems.lstrip("^").split(",") if e.strip()]
         sel = np.zeros(len(names), dtype=bool)
         for e in items:
             sel[N.parse_name(var, e, names)] = True

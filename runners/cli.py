@@ -95,8 +95,8 @@ def _read_csv_rows(stream: io.TextIOBase) -> tuple[list[str], list[dict[str, str
     rows = []
     for i, row in enumerate(csv.reader(body), 2 if header is first else 1):
         if len(row) != len(header):
-            raise ConfigError(f"line {i}", f"has {len(row)} fields, the header has {len(header)}")
-        rows.append(dict(zip(header, (v.strip() for v in row), strict=True)))
+            raise ConfigError(f"line {i}", f"has {len(row)} fields, expected {len(header)} ({','.join(header)})")
+        rows.append(dict(zip(header, (v.strip() for v in row), strict=True), _line=str(i)))
     return header, rows
 
 
@@ -114,7 +114,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     header, rows = _read_csv_rows(sys.stdin)
     cols = {k: [] for k in ("coll", "nbytes", "algo", "proto", "channels", "comm_channels", "buffsize_bytes",
                             "socket_nthreads", "nsocks_perthread")}
-    for line, row in enumerate(rows, 2):
+    for row in rows:
+        line = row["_line"]
         cols["coll"].append(N.parse_name(f"line {line}: collective", row["collective"], N.COLLECTIVES))
         cols["nbytes"].append(parse_bytes(row["nbytes"], f"line {line}: nbytes"))
         cols["algo"].append(N.parse_name(f"line {line}: algo", row["algo"], N.ALGOS))
