@@ -1,0 +1,10 @@
+"""Gymnasium environments of ncclrl. Importing this package registers them."""
+
+from gymnasium.envs.registration import register
+
+from envs.backend import Backend, SimBackend
+from envs.nccl_env import NcclTuneEnv
+
+register(id="ncclrl/NcclTune-v0", entry_point="envs.nccl_env:NcclTuneEnv")
+
+__all__ = ["Backend", "NcclTuneEnv", "SimBackend"]

@@ -1,0 +1,152 @@
+"""The NCCL tuning environment."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from costmodel import nccl as N
+from costmodel.errors import ConfigError
+from costmodel.replica import default_decisions
+from costmodel.simulator import Configs
+from envs import spaces as S
+from envs.backend import Backend, SimBackend
+
+
+class NcclTuneEnv(gym.Env):
+    """
+    ## Description
+
+    Choose how NCCL runs one collective call. Each episode is one decision context: a platform
+    (backend), a collective (broadcast, reduce, allgather, reducescatter, allreduce) and a message
+    size. The agent picks an algorithm, a protocol, a channel count and a chunk size; the backend
+    times that configuration and NCCL's default for the same call.
+
+    ## Action Space
+
+    ``Discrete(N_ACTIONS)``: a flat index over (algorithm x protocol x channels x chunk factor),
+    see :mod:`envs.spaces`. ``action_masks()`` marks what is valid for the current context (NCCL
+    can run the algorithm/protocol there, the channel count fits the communicator, chunk factors
+    only with Simple); invalid actions are never sampled by MaskablePPO and are rejected by
+    :meth:`step` with a zero-reward, flagged step.
+
+    ## Observation Space
+
+    ``Box(0, 1, (OBS_DIM,), float32)``: the collective (one-hot), log2 of the size scaled to [0, 1]
+    over 1 B .. 4 GiB, topology features (nodes, GPUs per node, ranks, GPU architecture, fabric,
+    network, CPU vendor, bandwidths, NCCL's channel count), NCCL's default algorithm and protocol,
+    and NCCL's own predicted cost table, normalized. Field names: ``envs.spaces.OBS_FIELDS``.
+
+    ## Rewards
+
+    ``log(t_default / t_chosen)``: 0 means as good as NCCL's default, positive is faster (+0.69 is
+    2x faster), negative slower.
+
+    ## Episode End
+
+    After one step (``terminated=True``).
+
+    ## Arguments
+
+    * ``backends``: backends (or topology preset names, made into simulator backends) to draw
+      platforms from;
+    * ``collectives``: names to draw from (default: all five);
+    * ``min_bytes``/``max_bytes``: size range, drawn log-uniformly as powers of two;
+    * ``randomize``: probability that a reset draws a new platform around the backend's preset
+      (domain randomization; simulator backends only); ``randomize_scale`` shrinks the bounds;
+    * ``noise``: simulator backends time with noise (default) or return expected times;
+    * ``samples``: measurements per configuration (the reward uses their median);
+    * ``with_optimum``: also compute the exhaustive optimum (``info["regret"]``).
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, backends: Sequence[Backend | str] = ("h200-1x4",), collectives: Sequence[str] | None = None,
+                 min_bytes: int = 8, max_bytes: int = 1 << 30, randomize: float = 0.0, randomize_scale: float = 1.0,
+                 noise: bool = True, samples: int = 1, with_optimum: bool = False) -> None:
+        super().__init__()
+        if not backends:
+            raise ConfigError("backends", "need at least one backend or topology preset")
+        self.backends: list[Backend] = [SimBackend(b, noise=noise) if isinstance(b, str) else b for b in backends]
+        names = collectives or N.COLLECTIVES
+        self.collectives = [N.parse_name("collective", c, N.COLLECTIVES) for c in names]
+        if min_bytes < 1 or max_bytes < min_bytes:
+            raise ConfigError("min_bytes", f"need 1 <= min_bytes <= max_bytes, got {min_bytes}, {max_bytes}")
+        if not 0.0 <= randomize <= 1.0:
+            raise ConfigError("randomize", f"must be a probability in [0, 1], got {randomize}")
+        if samples < 1:
+            raise ConfigError("samples", f"must be >= 1, got {samples}")
+        self.log2_lo = int(np.ceil(np.log2(min_bytes)))
+        self.log2_hi = int(np.floor(np.log2(max_bytes)))
+        self.randomize = randomize
+        self.randomize_scale = randomize_scale
+        self.samples = samples
+        self.with_optimum = with_optimum
+        self.action_space = spaces.Discrete(S.N_ACTIONS)
+        self.observation_space = spaces.Box(0.0, 1.0, (S.OBS_DIM,), np.float32)
+        self._ctx: tuple[int, int, int] | None = None
+        self._mask = np.ones(S.N_ACTIONS, dtype=bool)
+        self._obs = np.zeros(S.OBS_DIM, np.float32)
+
+    # -- gymnasium API ----------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            for i, b in enumerate(self.backends):
+                if isinstance(b, SimBackend):
+                    b.sim.rng = np.random.default_rng([seed, i])
+                    b._base.rng = b.sim.rng
+        options = options or {}
+        bi = int(options.get("backend", self.np_random.integers(len(self.backends))))
+        backend = self.backends[bi]
+        if isinstance(backend, SimBackend):
+            if self.randomize > 0 and self.np_random.random() < self.randomize:
+                backend.randomize(self.np_random, self.randomize_scale)
+            else:
+                backend.reset_platform()
+        coll = int(options.get("collective", self.collectives[self.np_random.integers(len(self.collectives))]))
+        nbytes = int(options.get("nbytes", 1 << int(self.np_random.integers(self.log2_lo, self.log2_hi + 1))))
+        self._ctx = (bi, coll, nbytes)
+        topo = backend.topology
+        self._mask = S.action_mask(topo, coll)
+        self._obs = S.observations(topo, coll, np.array([nbytes]))[0]
+        return self._obs.copy(), {"topology": topo.name, "collective": N.COLLECTIVES[coll], "nbytes": nbytes}
+
+    def action_masks(self) -> np.ndarray:
+        return self._mask.copy()
+
+    def step(self, action):
+        if self._ctx is None:
+            raise RuntimeError("call reset() before step()")
+        bi, coll, nbytes = self._ctx
+        backend = self.backends[bi]
+        a = int(action)
+        info: dict[str, Any] = {"backend": backend.name, "topology": backend.topology.name,
+                                "collective": N.COLLECTIVES[coll], "nbytes": nbytes}
+        if not self._mask[a]:
+            info["invalid_action"] = True
+            return self._obs.copy(), 0.0, True, False, info
+        d = default_decisions(backend.topology, coll, [nbytes])
+        both = Configs.make(coll, nbytes, [d.algo[0], S._ALGO[a]], [d.proto[0], S._PROTO[a]], [0, S._CH[a]], 0,
+                            [0, int(S.buffsize_for(np.array([S._CHUNK[a]]))[0])])
+        t = np.median(backend.measure(both, self.samples), axis=1)
+        reward = float(np.log(t[0] / t[1]))
+        info.update(decision=S.decode(a).describe(), time_us=float(t[1]), default_time_us=float(t[0]),
+                    default={"algo": N.ALGOS[d.algo[0]], "proto": N.PROTOS[d.proto[0]],
+                             "channels": int(d.channels[0])}, invalid_action=False)
+        if self.with_optimum:
+            exp = backend.expected(S.configs_for(coll, nbytes, np.flatnonzero(self._mask)))
+            if exp is not None:
+                chosen = backend.expected(both)
+                info["optimum_time_us"] = float(exp.min())
+                info["regret"] = float(np.log(chosen[1] / exp.min()))
+                info["expected_speedup"] = float(chosen[0] / chosen[1])
+        return self._obs.copy(), reward, True, False, info
