@@ -96,14 +96,20 @@ def check_algo_allowed(topo: Topology, coll: int, algo: int, proto: int) -> None
                       f"allowed: {', '.join(allowed)}")
 
 
-def eligible_mask(topo: Topology) -> np.ndarray:
-    """``[coll][algo][proto]`` booleans: what NCCL can run on this topology."""
+@lru_cache(maxsize=256)
+def _eligible_mask_cached(topo: Topology) -> np.ndarray:
     m = np.zeros((len(N.COLLECTIVES), N.NUM_ALGOS, N.NUM_PROTOS), dtype=bool)
     for c in range(len(N.COLLECTIVES)):
         for a in range(N.NUM_ALGOS):
             for p in range(N.NUM_PROTOS):
                 m[c, a, p] = _eligible(topo, c, a, p)
+    m.setflags(write=False)
     return m
+
+
+def eligible_mask(topo: Topology) -> np.ndarray:
+    """``[coll][algo][proto]`` booleans: what NCCL can run on this topology (read-only, cached)."""
+    return _eligible_mask_cached(topo)
 
 
 def _net_overhead_us(topo: Topology) -> float:

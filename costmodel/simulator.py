@@ -415,14 +415,25 @@ class Simulator:
         """Noisy measured times, shape ``(len(cfg), n_samples)``; seeded by the simulator's seed."""
         rng = self.rng if rng is None else rng
         t, lat = self._time(cfg, validate)
+        return self.add_noise(t, lat, n_samples, rng)
+
+    def times_and_latency(self, cfg: Configs, validate: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Expected time and its latency part (what :meth:`add_noise` needs), for caching."""
+        return self._time(cfg, validate)
+
+    def add_noise(self, t: np.ndarray, lat: np.ndarray, n_samples: int = 1,
+                  rng: np.random.Generator | None = None) -> np.ndarray:
+        """Noisy samples of expected times ``t`` whose latency part is ``lat``: lognormal with a
+        sigma that grows with the latency share, plus rare slow outliers."""
+        rng = self.rng if rng is None else rng
+        t = np.asarray(t, dtype=float).ravel()
         p = self.params
-        frac = np.clip(lat / t, 0.0, 1.0)
+        frac = np.clip(np.asarray(lat, dtype=float).ravel() / t, 0.0, 1.0)
         sigma = p.noise_large + (p.noise_small - p.noise_large) * frac
         z = rng.standard_normal((t.size, n_samples))
         out = t[:, None] * np.exp(sigma[:, None] * z)
         slow = rng.random((t.size, n_samples)) < p.outlier_prob
-        out = np.where(slow, out * (1.0 + p.outlier_scale * rng.random((t.size, n_samples))), out)
-        return out
+        return np.where(slow, out * (1.0 + p.outlier_scale * rng.random((t.size, n_samples))), out)
 
     # -- conveniences ----------------------------------------------------------------------
     def default_configs(self, coll: int | str, nbytes: Any) -> Configs:
