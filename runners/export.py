@@ -1,0 +1,210 @@
+"""Export a policy as tuner-plugin tables for one target platform.
+
+For each collective and every power of two from 1 B to 2 GiB, the policy picks a decision
+deterministically (the highest-scoring valid action); the decision for ``2^k`` covers
+``[2^k, 2^(k+1) - 1]`` (the first row starts at 0, the last ends at 4294967295), neighbours with
+equal decisions merge. Outputs:
+
+* ``nccl_tuner.csv``: NVIDIA's example-plugin format, explicit channel counts everywhere (that
+  plugin runs anything uncovered, or any row with channels -1, on ONE channel), no gaps;
+* ``nccl_tuner.json``: the same rows with provenance and predicted times;
+* ``nccl.conf``: per-process knobs (``NCCL_BUFFSIZE``, socket threads/sockets, minimum channels)
+  when they lower the predicted time over the table's sizes, else nothing.
+
+A row keeps NCCL's own decision unless the simulator predicts the policy's choice faster by more
+than ``margin`` (a table never carries a decision the model does not support).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodel import nccl as N
+from costmodel.replica import auto_channels, build_model, default_decisions
+from costmodel.simulator import Configs, Simulator
+from costmodel.topology import Topology
+from envs import spaces as S
+
+MAX_BYTES = 4294967295
+EXPORT_SIZES = 1 << np.arange(0, 32, dtype=np.int64)  # 1 B .. 2 GiB; the last row runs to 4 GiB - 1
+
+
+@dataclass
+class Row:
+    collective: str
+    min_bytes: int
+    max_bytes: int
+    algo: str
+    proto: str
+    channels: int
+    chunk_factor: float
+    source: str  # "policy" or "nccl-default"
+    default_time_us: float
+    time_us: float
+
+
+@dataclass
+class Table:
+    topology: Topology
+    rows: list[Row]
+    conf: dict[str, int] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def _decide(model, topo: Topology, coll: int, sizes: np.ndarray) -> np.ndarray:
+    from agents.pretrain import policy_scores
+
+    obs = S.observations(topo, coll, sizes)
+    mask = np.broadcast_to(S.action_mask(topo, coll), (sizes.size, S.N_ACTIONS))
+    return np.argmax(policy_scores(model, obs, mask), axis=1)
+
+
+def _explicit_channels(topo: Topology, coll: int, sizes: np.ndarray, algo: np.ndarray, proto: np.ndarray,
+                       channels: np.ndarray, comm_channels: int) -> np.ndarray:
+    """Channel counts to write: the policy's, or NCCL's own per-call choice where it said 0."""
+    auto, _ = auto_channels(build_model(topo), sizes, algo, proto, comm_channels or topo.nccl.channels)
+    return np.where(channels > 0, channels, auto)
+
+
+def _candidate_confs(topo: Topology) -> list[dict[str, int]]:
+    confs: list[dict[str, int]] = [{}]
+    for b in (1 << 20, 2 << 20, 8 << 20):
+        confs.append({"NCCL_BUFFSIZE": b})
+    if topo.nodes > 1 and topo.net.kind == "socket":
+        for t in (1, 2, 4):
+            for s in (1, 2, 4, 8):
+                if (t, s) != (topo.nccl.socket_nthreads, topo.nccl.nsocks_perthread) and t * s <= 64:
+                    confs.append({"NCCL_SOCKET_NTHREADS": t, "NCCL_NSOCKS_PERTHREAD": s})
+    base = list(confs)
+    for c in (4, 8, 16, 32):
+        if c > topo.nccl.channels:
+            confs += [dict(k, NCCL_MIN_NCHANNELS=c) for k in base]
+    return confs
+
+
+def _times(sim: Simulator, coll: np.ndarray, sizes: np.ndarray, algo: np.ndarray, proto: np.ndarray,
+           channels: np.ndarray, conf: dict[str, int]) -> np.ndarray:
+    return sim.time_us(Configs.make(coll, sizes, algo, proto, channels, conf.get("NCCL_MIN_NCHANNELS", 0),
+                                    conf.get("NCCL_BUFFSIZE", 0), conf.get("NCCL_SOCKET_NTHREADS", 0),
+                                    conf.get("NCCL_NSOCKS_PERTHREAD", 0)))
+
+
+def export_table(model, sim: Simulator, collectives: list[str] | None = None, margin: float = 0.01,
+                 tune_conf: bool = True, provenance: dict[str, Any] | None = None) -> Table:
+    """Evaluate ``model`` on ``sim``'s platform and build the table (see the module docstring)."""
+    topo = sim.topo
+    colls = [N.parse_name("collective", c, N.COLLECTIVES) for c in (collectives or N.COLLECTIVES)]
+    sizes = EXPORT_SIZES
+    per: dict[int, dict[str, np.ndarray]] = {}
+    for c in colls:
+        a = _decide(model, topo, c, sizes)
+        algo, proto, ch, chunk = (x[a] for x in S.decode_all())
+        d = default_decisions(topo, c, sizes)
+        per[c] = {"algo": algo, "proto": proto, "ch": ch, "d_algo": d.algo, "d_proto": d.proto}
+
+    def evaluate(conf: dict[str, int]) -> tuple[dict[int, dict[str, np.ndarray]], float]:
+        out, total = {}, 0.0
+        comm = conf.get("NCCL_MIN_NCHANNELS", 0)
+        for c, p in per.items():
+            ch = _explicit_channels(topo, c, sizes, p["algo"], p["proto"], p["ch"], comm)
+            t_pol = _times(sim, np.full(sizes.shape, c), sizes, p["algo"], p["proto"], ch, conf)
+            d_ch = _explicit_channels(topo, c, sizes, p["d_algo"], p["d_proto"], np.zeros_like(sizes), comm)
+            t_def_conf = _times(sim, np.full(sizes.shape, c), sizes, p["d_algo"], p["d_proto"], d_ch, conf)
+            t_default = _times(sim, np.full(sizes.shape, c), sizes, p["d_algo"], p["d_proto"],
+                               np.zeros_like(sizes), {})
+            use = t_pol < t_def_conf * (1.0 - margin)
+            out[c] = {"use": use, "ch": ch, "d_ch": d_ch, "t": np.where(use, t_pol, t_def_conf),
+                      "t_default": t_default}
+            total += float(np.sum(np.log(out[c]["t"])))
+        return out, total
+
+    best_conf: dict[str, int] = {}
+    best, best_total = evaluate({})
+    if tune_conf:
+        for conf in _candidate_confs(topo)[1:]:
+            res, total = evaluate(conf)
+            # a per-process knob must pay for itself: >= 0.5% geometric-mean gain over all rows
+            n = sum(len(sizes) for _ in per)
+            if total < best_total - n * 0.005:
+                best, best_total, best_conf = res, total, conf
+    rows: list[Row] = []
+    for c in colls:
+        p, r = per[c], best[c]
+        for i, s in enumerate(sizes):
+            use = bool(r["use"][i])
+            algo = int(p["algo"][i] if use else p["d_algo"][i])
+            proto = int(p["proto"][i] if use else p["d_proto"][i])
+            ch = int(r["ch"][i] if use else r["d_ch"][i])
+            lo = 0 if i == 0 else int(s)
+            hi = MAX_BYTES if i == sizes.size - 1 else int(sizes[i + 1] - 1)
+            row = Row(N.COLLECTIVES[c], lo, hi, N.ALGOS[algo], N.PROTOS[proto], ch, 0.0,
+                      "policy" if use else "nccl-default", float(r["t_default"][i]), float(r["t"][i]))
+            last = rows[-1] if rows else None
+            if last and last.collective == row.collective and (last.algo, last.proto, last.channels) == \
+                    (row.algo, row.proto, row.channels) and last.source == row.source:
+                last.max_bytes = row.max_bytes
+                continue
+            rows.append(row)
+    prov = dict(provenance or {})
+    prov.update(topology=topo.name, nodes=topo.nodes, nranks=topo.nranks, nccl_version=topo.nccl.version,
+                git_revision=_git_revision(), margin=margin)
+    return Table(topology=topo, rows=rows, conf=best_conf, provenance=prov)
+
+
+def _git_revision() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_table(table: Table, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    topo = table.topology
+    csv_path = out_dir / "nccl_tuner.csv"
+    lines = [f"# ncclrl table for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), NCCL {topo.nccl.version}",
+             "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"]
+    for r in table.rows:
+        lines.append(f"{r.collective},{r.min_bytes},{r.max_bytes},{r.algo},{r.proto},{r.channels},"
+                     f"{topo.nodes},{topo.nranks}")
+    csv_path.write_text("\n".join(lines) + "\n")
+    json_path = out_dir / "nccl_tuner.json"
+    json_path.write_text(json.dumps({"provenance": table.provenance, "nccl_conf": table.conf,
+                                     "rows": [r.__dict__ for r in table.rows]}, indent=1))
+    conf_path = out_dir / "nccl.conf"
+    conf_path.write_text("".join(f"{k}={v}\n" for k, v in sorted(table.conf.items())))
+    return {"csv": csv_path, "json": json_path, "conf": conf_path}
+
+
+def parse_example_rows(text: str) -> list[dict[str, Any]]:
+    """Rows as NVIDIA's example plugin reads them (first match wins; lines > 256 chars dropped)."""
+    rows = []
+    for line in text.splitlines():
+        if len(line) > 256 or not line.strip() or line.lstrip().startswith("#"):
+            continue
+        f = [x.strip() for x in line.split(",")]
+        if len(f) < 8:
+            raise ValueError(f"too few fields: {line!r}")
+        rows.append({"collective": f[0], "min_bytes": int(f[1]), "max_bytes": int(f[2]), "algo": f[3],
+                     "proto": f[4], "channels": int(f[5]), "nNodes": int(f[6]), "nRanks": int(f[7])})
+    return rows
+
+
+def lookup(rows: list[dict[str, Any]], collective: str, nbytes: int, nodes: int, nranks: int) -> dict | None:
+    for r in rows:
+        if r["collective"] == collective and r["min_bytes"] <= nbytes <= r["max_bytes"] and \
+                r["nNodes"] in (-1, nodes) and r["nRanks"] in (-1, nranks):
+            return r
+    return None
