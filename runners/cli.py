@@ -214,9 +214,43 @@ def cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    from runners.pretrain import main_pretrain
+
+    return main_pretrain(args.overrides)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from runners.pretrain import cmd_export as run_export
+
+    run_export(args.checkpoint, args.overrides)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from runners.show import show
+
+    return show(args.table, args.plot)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ncclrl", description="Learn how NCCL should run each collective on your cluster.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    pt = sub.add_parser("pretrain", help="pretrain in simulation, evaluate on the target, export its table "
+                        "(Hydra overrides, e.g. topology=dgx-h100-2n agent.total_timesteps=50000)")
+    pt.add_argument("overrides", nargs="*", help="Hydra overrides key=value")
+    pt.set_defaults(func=cmd_pretrain)
+
+    ex = sub.add_parser("export", help="export a pretrained policy's table for a platform, without retraining")
+    ex.add_argument("--checkpoint", required=True, help="policy.zip from a pretraining run")
+    ex.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. topology=h200-1x4 run_dir=out/")
+    ex.set_defaults(func=cmd_export)
+
+    sh = sub.add_parser("show", help="print an exported table (CSV or JSON) and draw its decision map")
+    sh.add_argument("table", help="nccl_tuner.csv or nccl_tuner.json")
+    sh.add_argument("--plot", help="write the decision map to this PNG")
+    sh.set_defaults(func=cmd_show)
 
     d = sub.add_parser("decisions", help="NCCL's default decision per size (replica of NCCL 2.28)")
     d.add_argument("--topology", required=True, help="preset name or YAML path")

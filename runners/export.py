@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from costmodel import nccl as N
+from costmodel.errors import ConfigError
 from costmodel.replica import auto_channels, build_model, default_decisions
 from costmodel.simulator import Configs, Simulator
 from costmodel.topology import Topology
@@ -58,12 +59,19 @@ class Table:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
-def _decide(model, topo: Topology, coll: int, sizes: np.ndarray) -> np.ndarray:
+def _decide(model, topo: Topology, coll: int, sizes: np.ndarray, top_k: int = 1) -> np.ndarray:
+    """The policy's ``top_k`` highest-scoring valid actions per size, best first: ``(top_k, n)``
+    (``top_k`` 1: its deterministic decision, shape ``(n,)``)."""
     from agents.pretrain import policy_scores
 
     obs = S.observations(topo, coll, sizes)
     mask = np.broadcast_to(S.action_mask(topo, coll), (sizes.size, S.N_ACTIONS))
-    return np.argmax(policy_scores(model, obs, mask), axis=1)
+    scores = policy_scores(model, obs, mask)
+    if top_k == 1:
+        return np.argmax(scores, axis=1)
+    k = min(top_k, int(mask[0].sum()))
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return order.T
 
 
 def _explicit_channels(topo: Topology, coll: int, sizes: np.ndarray, algo: np.ndarray, proto: np.ndarray,
@@ -97,14 +105,20 @@ def _times(sim: Simulator, coll: np.ndarray, sizes: np.ndarray, algo: np.ndarray
 
 
 def export_table(model, sim: Simulator, collectives: list[str] | None = None, margin: float = 0.01,
-                 tune_conf: bool = True, provenance: dict[str, Any] | None = None) -> Table:
-    """Evaluate ``model`` on ``sim``'s platform and build the table (see the module docstring)."""
+                 tune_conf: bool = True, provenance: dict[str, Any] | None = None, top_k: int = 1) -> Table:
+    """Evaluate ``model`` on ``sim``'s platform and build the table (see the module docstring).
+
+    ``top_k`` > 1 times the policy's ``top_k`` best-scored actions per size in the simulator and
+    keeps the fastest (policy-guided search); 1 is the policy's deterministic choice alone.
+    """
     topo = sim.topo
     colls = [N.parse_name("collective", c, N.COLLECTIVES) for c in (collectives or N.COLLECTIVES)]
     sizes = EXPORT_SIZES
     per: dict[int, dict[str, np.ndarray]] = {}
+    if top_k < 1:
+        raise ConfigError("export.top_k", f"must be >= 1, got {top_k}")
     for c in colls:
-        a = _decide(model, topo, c, sizes)
+        a = np.atleast_2d(_decide(model, topo, c, sizes, top_k))
         algo, proto, ch, chunk = (x[a] for x in S.decode_all())
         d = default_decisions(topo, c, sizes)
         per[c] = {"algo": algo, "proto": proto, "ch": ch, "d_algo": d.algo, "d_proto": d.proto}
@@ -112,16 +126,22 @@ def export_table(model, sim: Simulator, collectives: list[str] | None = None, ma
     def evaluate(conf: dict[str, int]) -> tuple[dict[int, dict[str, np.ndarray]], float]:
         out, total = {}, 0.0
         comm = conf.get("NCCL_MIN_NCHANNELS", 0)
+        cols = np.arange(sizes.size)
         for c, p in per.items():
-            ch = _explicit_channels(topo, c, sizes, p["algo"], p["proto"], p["ch"], comm)
-            t_pol = _times(sim, np.full(sizes.shape, c), sizes, p["algo"], p["proto"], ch, conf)
+            cand_ch = np.stack([_explicit_channels(topo, c, sizes, p["algo"][j], p["proto"][j], p["ch"][j], comm)
+                                for j in range(p["algo"].shape[0])])
+            cand_t = np.stack([_times(sim, np.full(sizes.shape, c), sizes, p["algo"][j], p["proto"][j], cand_ch[j],
+                                      conf) for j in range(p["algo"].shape[0])])
+            j = np.argmin(cand_t, axis=0)
+            p["pick"] = j
+            ch, t_pol = cand_ch[j, cols], cand_t[j, cols]
             d_ch = _explicit_channels(topo, c, sizes, p["d_algo"], p["d_proto"], np.zeros_like(sizes), comm)
             t_def_conf = _times(sim, np.full(sizes.shape, c), sizes, p["d_algo"], p["d_proto"], d_ch, conf)
             t_default = _times(sim, np.full(sizes.shape, c), sizes, p["d_algo"], p["d_proto"],
                                np.zeros_like(sizes), {})
             use = t_pol < t_def_conf * (1.0 - margin)
             out[c] = {"use": use, "ch": ch, "d_ch": d_ch, "t": np.where(use, t_pol, t_def_conf),
-                      "t_default": t_default}
+                      "t_default": t_default, "pick": j}
             total += float(np.sum(np.log(out[c]["t"])))
         return out, total
 
@@ -139,8 +159,9 @@ def export_table(model, sim: Simulator, collectives: list[str] | None = None, ma
         p, r = per[c], best[c]
         for i, s in enumerate(sizes):
             use = bool(r["use"][i])
-            algo = int(p["algo"][i] if use else p["d_algo"][i])
-            proto = int(p["proto"][i] if use else p["d_proto"][i])
+            j = int(r["pick"][i])
+            algo = int(p["algo"][j, i] if use else p["d_algo"][i])
+            proto = int(p["proto"][j, i] if use else p["d_proto"][i])
             ch = int(r["ch"][i] if use else r["d_ch"][i])
             lo = 0 if i == 0 else int(s)
             hi = MAX_BYTES if i == sizes.size - 1 else int(sizes[i + 1] - 1)
@@ -154,7 +175,7 @@ def export_table(model, sim: Simulator, collectives: list[str] | None = None, ma
             rows.append(row)
     prov = dict(provenance or {})
     prov.update(topology=topo.name, nodes=topo.nodes, nranks=topo.nranks, nccl_version=topo.nccl.version,
-                git_revision=_git_revision(), margin=margin)
+                git_revision=_git_revision(), margin=margin, top_k=top_k)
     return Table(topology=topo, rows=rows, conf=best_conf, provenance=prov)
 
 
