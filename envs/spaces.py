@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel import nccl as N
+from costmodel.errors import ConfigError
 from costmodel.replica import build_model, cost_table, default_decisions, eligible_mask
 from costmodel.simulator import Configs
 from costmodel.topology import CPU_VENDORS, FABRICS, GPU_ARCHS, NETWORKS, Topology
@@ -110,7 +111,20 @@ def _log_scale(x: float, lo: float, hi: float) -> float:
     return float(np.clip((np.log2(max(x, 1e-9)) - lo) / (hi - lo), 0.0, 1.0))
 
 
+# What the observation can encode; a platform beyond it is refused, not silently clipped.
+LIMITS = {"nodes": 4096, "gpus_per_node": 64, "nranks": 65536}
+
+
+def check_representable(topo: Topology) -> None:
+    for key, hi in LIMITS.items():
+        v = getattr(topo, key)
+        if v > hi:
+            raise ConfigError("topology", f"{topo.name} has {v} {key}; the policy's observation encodes at most {hi} "
+                              f"(nodes <= {LIMITS['nodes']}, GPUs per node <= {LIMITS['gpus_per_node']})")
+
+
 def topology_features(topo: Topology) -> np.ndarray:
+    check_representable(topo)
     f = [_log_scale(topo.nodes, 0, 12), _log_scale(topo.gpus_per_node, 0, 6), _log_scale(topo.nranks, 0, 16)]
     f += [float(topo.gpu_arch == a) for a in GPU_ARCHS]
     f += [float(topo.intra.fabric == x) for x in FABRICS]

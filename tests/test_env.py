@@ -113,3 +113,11 @@ def test_observations_are_bounded_and_distinguish_platforms():
 def test_bad_arguments(kwargs, field):
     with pytest.raises(ConfigError, match=field):
         NcclTuneEnv(**kwargs)
+
+
+def test_platform_beyond_the_observation_is_refused():
+    from dataclasses import replace
+
+    huge = replace(load_topology("dgx-h100-16n"), nodes=8192, name="huge")
+    with pytest.raises(ConfigError, match="encodes at most 4096"):
+        S.observations(huge, N.ALLREDUCE, np.array([8]))
