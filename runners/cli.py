@@ -233,6 +233,24 @@ def cmd_show(args: argparse.Namespace) -> int:
     return show(args.table, args.plot)
 
 
+def cmd_plugin(args: argparse.Namespace) -> int:
+    import subprocess
+
+    plugin_dir = Path(__file__).resolve().parent.parent / "plugin"
+    if args.action == "build":
+        p = subprocess.run(["make", "--no-print-directory", "-C", str(plugin_dir)], capture_output=True, text=True)
+        if p.returncode != 0:
+            last = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["make failed"]
+            raise ConfigError("plugin", f"build failed: {last[0]}")
+        print(plugin_dir / "build" / "libnccl-tuner-ncclrl.so")
+        return 0
+    if not args.table or not args.topology:
+        raise ConfigError("plugin verify", "needs TABLE and --topology (the platform the job runs on)")
+    from runners.plugin_verify import verify
+
+    return verify(args.table, args.topology, Path(args.out), args.max_bytes, args.iters, args.plugin)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ncclrl", description="Learn how NCCL should run each collective on your cluster.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -251,6 +269,16 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("table", help="nccl_tuner.csv or nccl_tuner.json")
     sh.add_argument("--plot", help="write the decision map to this PNG")
     sh.set_defaults(func=cmd_show)
+
+    pl = sub.add_parser("plugin", help="build our NCCL tuner plugin, or verify a table with it on GPUs")
+    pl.add_argument("action", choices=["build", "verify"])
+    pl.add_argument("table", nargs="?", help="verify: the table (nccl_tuner.csv)")
+    pl.add_argument("--topology", help="verify: the platform the job runs on (preset or YAML)")
+    pl.add_argument("--out", default="plugin-verify", help="verify: folder for NCCL logs and verify.json")
+    pl.add_argument("--max-bytes", type=int, default=1 << 30)
+    pl.add_argument("--iters", type=int, default=20)
+    pl.add_argument("--plugin", help="verify: path to the .so (default: plugin/build/)")
+    pl.set_defaults(func=cmd_plugin)
 
     d = sub.add_parser("decisions", help="NCCL's default decision per size (replica of NCCL 2.28)")
     d.add_argument("--topology", required=True, help="preset name or YAML path")

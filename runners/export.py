@@ -32,6 +32,7 @@ from costmodel.replica import auto_channels, build_model, default_decisions
 from costmodel.simulator import Configs, Simulator
 from costmodel.topology import Topology
 from envs import spaces as S
+from runners.table import lookup, parse_example_rows  # noqa: F401  (re-exported)
 
 MAX_BYTES = 4294967295
 EXPORT_SIZES = 1 << np.arange(0, 32, dtype=np.int64)  # 1 B .. 2 GiB; the last row runs to 4 GiB - 1
@@ -207,25 +208,3 @@ def write_table(table: Table, out_dir: Path) -> dict[str, Path]:
     conf_path = out_dir / "nccl.conf"
     conf_path.write_text("".join(f"{k}={v}\n" for k, v in sorted(table.conf.items())))
     return {"csv": csv_path, "json": json_path, "conf": conf_path}
-
-
-def parse_example_rows(text: str) -> list[dict[str, Any]]:
-    """Rows as NVIDIA's example plugin reads them (first match wins; lines > 256 chars dropped)."""
-    rows = []
-    for line in text.splitlines():
-        if len(line) > 256 or not line.strip() or line.lstrip().startswith("#"):
-            continue
-        f = [x.strip() for x in line.split(",")]
-        if len(f) < 8:
-            raise ValueError(f"too few fields: {line!r}")
-        rows.append({"collective": f[0], "min_bytes": int(f[1]), "max_bytes": int(f[2]), "algo": f[3],
-                     "proto": f[4], "channels": int(f[5]), "nNodes": int(f[6]), "nRanks": int(f[7])})
-    return rows
-
-
-def lookup(rows: list[dict[str, Any]], collective: str, nbytes: int, nodes: int, nranks: int) -> dict | None:
-    for r in rows:
-        if r["collective"] == collective and r["min_bytes"] <= nbytes <= r["max_bytes"] and \
-                r["nNodes"] in (-1, nodes) and r["nRanks"] in (-1, nranks):
-            return r
-    return None

@@ -1,0 +1,252 @@
+/*
+ * A harness that plays NCCL: dlopen the plugin, resolve every ncclTunerPlugin_vN, init with a
+ * logger, call getCollInfo with real-shaped cost tables (-1 entries included), finalize, and check
+ * each decision against known answers for tests/data/basic.csv.
+ *
+ *   harness LIB DATA_DIR     exit status 0 when every check passes
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ncclrl_tuner_abi.h"
+
+static int failures = 0, checks = 0;
+#define CHECK(cond, ...)                                              \
+  do {                                                                \
+    checks++;                                                         \
+    if (!(cond)) {                                                    \
+      failures++;                                                     \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);            \
+      fprintf(stderr, __VA_ARGS__);                                   \
+      fprintf(stderr, "\n");                                          \
+    }                                                                 \
+  } while (0)
+
+#define MAX_MSGS 256
+static char msgs[MAX_MSGS][512];
+static int levels[MAX_MSGS];
+static int nmsgs = 0;
+
+static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  (void)flags; (void)file; (void)line;
+  if (nmsgs >= MAX_MSGS) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msgs[nmsgs], sizeof(msgs[0]), fmt, ap);
+  va_end(ap);
+  levels[nmsgs++] = level;
+}
+
+static int count_level(int level) {
+  int n = 0;
+  for (int i = 0; i < nmsgs; i++) n += levels[i] == level;
+  return n;
+}
+
+static int find_msg(int level, const char* a, const char* b) {
+  for (int i = 0; i < nmsgs; i++)
+    if (levels[i] == level && strstr(msgs[i], a) && (!b || strstr(msgs[i], b))) return 1;
+  return 0;
+}
+
+/* A cost table shaped like NCCL's: [7][3] floats, algorithms NCCL cannot run marked -1. */
+static void fill_table(float t[7][3]) {
+  for (int a = 0; a < 7; a++)
+    for (int p = 0; p < 3; p++) t[a][p] = 10.0f + (float)(a * 3 + p);
+  for (int p = 0; p < 3; p++) {
+    t[NCCLRL_COLLNET_DIRECT][p] = t[NCCLRL_COLLNET_CHAIN][p] = t[NCCLRL_NVLS][p] = -1.0f;
+    t[NCCLRL_NVLS_TREE][p] = t[NCCLRL_PAT][p] = -1.0f;
+  }
+  t[NCCLRL_NVLS][NCCLRL_LL] = -1.0f;
+}
+
+typedef struct {
+  int coll;
+  size_t nbytes;
+  int pipe, regbuff;
+  int algo, proto, channels; /* expected: algo -1 = table untouched */
+} expect_t;
+
+static const expect_t EXPECT[] = {
+    {NCCLRL_ALLREDUCE, 100, 1, 0, NCCLRL_TREE, NCCLRL_LL, 2},
+    {NCCLRL_ALLREDUCE, 65535, 1, 0, NCCLRL_TREE, NCCLRL_LL, 2},
+    {NCCLRL_ALLREDUCE, 65536, 1, 0, NCCLRL_RING, NCCLRL_LL128, 8},
+    {NCCLRL_ALLREDUCE, 1048576, 1, 0, NCCLRL_RING, NCCLRL_SIMPLE, 16},
+    {NCCLRL_ALLREDUCE, 1500000, 1, 0, NCCLRL_RING, NCCLRL_SIMPLE, 16},   /* the overlapping row was rejected */
+    {NCCLRL_ALLREDUCE, 4294967295u, 1, 1, NCCLRL_RING, NCCLRL_SIMPLE, 16},
+    {NCCLRL_ALLREDUCE, 4294967296ull, 1, 0, -1, -1, 0},                  /* beyond the table: NCCL decides */
+    {NCCLRL_ALLGATHER, 100, 1, 0, -1, -1, 0},                            /* PAT is -1 in the cost table */
+    {NCCLRL_ALLGATHER, 5000, 1, 0, -1, -1, 0},                           /* NVLS is -1 too */
+    {NCCLRL_ALLGATHER, 10000, 1, 0, NCCLRL_RING, NCCLRL_SIMPLE, 6},      /* spaces, upper case, chunk column */
+    {NCCLRL_BROADCAST, 10, 1, 0, -1, -1, 0},                             /* row is for 2 nodes x 16 ranks */
+    {NCCLRL_REDUCESCATTER, 50, 4, 0, NCCLRL_RING, NCCLRL_LL, 3},         /* numPipeOps 4 only */
+    {NCCLRL_REDUCESCATTER, 50, 1, 0, -1, -1, 0},
+    {NCCLRL_REDUCE, 5, 1, 0, -2, -2, 4},                                 /* channels only */
+    {NCCLRL_REDUCE, 15, 1, 0, -1, -1, 0},                                /* rejected line */
+};
+#define NEXPECT (sizeof(EXPECT) / sizeof(EXPECT[0]))
+
+typedef ncclrl_result_t (*get_cost_fn)(void*, int, size_t, int, float**, int, int, int, int*);
+
+static void check_cost_version(const char* label, void* ctx, int version, const ncclrl_tuner_v3_t* v3,
+                               get_cost_fn get4) {
+  for (size_t i = 0; i < NEXPECT; i++) {
+    const expect_t* e = &EXPECT[i];
+    if (version == 3 && e->pipe != 1 && e->pipe != 4) continue;
+    float t[7][3], before[7][3];
+    fill_table(t);
+    memcpy(before, t, sizeof(t));
+    int nch = 0;
+    ncclrl_result_t rc = version == 3 ? v3->getCollInfo(ctx, e->coll, e->nbytes, e->pipe, (float**)t, 7, 3, &nch)
+                                      : get4(ctx, e->coll, e->nbytes, e->pipe, (float**)t, 7, 3, e->regbuff, &nch);
+    CHECK(rc == NCCLRL_SUCCESS, "%s case %zu: rc %d", label, i, rc);
+    int changed = 0, forced_a = -1, forced_p = -1;
+    for (int a = 0; a < 7; a++)
+      for (int p = 0; p < 3; p++)
+        if (t[a][p] != before[a][p]) { changed++; forced_a = a; forced_p = p; }
+    if (e->algo >= 0) {
+      CHECK(changed == 1 && forced_a == e->algo && forced_p == e->proto && t[forced_a][forced_p] == 0.0f,
+            "%s case %zu: expected %d/%d forced, got %d changes (%d/%d)", label, i, e->algo, e->proto, changed,
+            forced_a, forced_p);
+    } else {
+      CHECK(changed == 0, "%s case %zu: table must stay untouched, %d entries changed", label, i, changed);
+    }
+    CHECK(nch == e->channels, "%s case %zu: channels %d, expected %d", label, i, nch, e->channels);
+    /* never force an entry NCCL marked -1 */
+    for (int a = 0; a < 7; a++)
+      for (int p = 0; p < 3; p++)
+        if (before[a][p] < 0) CHECK(t[a][p] == before[a][p], "%s case %zu: forced disabled %d/%d", label, i, a, p);
+  }
+}
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s LIB DATA_DIR\n", argv[0]);
+    return 2;
+  }
+  void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  if (!lib) { fprintf(stderr, "dlopen: %s\n", dlerror()); return 2; }
+  const ncclrl_tuner_v2_t* v2 = dlsym(lib, "ncclTunerPlugin_v2");
+  const ncclrl_tuner_v3_t* v3 = dlsym(lib, "ncclTunerPlugin_v3");
+  const ncclrl_tuner_v4_t* v4 = dlsym(lib, "ncclTunerPlugin_v4");
+  const ncclrl_tuner_v5_t* v5 = dlsym(lib, "ncclTunerPlugin_v5");
+  const ncclrl_tuner_v6_t* v6 = dlsym(lib, "ncclTunerPlugin_v6");
+  CHECK(v2 && v3 && v4 && v5 && v6, "missing a versioned symbol");
+  CHECK(dlsym(lib, "load_table") == NULL && dlsym(lib, "lookup") == NULL, "internal symbols are visible");
+  if (!(v2 && v3 && v4 && v5 && v6)) return 1;
+  CHECK(strcmp(v5->name, "ncclrl") == 0 && v6->getChunkSize != NULL, "names/getChunkSize");
+
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/basic.csv", argv[2]);
+  setenv("NCCLRL_TUNER_TABLE", path, 1);
+  ncclrl_nvl_domain_info_v5_t nvl = {1, 4, 4};
+  ncclrl_tuner_constants_v5_t constants;
+  memset(&constants, 0, sizeof(constants));
+
+  /* v5: load, WARNs for each bad line, decisions */
+  nmsgs = 0;
+  void* ctx = NULL;
+  CHECK(v5->init(&ctx, 42, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS && ctx, "v5 init");
+  CHECK(count_level(NCCLRL_LOG_WARN) == 8, "expected 8 WARNs, got %d", count_level(NCCLRL_LOG_WARN));
+  static const char* const bad[][2] = {{"basic.csv:5:", "overlaps line 4"}, {"basic.csv:10:", "field collective"},
+                                       {"basic.csv:11:", "field min_bytes"}, {"basic.csv:12:", "field max_bytes"},
+                                       {"basic.csv:13:", "field protocol"}, {"basic.csv:14:", "field channels"},
+                                       {"basic.csv:15:", "fields"}, {"basic.csv:18:", "both"}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    CHECK(find_msg(NCCLRL_LOG_WARN, bad[i][0], bad[i][1]), "no WARN naming %s %s", bad[i][0], bad[i][1]);
+  CHECK(find_msg(NCCLRL_LOG_INFO, "TUNER/ncclrl: loaded", "tuner ABI v5"), "no INFO on load");
+  for (int i = 0; i < nmsgs; i++) CHECK(strncmp(msgs[i], "TUNER/ncclrl: ", 14) == 0, "prefix: %s", msgs[i]);
+  check_cost_version("v5", ctx, 5, v3, (get_cost_fn)v5->getCollInfo);
+  CHECK(v5->finalize(ctx) == NCCLRL_SUCCESS, "v5 finalize");
+
+  /* v6: same decisions, plus chunk size from the extra column */
+  ctx = NULL;
+  CHECK(v6->init(&ctx, 43, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS, "v6 init");
+  check_cost_version("v6", ctx, 6, v3, (get_cost_fn)v6->getCollInfo);
+  size_t chunk = 12345;
+  v6->getChunkSize(ctx, NCCLRL_ALLGATHER, 10000, NCCLRL_RING, NCCLRL_SIMPLE, 6, &chunk);
+  CHECK(chunk == 1048576, "v6 chunk %zu", chunk);
+  chunk = 12345;
+  v6->getChunkSize(ctx, NCCLRL_ALLGATHER, 10000, NCCLRL_TREE, NCCLRL_SIMPLE, 6, &chunk);
+  CHECK(chunk == 12345, "v6 chunk for another algorithm must stay NCCL's");
+  chunk = 12345;
+  v6->getChunkSize(ctx, NCCLRL_ALLREDUCE, 100, NCCLRL_TREE, NCCLRL_LL, 2, &chunk);
+  CHECK(chunk == 12345, "v6 chunk without a chunk column must stay NCCL's");
+  v6->finalize(ctx);
+
+  /* v4 and v3 */
+  ctx = NULL;
+  CHECK(v4->init(4, 1, logger, &ctx) == NCCLRL_SUCCESS, "v4 init");
+  check_cost_version("v4", ctx, 4, v3, (get_cost_fn)v4->getCollInfo);
+  v4->destroy(ctx);
+  ctx = NULL;
+  CHECK(v3->init(4, 1, logger, &ctx) == NCCLRL_SUCCESS, "v3 init");
+  check_cost_version("v3", ctx, 3, v3, NULL);
+  v3->destroy(ctx);
+
+  /* v2: algorithm/protocol outputs, only what the call says is available */
+  ctx = NULL;
+  CHECK(v2->init(4, 1, logger, &ctx) == NCCLRL_SUCCESS, "v2 init");
+  int a = -1, p = -1, nch = 0;
+  v2->getCollInfo(ctx, NCCLRL_ALLREDUCE, 100, 0, 0, 1, &a, &p, &nch);
+  CHECK(a == NCCLRL_TREE && p == NCCLRL_LL && nch == 2, "v2 allreduce: %d/%d/%d", a, p, nch);
+  a = p = -1; nch = 0;
+  v2->getCollInfo(ctx, NCCLRL_ALLGATHER, 100, 0, 0, 1, &a, &p, &nch);
+  CHECK(a == -1 && p == -1 && nch == 0, "v2 must not force PAT");
+  a = p = -1; nch = 0;
+  v2->getCollInfo(ctx, NCCLRL_ALLGATHER, 5000, 0, 0, 1, &a, &p, &nch);
+  CHECK(a == -1 && p == -1, "v2 must not force NVLS without nvlsSupport");
+  v2->getCollInfo(ctx, NCCLRL_ALLGATHER, 5000, 0, 1, 1, &a, &p, &nch);
+  CHECK(a == NCCLRL_NVLS && p == NCCLRL_SIMPLE && nch == 0, "v2 NVLS with nvlsSupport: %d/%d/%d", a, p, nch);
+  v2->destroy(ctx);
+
+  /* a communicator of another shape sees only its rows */
+  nmsgs = 0;
+  ctx = NULL;
+  v5->init(&ctx, 44, 16, 2, logger, &nvl, &constants);
+  float t[7][3];
+  fill_table(t);
+  nch = 0;
+  v5->getCollInfo(ctx, NCCLRL_BROADCAST, 10, 1, (float**)t, 7, 3, 0, &nch);
+  CHECK(t[NCCLRL_RING][NCCLRL_LL] == 0.0f && nch == 0, "2x16 broadcast row");
+  fill_table(t);
+  nch = 0;
+  v5->getCollInfo(ctx, NCCLRL_ALLREDUCE, 65536, 1, (float**)t, 7, 3, 0, &nch);
+  CHECK(nch == 0, "the 1-node row must not apply to 2 nodes");
+  v5->finalize(ctx);
+
+  /* no file: NCCL's defaults, no WARN; unexpected arguments: NCCL decides */
+  setenv("NCCLRL_TUNER_TABLE", "/nonexistent/ncclrl.csv", 1);
+  nmsgs = 0;
+  ctx = NULL;
+  CHECK(v5->init(&ctx, 45, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS, "init without a file");
+  CHECK(count_level(NCCLRL_LOG_WARN) == 0 && find_msg(NCCLRL_LOG_INFO, "no table", NULL), "missing file logs INFO");
+  fill_table(t);
+  nch = 0;
+  v5->getCollInfo(ctx, NCCLRL_ALLREDUCE, 100, 1, (float**)t, 7, 3, 0, &nch);
+  CHECK(nch == 0 && t[NCCLRL_TREE][NCCLRL_LL] != 0.0f, "no table: untouched");
+  CHECK(v5->getCollInfo(ctx, 99, 100, 1, (float**)t, 7, 3, 0, &nch) == NCCLRL_SUCCESS, "unknown collType");
+  CHECK(v5->getCollInfo(NULL, NCCLRL_ALLREDUCE, 100, 1, (float**)t, 7, 3, 0, &nch) == NCCLRL_SUCCESS, "NULL ctx");
+  v5->finalize(ctx);
+
+  /* the example-plugin format file loads cleanly */
+  snprintf(path, sizeof(path), "%s/example_format.csv", argv[2]);
+  setenv("NCCLRL_TUNER_TABLE", path, 1);
+  nmsgs = 0;
+  ctx = NULL;
+  v5->init(&ctx, 46, 4, 1, logger, &nvl, &constants);
+  CHECK(count_level(NCCLRL_LOG_WARN) == 0, "example-format table: %d WARNs", count_level(NCCLRL_LOG_WARN));
+  fill_table(t);
+  nch = 0;
+  v5->getCollInfo(ctx, NCCLRL_ALLREDUCE, 1 << 20, 1, (float**)t, 7, 3, 0, &nch);
+  CHECK(t[NCCLRL_RING][NCCLRL_LL128] == 0.0f && nch == 24, "example-format row");
+  v5->finalize(ctx);
+
+  dlclose(lib);
+  printf("%d passed, %d failed\n", checks - failures, failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,282 @@
+"""``ncclrl plugin verify TABLE``: check on a GPU machine that NCCL really uses a table.
+
+Runs one short NCCL job (PyTorch, one process per GPU) with our tuner plugin loaded and
+``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING``, calls each collective at sizes inside every row
+(its first byte, a middle size and its last byte, up to ``--max-bytes``) and at sizes the table
+leaves uncovered, reads rank 0's NCCL log and reports per row whether NCCL's logged
+``Algo/proto/channel`` is the table's decision. Expected channels are the row's count as NCCL's
+scheduler spreads it (cells of >= 16 KiB of traffic, as :mod:`costmodel.replica` computes);
+rows NCCL cannot run (an algorithm it disabled) and uncovered sizes must keep NCCL's own choice.
+A second run without the plugin times the uncovered sizes, which must keep NCCL's speed.
+
+Only needs PyTorch with CUDA, numpy and PyYAML on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from costmodel import nccl as N
+from costmodel.replica import default_decisions, eligible_mask, scheduled_channels
+from costmodel.topology import load_topology
+from runners.table import parse_example_rows
+
+LOG_LINE = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): (\d+) Bytes -> Algo (\w+) proto (\w+) "
+                      r"channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
+LOG_NAME = {v: k for k, v in N.COLL_LOG_NAMES.items()}
+REPO = Path(__file__).resolve().parent.parent
+MARKER_BYTES = 1357  # a Broadcast of this many bytes marks where the verifier's own calls start
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def elem_size(coll: int) -> int:
+    return 1 if coll in (N.ALLGATHER, N.BROADCAST) else 4
+
+
+def valid_size(coll: int, nbytes: int, nranks: int, up: bool) -> int | None:
+    """Nearest size the collective can run with (whole elements, divisible over ranks for AG/RS)."""
+    q = elem_size(coll) * (nranks if coll in (N.ALLGATHER, N.REDUCESCATTER) else 1)
+    v = -(-nbytes // q) * q if up else nbytes // q * q
+    return v if v > 0 else None
+
+
+def plan_cases(rows: list[dict], topo, max_bytes: int) -> list[dict]:
+    """Sizes to call: three per row (first, middle, last byte) and uncovered sizes per collective."""
+    cases = []
+    for i, r in enumerate(rows):
+        c = N.COLLECTIVES.index(r["collective"])
+        lo, hi = max(r["min_bytes"], 1), min(r["max_bytes"], max_bytes)
+        if lo > hi:
+            continue
+        picks = {valid_size(c, lo, topo.nranks, True), valid_size(c, hi, topo.nranks, False),
+                 valid_size(c, int(np.sqrt(float(lo) * float(hi))), topo.nranks, True)}
+        for s in sorted(p for p in picks if p and lo <= p <= hi):
+            cases.append({"row": i, "coll": c, "nbytes": s})
+    for c in range(5):
+        covered = [r for r in rows if r["collective"] == N.COLLECTIVES[c]]
+        for k in range(3, 31):
+            s = valid_size(c, 1 << k, topo.nranks, True)
+            if s and s <= max_bytes and not any(r["min_bytes"] <= s <= r["max_bytes"] for r in covered):
+                cases.append({"row": None, "coll": c, "nbytes": s})
+    return cases
+
+
+def expected(case: dict, rows: list[dict], topo, nccl_default: tuple[str, str, int] | None) -> tuple[str, str, int]:
+    """What NCCL must log with the plugin: the row's decision as NCCL's scheduler spreads it, or
+    NCCL's own choice (as logged by the run without the plugin) where the table does not apply."""
+    c, s = case["coll"], case["nbytes"]
+    d = default_decisions(topo, c, [s])
+    default = nccl_default or (N.ALGOS[d.algo[0]], N.PROTOS[d.proto[0]], int(d.channels[0]))
+    if case["row"] is None:
+        return default
+    r = rows[case["row"]]
+    if r["algo"] == "-1":
+        algo, proto = N.ALGOS.index(default[0]), N.PROTOS.index(default[1])
+    else:
+        algo, proto = N.ALGOS.index(r["algo"]), N.PROTOS.index(r["proto"])
+        if not eligible_mask(topo)[c, algo, proto]:
+            return default  # NCCL disabled that entry: the plugin must leave NCCL's choice
+    if r["channels"] <= 0:
+        if r["algo"] == "-1":
+            return default
+        return N.ALGOS[algo], N.PROTOS[proto], int(default_decisions(topo, c, [s], allowed=_only(algo, proto))
+                                                   .channels[0])
+    ch = int(scheduled_channels(c, np.array([s]), np.array([proto]), np.array([r["channels"]]),
+                                topo.nccl.channels, topo.nranks)[0])
+    return N.ALGOS[algo], N.PROTOS[proto], ch
+
+
+def _only(algo: int, proto: int) -> np.ndarray:
+    m = np.zeros((N.NUM_ALGOS, N.NUM_PROTOS), bool)
+    m[algo, proto] = True
+    return m
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, cases: list[dict], env: dict, nodes: int, iters: int,
+            result_path: str) -> None:
+    os.environ.update(env)
+    if nodes > 1:  # emulate nodes on one host: NCCL sees distinct host ids, talks over loopback sockets
+        os.environ["NCCL_HOSTID"] = f"ncclrl-node{rank * nodes // world}"
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
+                            device_id=dev)
+    marker = torch.zeros(MARKER_BYTES, dtype=torch.uint8, device=dev)
+    dist.broadcast(marker, 0)
+    times = []
+    for case in cases:
+        c, s = case["coll"], case["nbytes"]
+        dtype = torch.uint8 if elem_size(c) == 1 else torch.float32
+        n = s // elem_size(c)
+        if c == N.ALLGATHER:
+            x = torch.ones(n // world, dtype=dtype, device=dev)
+            y = torch.empty(n, dtype=dtype, device=dev)
+            def op(x=x, y=y): dist.all_gather_into_tensor(y, x)
+        elif c == N.REDUCESCATTER:
+            x = torch.ones(n, dtype=dtype, device=dev)
+            y = torch.empty(n // world, dtype=dtype, device=dev)
+            def op(x=x, y=y): dist.reduce_scatter_tensor(y, x)
+        elif c == N.ALLREDUCE:
+            x = torch.ones(n, dtype=dtype, device=dev)
+            def op(x=x): dist.all_reduce(x)
+        elif c == N.BROADCAST:
+            x = torch.ones(n, dtype=dtype, device=dev)
+            def op(x=x): dist.broadcast(x, 0)
+        else:
+            x = torch.ones(n, dtype=dtype, device=dev)
+            def op(x=x): dist.reduce(x, 0)
+        op()
+        if iters and case.get("timed"):
+            torch.cuda.synchronize()
+            ts = []
+            for _ in range(iters):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                for _ in range(5):
+                    op()
+                b.record()
+                b.synchronize()
+                ts.append(a.elapsed_time(b) * 1000 / 5)
+            times.append(float(np.median(ts)))
+        else:
+            times.append(None)
+    torch.cuda.synchronize()
+    dist.barrier()
+    if rank == 0:
+        Path(result_path).write_text(json.dumps({"pid": os.getpid(), "times_us": times}))
+    dist.destroy_process_group()
+
+
+def run_job(cases: list[dict], env: dict, world: int, nodes: int, iters: int, out: Path, tag: str) -> dict:
+    import torch.multiprocessing as mp
+
+    log_dir = out / f"nccl-{tag}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(env, NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,TUNING",
+               NCCL_DEBUG_FILE=str(log_dir / "nccl.%h.%p.log"), **SAFE_ENV)
+    result = out / f"result-{tag}.json"
+    mp.spawn(_worker, args=(world, _free_port(), cases, env, nodes, iters, str(result)), nprocs=world, join=True)
+    res = json.loads(result.read_text())
+    logs = list(log_dir.glob(f"nccl.*.{res['pid']}.log"))
+    res["log"] = logs[0].read_text() if logs else ""
+    res["log_path"] = str(logs[0]) if logs else ""
+    return res
+
+
+def match_log(log: str, cases: list[dict], nranks: int) -> list[tuple[str, str, int] | None]:
+    """NCCL's logged decision for each case, in call order."""
+    lines = [m for m in LOG_LINE.finditer(log)]
+    out, j = [], 0
+    for i, m in enumerate(lines):  # start after the marker call (skips PyTorch's own collectives)
+        if m.group(1) == "Broadcast" and int(m.group(2)) == MARKER_BYTES:
+            j = i + 1
+            break
+    for case in cases:
+        want_bytes = case["nbytes"] // nranks if case["coll"] in (N.ALLGATHER, N.REDUCESCATTER) else case["nbytes"]
+        found = None
+        while j < len(lines):
+            m = lines[j]
+            j += 1
+            if N.COLL_LOG_NAMES[m.group(1)] == case["coll"] and int(m.group(2)) == want_bytes:
+                found = (m.group(3).lower(), m.group(4).lower(), int(m.group(6)) - int(m.group(5)) + 1)
+                break
+        out.append(found)
+    return out
+
+
+def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters: int = 20,
+           plugin: str | None = None) -> int:
+    topo = load_topology(topology)
+    rows = [r for r in parse_example_rows(Path(table).read_text())
+            if r["nNodes"] in (-1, topo.nodes) and r["nRanks"] in (-1, topo.nranks)]
+    lib = Path(plugin) if plugin else REPO / "plugin" / "build" / "libnccl-tuner-ncclrl.so"
+    if not lib.exists():
+        raise SystemExit(f"ncclrl: error: plugin: {lib} not built; run `ncclrl plugin build` (or make -C plugin)")
+    out.mkdir(parents=True, exist_ok=True)
+    cases = plan_cases(rows, topo, max_bytes)
+    for case in cases:
+        case["timed"] = case["row"] is None
+    env = {"NCCL_TUNER_PLUGIN": str(lib.resolve()), "NCCLRL_TUNER_TABLE": str(Path(table).resolve())}
+    t0 = time.time()
+    with_plugin = run_job(cases, env, topo.nranks, topo.nodes, iters, out, "plugin")
+    without = run_job(cases, {"NCCL_TUNER_PLUGIN": "none"}, topo.nranks, topo.nodes, iters, out, "default")
+    logged = match_log(with_plugin["log"], cases, topo.nranks)
+    nccl_own = match_log(without["log"], cases, topo.nranks)
+    report, ok_all = [], True
+    for case, got, own, t, base in zip(cases, logged, nccl_own, with_plugin["times_us"], without["times_us"],
+                                       strict=True):
+        want = expected(case, rows, topo, own)
+        ok = got == want
+        entry = {"row": case["row"], "collective": N.COLLECTIVES[case["coll"]], "nbytes": case["nbytes"],
+                 "expected": "/".join(map(str, want)), "nccl_logged": "/".join(map(str, got)) if got else "missing"}
+        entry["nccl_without_plugin"] = "/".join(map(str, own)) if own else "missing"
+        if case["row"] is None:
+            entry.update(time_us=t, default_time_us=base)
+            if t and base:
+                entry["time_ratio"] = t / base
+                ok = ok and t / base < 1.10
+        entry["ok"] = bool(ok)
+        ok_all &= ok
+        report.append(entry)
+    (out / "verify.json").write_text(json.dumps({"table": table, "topology": topo.name, "cases": report,
+                                                 "nccl_log": with_plugin["log_path"]}, indent=1))
+    print(f"# {table} on {topo.name}: NCCL's logged decision per table row (plugin {lib.name}); "
+          f"{time.time() - t0:.0f} s")
+    for i, r in enumerate(rows):
+        mine = [e for e in report if e["row"] == i]
+        if not mine:
+            print(f"   row {i + 1}: {r['collective']} {r['min_bytes']}-{r['max_bytes']}: not tested "
+                  f"(beyond --max-bytes)")
+            continue
+        good = all(e["ok"] for e in mine)
+        detail = "; ".join(f"{e['nbytes']} B {e['nccl_logged']}" + ("" if e["ok"] else f" (want {e['expected']})")
+                           for e in mine)
+        print(f"{'✅' if good else '❌'} row {i + 1}: {r['collective']} {r['min_bytes']}-{r['max_bytes']} "
+              f"{r['algo']}/{r['proto']}/{r['channels']}: {detail}")
+    unc = [e for e in report if e["row"] is None]
+    if unc:
+        good = all(e["ok"] for e in unc)
+        print(f"{'✅' if good else '❌'} {len(unc)} uncovered sizes keep NCCL's choice and speed "
+              f"(time with plugin / without: {min(e.get('time_ratio', 1) for e in unc):.2f}-"
+              f"{max(e.get('time_ratio', 1) for e in unc):.2f})")
+        for e in unc:
+            if not e["ok"]:
+                print(f"   ❌ {e['collective']} {e['nbytes']} B: {e['nccl_logged']} (want {e['expected']}), "
+                      f"ratio {e.get('time_ratio', float('nan')):.2f}")
+    print(f"{sum(e['ok'] for e in report)} passed, {sum(not e['ok'] for e in report)} failed")
+    return 0 if ok_all else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ncclrl plugin verify")
+    ap.add_argument("table")
+    ap.add_argument("--topology", required=True, help="the platform the job runs on (preset or YAML)")
+    ap.add_argument("--out", default="plugin-verify")
+    ap.add_argument("--max-bytes", type=int, default=1 << 30)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--plugin", help="path to libnccl-tuner-ncclrl.so (default: plugin/build/)")
+    a = ap.parse_args(argv)
+    return verify(a.table, a.topology, Path(a.out), a.max_bytes, a.iters, a.plugin)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
