@@ -16,7 +16,7 @@ for spec in "handmade h200-1x4 docs/plugin/table-h200-1x4-handmade.csv 107374182
             "exported h200-1x4 docs/plugin/table-h200-1x4-exported.csv 1073741824" \
             "sock h200-2x2-sock docs/plugin/table-h200-2x2-sock-exported.csv 67108864"; do
   set -- $spec
-  timeout 240 python3 -m runners.plugin_verify "$3" --topology "$2" --out "$OUT/run-$1" --max-bytes "$4" \
+  timeout 170 python3 -m runners.plugin_verify "$3" --topology "$2" --out "$OUT/run-$1" --max-bytes "$4" \
     > "$OUT/verify-$1.txt" 2>&1
   echo "exit $?" >> "$OUT/verify-$1.txt"
   # rank 0's NCCL logs (with and without the plugin) and the per-case report, in one archive
