@@ -387,21 +387,24 @@ def chunk_bytes(topo: Topology, coll: np.ndarray | int, algo: np.ndarray, proto:
     chunk = step * steps
     chunk = np.where(proto == N.LL, chunk // 2, chunk)
     chunk = np.where(proto == N.LL128, (chunk // 16) * 15, chunk)
-    cb = np.asarray(channel_bytes, dtype=np.int64)
-    # Tree/LL128 shrinks its chunk for small per-channel sizes.
+    cb = np.broadcast_to(np.asarray(channel_bytes, dtype=np.int64), algo.shape)
+    # Tree/LL128 shrinks its chunk for small per-channel sizes (only those entries are touched).
     nn, ppn = topo.nodes, topo.nranks / topo.nodes
     nsteps_ll128 = 1 + _log2i(nn) + 0.1 * ppn
-    tl = (algo == N.TREE) & (proto == N.LL128)
-    for _ in range(8):
-        shrink = tl & (cb // np.maximum(chunk, 1) < nsteps_ll128 * 64 / ppn) & (chunk > 131072)
-        chunk = np.where(shrink, chunk // 2, chunk)
-    for _ in range(8):
-        shrink = tl & (cb // np.maximum(chunk, 1) < nsteps_ll128 * 16 / ppn) & (chunk > 32768)
-        chunk = np.where(shrink, chunk // 2, chunk)
-    pat = algo == N.PAT
-    for _ in range(8):
-        lim = np.where(coll == N.ALLGATHER, 32, 16)
-        chunk = np.where(pat & (chunk * lim > cb) & (chunk > 65536), chunk // 2, chunk)
+    idx = np.flatnonzero((algo == N.TREE) & (proto == N.LL128))
+    if idx.size:
+        ck, b = chunk[idx].copy(), cb[idx]
+        for limit, floor in ((nsteps_ll128 * 64 / ppn, 131072), (nsteps_ll128 * 16 / ppn, 32768)):
+            for _ in range(8):
+                ck = np.where((b // np.maximum(ck, 1) < limit) & (ck > floor), ck // 2, ck)
+        chunk[idx] = ck
+    idx = np.flatnonzero(algo == N.PAT)
+    if idx.size:
+        ck, b = chunk[idx].copy(), cb[idx]
+        lim = np.where(coll[idx] == N.ALLGATHER, 32, 16)
+        for _ in range(8):
+            ck = np.where((ck * lim > b) & (ck > 65536), ck // 2, ck)
+        chunk[idx] = ck
     grain = N.PROTO_GRAIN_BYTES[proto]
     return (chunk // grain) * grain
 

@@ -274,7 +274,7 @@ class Configs:
         arrays = np.broadcast_arrays(*(np.asarray(x) for x in (
             coll, nbytes, algo, proto, channels, comm_channels, buffsize_bytes, socket_nthreads,
             nsocks_perthread)))
-        out = [np.ascontiguousarray(a, dtype=np.int64).ravel() for a in arrays]
+        out = [np.array(a, dtype=np.int64).ravel() for a in arrays]  # own, writable copies
         return cls(*out)
 
     def __len__(self) -> int:

@@ -1,0 +1,185 @@
+"""The durable measurement store: every live measurement in one embedded SQLite database.
+
+One row per measured point (configuration x size) with all its samples, so nothing measured is
+lost and an interrupted sweep resumes where it stopped (``has``). WAL journal with full sync:
+a row is on disk once ``add`` returns. Light on purpose (stdlib + numpy): it runs on the GPU
+machine too.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodel.errors import ConfigError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS measurements (
+    id INTEGER PRIMARY KEY,
+    ts REAL NOT NULL,
+    host TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    topology TEXT NOT NULL,
+    nccl_version TEXT NOT NULL,
+    collective TEXT NOT NULL,
+    nbytes INTEGER NOT NULL,
+    algo TEXT NOT NULL,          -- 'default' = NCCL's own choice
+    proto TEXT NOT NULL,
+    channels INTEGER NOT NULL,   -- 0 = NCCL's own
+    comm_channels INTEGER NOT NULL,
+    buffsize_bytes INTEGER NOT NULL,
+    socket_nthreads INTEGER NOT NULL,
+    nsocks_perthread INTEGER NOT NULL,
+    timing TEXT NOT NULL,        -- 'graph' or 'eager'
+    tag TEXT NOT NULL,           -- what the measurement was for: sweep, finetune, guard, validate
+    status TEXT NOT NULL,        -- ok, failed, timeout
+    samples_us TEXT NOT NULL,    -- JSON list of per-call times
+    median_us REAL,
+    ci_lo_us REAL,
+    ci_hi_us REAL,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS by_point ON measurements
+    (topology, backend, collective, nbytes, algo, proto, channels, comm_channels, buffsize_bytes,
+     socket_nthreads, nsocks_perthread, tag);
+"""
+
+KNOB_FIELDS = ("comm_channels", "buffsize_bytes", "socket_nthreads", "nsocks_perthread")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration of one collective at one size (per-process knobs included)."""
+
+    collective: str
+    nbytes: int
+    algo: str = "default"
+    proto: str = "default"
+    channels: int = 0
+    comm_channels: int = 0
+    buffsize_bytes: int = 0
+    socket_nthreads: int = 0
+    nsocks_perthread: int = 0
+
+    @property
+    def knobs(self) -> tuple[int, int, int, int]:
+        return (self.comm_channels, self.buffsize_bytes, self.socket_nthreads, self.nsocks_perthread)
+
+    @property
+    def is_default(self) -> bool:
+        return self.algo == "default" and self.channels == 0
+
+    def env(self) -> dict[str, str]:
+        """NCCL environment for the per-process knobs."""
+        e = {}
+        if self.comm_channels:
+            e["NCCL_MIN_NCHANNELS"] = e["NCCL_MAX_NCHANNELS"] = str(self.comm_channels)
+        if self.buffsize_bytes:
+            e["NCCL_BUFFSIZE"] = str(self.buffsize_bytes)
+        if self.socket_nthreads:
+            e["NCCL_SOCKET_NTHREADS"] = str(self.socket_nthreads)
+        if self.nsocks_perthread:
+            e["NCCL_NSOCKS_PERTHREAD"] = str(self.nsocks_perthread)
+        return e
+
+
+def summarize(samples: list[float] | np.ndarray, n_boot: int = 400, seed: int = 0) -> tuple[float, float, float]:
+    """Median and a 95% bootstrap confidence interval of the median, after dropping outliers
+    beyond 3 median absolute deviations (slow outliers are real on these machines: warm-up, drift)."""
+    x = np.asarray(samples, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    med = float(np.median(x))
+    mad = float(np.median(np.abs(x - med))) or 1e-12
+    kept = x[np.abs(x - med) <= 3 * 1.4826 * mad] if x.size >= 5 else x
+    rng = np.random.default_rng(seed)
+    boots = np.median(rng.choice(kept, size=(n_boot, kept.size), replace=True), axis=1)
+    return float(np.median(kept)), float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
+
+
+@dataclass
+class Store:
+    """An SQLite measurement store at ``path`` (created on first use)."""
+
+    path: Path
+    host: str = field(default_factory=socket.gethostname)
+
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(str(self.path), timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(SCHEMA)
+            self._db.commit()
+        except (sqlite3.Error, OSError) as e:
+            raise ConfigError("store", f"cannot open {self.path}: {e}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add(self, point: Point, samples: list[float], *, backend: str, topology: str, nccl_version: str,
+            timing: str, tag: str, status: str = "ok", error: str | None = None) -> None:
+        med, lo, hi = summarize(samples) if samples else (None, None, None)
+        try:
+            self._db.execute(
+                "INSERT INTO measurements (ts, host, backend, topology, nccl_version, collective, nbytes, algo, proto,"
+                " channels, comm_channels, buffsize_bytes, socket_nthreads, nsocks_perthread, timing, tag, status,"
+                " samples_us, median_us, ci_lo_us, ci_hi_us, error) VALUES"
+                " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (time.time(), self.host, backend, topology, nccl_version, point.collective, int(point.nbytes),
+                 point.algo, point.proto, int(point.channels), *map(int, point.knobs), timing, tag, status,
+                 json.dumps([round(float(s), 4) for s in samples]), med, lo, hi, error))
+            self._db.commit()
+        except sqlite3.Error as e:  # a full disk lands here; what was committed before stays
+            raise ConfigError("store", f"cannot write to {self.path}: {e}; earlier measurements are kept, "
+                              "free space and rerun to resume") from None
+
+    def has(self, point: Point, *, backend: str, topology: str, tag: str) -> bool:
+        cur = self._db.execute(
+            "SELECT 1 FROM measurements WHERE topology=? AND backend=? AND collective=? AND nbytes=? AND algo=? AND"
+            " proto=? AND channels=? AND comm_channels=? AND buffsize_bytes=? AND socket_nthreads=? AND"
+            " nsocks_perthread=? AND tag=? AND status='ok' LIMIT 1",
+            (topology, backend, point.collective, int(point.nbytes), point.algo, point.proto, int(point.channels),
+             *map(int, point.knobs), tag))
+        return cur.fetchone() is not None
+
+    def count(self, **where: Any) -> int:
+        q, args = self._where(where)
+        return int(self._db.execute(f"SELECT COUNT(*) FROM measurements{q}", args).fetchone()[0])
+
+    def _where(self, where: dict[str, Any]) -> tuple[str, list]:
+        if not where:
+            return "", []
+        cols = [f"{k}=?" for k in where]
+        return " WHERE " + " AND ".join(cols), list(where.values())
+
+    def frame(self, **where: Any):
+        """All matching rows as a pandas DataFrame (samples as lists)."""
+        import pandas as pd
+
+        q, args = self._where(where)
+        df = pd.read_sql_query(f"SELECT * FROM measurements{q} ORDER BY id", self._db, params=args)
+        df["samples_us"] = df["samples_us"].map(json.loads)
+        return df
+
+    def export_csv(self, out: Path, **where: Any) -> Path:
+        df = self.frame(**where)
+        df["samples_us"] = df["samples_us"].map(lambda s: " ".join(f"{v:g}" for v in s))
+        df.to_csv(out, index=False)
+        return Path(out)

@@ -1,0 +1,211 @@
+"""``ncclrl sweep``: measure a grid of configurations (or NCCL's default alone) on a live backend
+into the store, resumably, and print nccl-tests-like tables.
+
+    ncclrl sweep backend=torch topology=h200-2x2-sock collectives=allreduce max_bytes=256M grid=full
+
+Arguments are ``key=value``: ``backend`` (torch), ``topology`` (preset or YAML), ``collectives``
+(comma list), ``min_bytes``/``max_bytes``, ``grid`` (``default``: NCCL's default only, the S-curve;
+``full``: every per-call configuration under every per-process knob setting of the grid),
+``store`` (SQLite path), ``samples`` (per point), ``timing`` (graph|eager), ``timeout_s``.
+Every request measures NCCL's default interleaved with its candidates. Points already in the
+store are not measured again, so an interrupted sweep resumes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodel import nccl as N
+from costmodel.errors import ConfigError
+from costmodel.replica import eligible_mask
+from costmodel.topology import Topology, load_topology
+from runners.store import Point, Store
+
+DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "h200-1x4", "collectives": "allreduce",
+                            "min_bytes": "8", "max_bytes": "256M", "grid": "default", "store": "runs/store.sqlite",
+                            "samples": "7", "timing": "graph", "timeout_s": "300", "tag": "sweep"}
+
+
+def parse_args(argv: list[str]) -> dict[str, str]:
+    args = dict(DEFAULTS)
+    for a in argv:
+        if "=" not in a:
+            raise ConfigError("sweep", f"arguments are key=value, got {a!r}; keys: {', '.join(DEFAULTS)}")
+        k, v = a.split("=", 1)
+        if k not in DEFAULTS:
+            raise ConfigError(k, f"unknown key; allowed: {', '.join(DEFAULTS)}")
+        args[k] = v
+    if args["backend"] not in ("torch",):
+        raise ConfigError("backend", f"unknown value {args['backend']!r}; allowed: torch")
+    if args["grid"] not in ("default", "full"):
+        raise ConfigError("grid", f"unknown value {args['grid']!r}; allowed: default, full")
+    if args["timing"] not in ("graph", "eager"):
+        raise ConfigError("timing", f"unknown value {args['timing']!r}; allowed: graph, eager")
+    return args
+
+
+def knob_grid(topo: Topology, grid: str) -> list[Point]:
+    """Per-process knob settings: NCCL's defaults, and for ``full`` the ones that matter there
+    (socket threads x sockets and channel counts on socket networks; channels elsewhere)."""
+    base = [Point("allreduce", 1)]
+    if grid == "default":
+        return base
+    if topo.nodes > 1 and topo.net.kind == "socket":
+        for t, s in ((2, 2), (2, 4), (4, 4)):
+            for c in (0, 4):
+                base.append(Point("allreduce", 1, socket_nthreads=t, nsocks_perthread=s, comm_channels=c))
+    else:
+        base.append(Point("allreduce", 1, comm_channels=min(2 * topo.nccl.channels, N.MAX_CHANNELS)))
+    return base
+
+
+def call_configs(topo: Topology, coll: int, knobs: Point, grid: str) -> list[tuple[str, str, int]]:
+    """Per-call (algorithm, protocol, channels) to try: every protocol of every algorithm NCCL can
+    run for the collective, at NCCL's channel count and at 1 and the communicator's maximum."""
+    if grid == "default":
+        return []
+    comm = knobs.comm_channels or topo.nccl.channels
+    m = eligible_mask(topo)[coll]
+    out = []
+    for a in range(N.NUM_ALGOS):
+        for p in range(N.NUM_PROTOS):
+            if m[a, p]:
+                for ch in sorted({0, 1, comm}):
+                    out.append((N.ALGOS[a], N.PROTOS[p], ch))
+    return out
+
+
+def size_grid(lo: int, hi: int, nranks: int, coll: int) -> list[int]:
+    q = (1 if coll in (N.ALLGATHER, N.BROADCAST) else 4) * (nranks if coll in (N.ALLGATHER, N.REDUCESCATTER) else 1)
+    sizes, s = [], 1
+    while s <= hi:
+        if s >= lo:
+            v = -(-s // q) * q
+            if v <= hi and v not in sizes:
+                sizes.append(v)
+        s *= 2
+    return sizes
+
+
+def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dict[str, Any]:
+    """Run a sweep. ``workers_factory(topology, knobs, timing, timeout_s)`` makes the measuring
+    workers (default: :class:`runners.torch_backend.TorchWorkers`); tests pass a fake."""
+    from runners.cli import parse_bytes
+    from runners.torch_backend import WorkerError
+
+    if workers_factory is None:
+        from runners.torch_backend import TorchWorkers
+
+        def workers_factory(topo, knobs, timing, timeout_s):
+            return TorchWorkers(topo.nranks, topo.nodes, knobs, timing=timing, timeout_s=timeout_s)
+
+    topo = load_topology(args["topology"])
+    colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"].split(",") if c]
+    lo, hi = parse_bytes(args["min_bytes"], "min_bytes"), parse_bytes(args["max_bytes"], "max_bytes")
+    samples, grid, tag = int(args["samples"]), args["grid"], args["tag"]
+    store = Store(Path(args["store"]))
+    measured, skipped, failed = 0, 0, 0
+    t0 = time.time()
+    for knobs in knob_grid(topo, grid):
+        todo = []
+        for c in colls:
+            for s in size_grid(lo, hi, topo.nranks, c):
+                pts = [Point(N.COLLECTIVES[c], s, *key, *knobs.knobs)
+                       for key in [("default", "default", 0)] + call_configs(topo, c, knobs, grid)]
+                if all(store.has(p, backend="torch", topology=topo.name, tag=tag) for p in pts):
+                    skipped += len(pts)
+                    continue
+                todo.append(pts)
+        if not todo:
+            continue
+        label = " ".join(f"{k}={v}" for k, v in knobs.env().items()) or "NCCL defaults"
+        print(f"# {topo.name}: {label}: {sum(map(len, todo))} points", file=out, flush=True)
+        try:
+            workers = workers_factory(topo, knobs, args["timing"], float(args["timeout_s"]))
+        except WorkerError as e:
+            print(f"# workers failed to start: {e}", file=out, flush=True)
+            failed += sum(map(len, todo))
+            continue
+        try:
+            for pts in todo:
+                try:
+                    res = workers.measure(pts, samples=samples)
+                except WorkerError as e:
+                    for p in pts:
+                        store.add(p, [], backend="torch", topology=topo.name, nccl_version="?",
+                                  timing=args["timing"], tag=tag, status="failed", error=str(e)[:500])
+                    failed += len(pts)
+                    print(f"# {pts[0].collective} {pts[0].nbytes} B failed: {e}; restarting workers", file=out)
+                    workers = workers_factory(topo, knobs, args["timing"], float(args["timeout_s"]))
+                    continue
+                for p, smp, mode in zip(pts, res, workers.last_modes, strict=True):
+                    store.add(p, smp, backend="torch", topology=topo.name, nccl_version=workers.nccl_version,
+                              timing=mode, tag=tag)
+                measured += len(pts)
+        finally:
+            workers.close()
+    print(f"# measured {measured} points, {skipped} already in {args['store']}, {failed} failed, "
+          f"{time.time() - t0:.0f} s", file=out, flush=True)
+    print_tables(store, topo, colls, tag, out)
+    return {"measured": measured, "skipped": skipped, "failed": failed}
+
+
+def best_table(store: Store, topo: Topology, coll: str, tag: str = "sweep"):
+    """Per size: NCCL's default (under NCCL's per-process defaults) and the best measured point."""
+    df = store.frame(topology=topo.name, collective=coll, tag=tag, status="ok")
+    if df.empty:
+        return df
+    knob_cols = ["comm_channels", "buffsize_bytes", "socket_nthreads", "nsocks_perthread"]
+    df["config"] = df.apply(lambda r: f"{r.algo}/{r.proto}/{r.channels}", axis=1)
+    df["knobs"] = df.apply(lambda r: " ".join(f"{k}={int(r[k])}" for k in knob_cols if r[k]) or "-", axis=1)
+    rows = []
+    for nbytes, g in df.groupby("nbytes"):
+        base = g[(g.algo == "default") & (g.channels == 0) & (g[knob_cols].sum(axis=1) == 0)]
+        if base.empty:
+            continue
+        b = base.iloc[-1]
+        best = g.loc[g["median_us"].idxmin()]
+        rows.append({"nbytes": int(nbytes), "default_us": b.median_us,
+                     "default_ci": f"{b.ci_lo_us:.1f}-{b.ci_hi_us:.1f}",
+                     "best_us": best.median_us, "best_ci": f"{best.ci_lo_us:.1f}-{best.ci_hi_us:.1f}",
+                     "best_config": best.config, "best_knobs": best.knobs,
+                     "speedup": b.median_us / best.median_us})
+    import pandas as pd
+
+    return pd.DataFrame(rows)
+
+
+def print_tables(store: Store, topo: Topology, colls: list[int], tag: str, out=sys.stdout) -> None:
+    for c in colls:
+        name = N.COLLECTIVES[c]
+        t = best_table(store, topo, name, tag)
+        if t.empty:
+            continue
+        bf = float(N.bus_factor(c, topo.nranks))
+        print(f"\n# {name} on {topo.name}: NCCL default vs best measured (median us, 95% CI; busbw GB/s)", file=out)
+        print(f"{'size':>12} {'default':>10} {'busbw':>7} {'best':>10} {'busbw':>7} {'speedup':>8}  config / knobs",
+              file=out)
+        for _, r in t.iterrows():
+            print(f"{r.nbytes:>12} {r.default_us:>10.1f} {r.nbytes * bf / r.default_us / 1e3:>7.2f} "
+                  f"{r.best_us:>10.1f} {r.nbytes * bf / r.best_us / 1e3:>7.2f} {r.speedup:>7.2f}x  "
+                  f"{r.best_config} {r.best_knobs}", file=out)
+        g = float(np.exp(np.mean(np.log(t["speedup"]))))
+        print(f"# geometric-mean speedup of the best measured point: {g:.2f}x over {len(t)} sizes", file=out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        run_sweep(parse_args(list(sys.argv[1:] if argv is None else argv)))
+    except ConfigError as e:
+        print(f"ncclrl: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""The store and the sweep, on CPU, with fake workers that replay the simulator (and fail on cue)."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+
+import numpy as np
+import pytest
+
+from costmodel import nccl as N
+from costmodel.errors import ConfigError
+from costmodel.simulator import Configs, Simulator
+from runners.store import Point, Store, summarize
+from runners.sweep import parse_args, run_sweep
+from runners.torch_backend import WorkerError
+
+
+class FakeWorkers:
+    """Measures with the simulator's noise; can fail a request or refuse to start."""
+
+    def __init__(self, topo, knobs, timing, timeout_s, fail_on=None, log=None):
+        self.sim = Simulator(topo, seed=1)
+        self.knobs, self.nccl_version, self.fail_on, self.log = knobs, "2.28.9", fail_on, log
+        self.last_modes = []
+
+    def measure(self, points, samples=10, budget_us=2000.0):
+        if self.log is not None:
+            self.log.append(len(points))
+        if self.fail_on and any(p.nbytes == self.fail_on for p in points):
+            raise WorkerError("rank 1 failed: NCCL WARN Net : Connection closed by remote peer")
+        out = []
+        for p in points:
+            c = N.COLLECTIVES.index(p.collective)
+            if p.algo == "default":
+                cfg = self.sim.default_configs(c, [p.nbytes])
+            else:
+                cfg = Configs.make(c, p.nbytes, N.ALGOS.index(p.algo), N.PROTOS.index(p.proto), p.channels)
+            cfg.comm_channels[:] = p.comm_channels
+            cfg.socket_nthreads[:] = p.socket_nthreads
+            cfg.nsocks_perthread[:] = p.nsocks_perthread
+            out.append(self.sim.sample(cfg, samples)[0].tolist())
+        self.last_modes = ["graph"] * len(points)
+        return out
+
+    def close(self):
+        pass
+
+
+def test_summarize_median_and_interval():
+    x = [10.0] * 20 + [11.0] * 20 + [500.0]  # one slow outlier
+    med, lo, hi = summarize(x)
+    assert 10.0 <= med <= 11.0 and lo <= med <= hi and hi < 20
+
+
+def test_store_is_durable_and_resumable(tmp_path):
+    path = tmp_path / "m.sqlite"
+    p = Point("allreduce", 1024, "ring", "ll", 2)
+    with Store(path) as s:
+        s.add(p, [1.0, 2.0, 3.0], backend="torch", topology="t", nccl_version="2.28.9", timing="graph", tag="sweep")
+        assert s.has(p, backend="torch", topology="t", tag="sweep")
+        assert not s.has(Point("allreduce", 2048), backend="torch", topology="t", tag="sweep")
+    with Store(path) as s:  # reopened: still there
+        df = s.frame()
+        assert len(df) == 1 and df.samples_us[0] == [1.0, 2.0, 3.0] and df.median_us[0] == 2.0
+        out = s.export_csv(tmp_path / "m.csv")
+    assert "1 2 3" in out.read_text()
+
+
+def test_store_write_failure_is_one_line(tmp_path, monkeypatch):
+    s = Store(tmp_path / "m.sqlite")
+    s.add(Point("allreduce", 8), [1.0], backend="torch", topology="t", nccl_version="x", timing="graph", tag="a")
+
+    class Broken:
+        def execute(self, *a, **k):
+            raise sqlite3.OperationalError("database or disk is full")
+
+        def commit(self):
+            pass
+
+    good = s._db
+    s._db = Broken()
+    with pytest.raises(ConfigError, match="disk is full.*earlier measurements are kept"):
+        s.add(Point("allreduce", 16), [1.0], backend="torch", topology="t", nccl_version="x", timing="graph",
+              tag="a")
+    s._db = good
+    assert s.count() == 1
+
+
+def sweep_args(tmp_path, **kw):
+    args = parse_args(["topology=h200-2x2-sock", "collectives=allreduce", "max_bytes=1M", "grid=full",
+                       f"store={tmp_path / 's.sqlite'}", "samples=5"])
+    args.update(kw)
+    return args
+
+
+def test_full_sweep_resumes_without_remeasuring(tmp_path):
+    calls = []
+    out = io.StringIO()
+    r1 = run_sweep(sweep_args(tmp_path), out, lambda *a: FakeWorkers(*a, log=calls))
+    assert r1["measured"] > 0 and r1["failed"] == 0
+    n = len(calls)
+    r2 = run_sweep(sweep_args(tmp_path), io.StringIO(), lambda *a: FakeWorkers(*a, log=calls))
+    assert r2["measured"] == 0 and r2["skipped"] == r1["measured"] and len(calls) == n
+    text = out.getvalue()
+    assert "geometric-mean speedup" in text and "allreduce on h200-2x2-sock" in text
+    with Store(tmp_path / "s.sqlite") as s:
+        df = s.frame(status="ok")
+    # each request measured NCCL's default next to its candidates (interleaving)
+    assert (df.groupby(["nbytes", "socket_nthreads", "nsocks_perthread", "comm_channels"])
+            .apply(lambda g: (g.algo == "default").any(), include_groups=False).all())
+    # the socket knobs win at 1 MiB in the simulated bed, as measured on the real one
+    big = df[df.nbytes == (1 << 20)]
+    best = big.loc[big.median_us.idxmin()]
+    assert best.socket_nthreads > 0
+
+
+def test_failed_requests_are_stored_and_the_sweep_goes_on(tmp_path):
+    out = io.StringIO()
+    r = run_sweep(sweep_args(tmp_path), out, lambda *a: FakeWorkers(*a, fail_on=4096))
+    assert r["failed"] > 0 and r["measured"] > 0
+    assert "Connection closed" in out.getvalue()
+    with Store(tmp_path / "s.sqlite") as s:
+        assert s.count(status="failed") == r["failed"]
+    # a rerun retries only what failed
+    r2 = run_sweep(sweep_args(tmp_path), io.StringIO(), lambda *a: FakeWorkers(*a))
+    assert r2["measured"] == r["failed"]
+
+
+def test_workers_that_cannot_start(tmp_path):
+    def refuse(*a):
+        raise WorkerError("no answer from ranks [0, 1, 2, 3] within 300 s")
+    out = io.StringIO()
+    r = run_sweep(sweep_args(tmp_path, grid="default"), out, refuse)
+    assert r["measured"] == 0 and r["failed"] > 0 and "failed to start" in out.getvalue()
+
+
+@pytest.mark.parametrize("argv,field", [(["grid=huge"], "grid"), (["backend=mpi"], "backend"),
+                                        (["colour=red"], "colour"), (["topology"], "sweep")])
+def test_bad_sweep_arguments(argv, field):
+    with pytest.raises(ConfigError, match=field):
+        parse_args(argv)
+
+
+def test_point_env():
+    p = Point("allreduce", 8, comm_channels=4, socket_nthreads=2, nsocks_perthread=4)
+    assert p.env() == {"NCCL_MIN_NCHANNELS": "4", "NCCL_MAX_NCHANNELS": "4", "NCCL_SOCKET_NTHREADS": "2",
+                       "NCCL_NSOCKS_PERTHREAD": "4"}
+    assert np.isnan(summarize([])[0])
