@@ -251,6 +251,13 @@ def cmd_plugin(args: argparse.Namespace) -> int:
     return verify(args.table, args.topology, Path(args.out), args.max_bytes, args.iters, args.plugin)
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from runners.sweep import parse_args, run_sweep
+
+    run_sweep(parse_args(args.args))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ncclrl", description="Learn how NCCL should run each collective on your cluster.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -279,6 +286,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--iters", type=int, default=20)
     pl.add_argument("--plugin", help="verify: path to the .so (default: plugin/build/)")
     pl.set_defaults(func=cmd_plugin)
+
+    sw = sub.add_parser("sweep", help="measure configurations on live GPUs into the store (key=value args: "
+                        "backend= topology= collectives= min_bytes= max_bytes= grid=default|full store= samples=)")
+    sw.add_argument("args", nargs="*")
+    sw.set_defaults(func=cmd_sweep)
 
     d = sub.add_parser("decisions", help="NCCL's default decision per size (replica of NCCL 2.28)")
     d.add_argument("--topology", required=True, help="preset name or YAML path")
