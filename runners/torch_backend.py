@@ -59,6 +59,11 @@ def _elem(coll: str) -> int:
 
 
 def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: str, cmd_q, res_q) -> None:
+    logf = open(Path(workdir) / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the worker
+
+    def note(msg: str) -> None:
+        logf.write(f"{time.strftime('%H:%M:%S')} {msg}\n")
+
     try:
         os.environ.update(env)
         os.environ["NCCLRL_TUNER_TABLE"] = "/nonexistent/ncclrl-default.csv"
@@ -70,8 +75,10 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
 
         torch.cuda.set_device(rank)
         dev = torch.device("cuda", rank)
+        note(f"init rank {rank}/{world} nodes {nodes}")
         dist.init_process_group("nccl", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
                                 device_id=dev)
+        note("process group up")
         groups: dict[tuple[str, str, int], Any] = {("default", "default", 0): None}
         stream = torch.cuda.Stream()
 
@@ -80,8 +87,10 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
                 path = Path(workdir) / f"table-{key[0]}-{key[1]}-{key[2]}-rank{rank}.csv"
                 _table_for(key, path)
                 os.environ["NCCLRL_TUNER_TABLE"] = str(path)
+                note(f"new communicator for {key}")
                 g = dist.new_group(list(range(world)))
                 dist.barrier(group=g)  # creates the communicator now, with this table
+                note("communicator up")
                 os.environ["NCCLRL_TUNER_TABLE"] = "/nonexistent/ncclrl-default.csv"
                 groups[key] = g
             return groups[key]
@@ -108,8 +117,10 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
             if cmd is None:
                 break
             items, samples, timing, budget_us = cmd
+            note(f"request: {len(items)} points, {samples} samples, {timing}")
             ops, reps, graphs = [], [], []
             for coll, nbytes, key in items:
+                note(f"prepare {coll} {nbytes} {key}")
                 op = make_op(coll, nbytes, group_for(tuple(key)))
                 op()
                 torch.cuda.synchronize()
@@ -133,7 +144,8 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
                                 op()
                         g.replay()
                         torch.cuda.synchronize()
-                    except Exception:  # noqa: BLE001 - fall back to eager timing for this point
+                    except Exception as e:  # noqa: BLE001 - fall back to eager timing for this point
+                        note(f"graph capture failed ({type(e).__name__}: {e}); eager timing")
                         g = None
                         torch.cuda.synchronize()
                 graphs.append(g)
@@ -151,12 +163,14 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
                     end.record()
                     end.synchronize()
                     out[i].append(start.elapsed_time(end) * 1000.0 / reps[i])
+            note("samples done")
             modes = ["graph" if g is not None else "eager" for g in graphs]
             del graphs
             res_q.put((rank, "result", (out, modes)))
         dist.destroy_process_group()
         res_q.put((rank, "bye", None))
     except Exception:  # report, never hang the controller
+        note(traceback.format_exc(limit=4))
         res_q.put((rank, "error", traceback.format_exc(limit=4)))
 
 
@@ -171,7 +185,8 @@ class TorchWorkers:
     """
 
     def __init__(self, nranks: int, nodes: int = 1, knobs: Point | None = None, timing: str = "graph",
-                 timeout_s: float = 300.0, plugin: Path = PLUGIN, extra_env: dict | None = None) -> None:
+                 timeout_s: float = 300.0, plugin: Path = PLUGIN, extra_env: dict | None = None,
+                 log_dir: str | Path | None = None) -> None:
         if timing not in ("graph", "eager"):
             raise ValueError(f"timing: allowed graph, eager; got {timing!r}")
         if not Path(plugin).exists():
@@ -179,6 +194,8 @@ class TorchWorkers:
         self.nranks, self.nodes, self.timing, self.timeout_s = nranks, nodes, timing, timeout_s
         self.knobs = knobs or Point("allreduce", 1)
         self._tmp = tempfile.TemporaryDirectory(prefix="ncclrl-workers-")
+        self.log_dir = Path(log_dir) if log_dir else Path(self._tmp.name)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(SAFE_ENV, NCCL_TUNER_PLUGIN=str(Path(plugin).resolve()), **self.knobs.env(), **(extra_env or {}))
         import torch.multiprocessing as mp
 
@@ -186,7 +203,7 @@ class TorchWorkers:
         self._res = ctx.Queue()
         self._cmds = [ctx.Queue() for _ in range(nranks)]
         port = _free_port()
-        self._procs = [ctx.Process(target=_worker, args=(r, nranks, port, nodes, env, self._tmp.name, self._cmds[r],
+        self._procs = [ctx.Process(target=_worker, args=(r, nranks, port, nodes, env, str(self.log_dir), self._cmds[r],
                                                          self._res), daemon=True) for r in range(nranks)]
         for p in self._procs:
             p.start()
@@ -201,15 +218,24 @@ class TorchWorkers:
                 rank, what, payload = self._res.get(timeout=max(deadline - time.time(), 0.1))
             except queue.Empty:
                 dead = [i for i, p in enumerate(self._procs) if not p.is_alive()]
+                last = self._last_notes()
                 self.close(force=True)
                 raise WorkerError(f"no answer from ranks {sorted(set(range(self.nranks)) - set(got))} within "
-                                  f"{self.timeout_s:.0f} s (dead: {dead}); workers killed") from None
+                                  f"{self.timeout_s:.0f} s (dead: {dead}); workers killed; last: {last}") from None
             if what == "error":
                 self.close(force=True)
                 raise WorkerError(f"rank {rank} failed: {payload.strip().splitlines()[-1]}")
             if what == kind:
                 got[rank] = payload
         return [got[r] for r in range(self.nranks)]
+
+    def _last_notes(self) -> str:
+        out = []
+        for r in range(self.nranks):
+            f = self.log_dir / f"rank{r}.log"
+            lines = f.read_text().strip().splitlines() if f.exists() else []
+            out.append(f"rank {r}: {lines[-1] if lines else '(nothing)'}")
+        return "; ".join(out)
 
     def measure(self, points: list[Point], samples: int = 10, budget_us: float = 2000.0) -> list[list[float]]:
         """Per-call times (us) of each point, ``samples`` each, interleaved; slowest rank per sample."""
