@@ -35,6 +35,9 @@ from runners.store import Point
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN = REPO / "plugin" / "build" / "libnccl-tuner-ncclrl.so"
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# Connect every algorithm's channels at communicator init: lazy runtime connection of a parent
+# communicator while child communicators exist hung in our first GPU runs (docs/live.md).
+RUNTIME_ENV = {"NCCL_RUNTIME_CONNECT": "0"}
 COLLS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 
 
@@ -119,9 +122,13 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
             items, samples, timing, budget_us = cmd
             note(f"request: {len(items)} points, {samples} samples, {timing}")
             ops, reps, graphs = [], [], []
+            for key in {tuple(k) for _, _, k in items}:  # all communicators first, then any traffic
+                group_for(key)
+            torch.cuda.synchronize()
+            dist.barrier()
             for coll, nbytes, key in items:
                 note(f"prepare {coll} {nbytes} {key}")
-                op = make_op(coll, nbytes, group_for(tuple(key)))
+                op = make_op(coll, nbytes, groups[tuple(key)])
                 op()
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
@@ -149,6 +156,8 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
                         g = None
                         torch.cuda.synchronize()
                 graphs.append(g)
+                torch.cuda.synchronize()
+                dist.barrier()
             out = [[] for _ in items]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             for _ in range(samples):
@@ -196,7 +205,8 @@ class TorchWorkers:
         self._tmp = tempfile.TemporaryDirectory(prefix="ncclrl-workers-")
         self.log_dir = Path(log_dir) if log_dir else Path(self._tmp.name)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(SAFE_ENV, NCCL_TUNER_PLUGIN=str(Path(plugin).resolve()), **self.knobs.env(), **(extra_env or {}))
+        env = dict(SAFE_ENV, **RUNTIME_ENV, NCCL_TUNER_PLUGIN=str(Path(plugin).resolve()), **self.knobs.env(),
+                   **(extra_env or {}))
         import torch.multiprocessing as mp
 
         ctx = mp.get_context("spawn")
