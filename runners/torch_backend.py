@@ -122,7 +122,10 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
             items, samples, timing, budget_us = cmd
             note(f"request: {len(items)} points, {samples} samples, {timing}")
             ops, reps, graphs = [], [], []
-            for key in {tuple(k) for _, _, k in items}:  # all communicators first, then any traffic
+            # all communicators first, then any traffic; in item order, identical on every rank
+            # (a set's order depends on each process's hash seed: ranks would create groups in
+            # different orders and NCCL would hang)
+            for key in dict.fromkeys(tuple(k) for _, _, k in items):
                 group_for(key)
             torch.cuda.synchronize()
             dist.barrier()
