@@ -79,8 +79,11 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
         torch.cuda.set_device(rank)
         dev = torch.device("cuda", rank)
         note(f"init rank {rank}/{world} nodes {nodes}")
-        dist.init_process_group("nccl", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
-                                device_id=dev)
+        # Without device_id, PyTorch creates each new group's communicator with ncclCommInitRank
+        # instead of splitting the default one (NCCLRL_WORKERS_SPLIT=1 restores the split).
+        bind = {"device_id": dev} if os.environ.get("NCCLRL_WORKERS_SPLIT") == "1" else {}
+        dist.init_process_group("nccl", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}", **bind)
+        dist.barrier(device_ids=[rank])
         note("process group up")
         groups: dict[tuple[str, str, int], Any] = {("default", "default", 0): None}
         stream = torch.cuda.Stream()
@@ -92,7 +95,7 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
                 os.environ["NCCLRL_TUNER_TABLE"] = str(path)
                 note(f"new communicator for {key}")
                 g = dist.new_group(list(range(world)))
-                dist.barrier(group=g)  # creates the communicator now, with this table
+                dist.barrier(group=g, device_ids=[rank])  # creates the communicator now, with this table
                 note("communicator up")
                 os.environ["NCCLRL_TUNER_TABLE"] = "/nonexistent/ncclrl-default.csv"
                 groups[key] = g
@@ -128,7 +131,7 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
             for key in dict.fromkeys(tuple(k) for _, _, k in items):
                 group_for(key)
             torch.cuda.synchronize()
-            dist.barrier()
+            dist.barrier(device_ids=[rank])
             for coll, nbytes, key in items:
                 note(f"prepare {coll} {nbytes} {key}")
                 op = make_op(coll, nbytes, groups[tuple(key)])
@@ -160,12 +163,12 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
                         torch.cuda.synchronize()
                 graphs.append(g)
                 torch.cuda.synchronize()
-                dist.barrier()
+                dist.barrier(device_ids=[rank])
             out = [[] for _ in items]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             for _ in range(samples):
                 for i in range(len(items)):
-                    dist.barrier()
+                    dist.barrier(device_ids=[rank])
                     start.record()
                     if graphs[i] is not None:
                         graphs[i].replay()
