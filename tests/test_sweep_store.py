@@ -147,3 +147,8 @@ def test_point_env():
     assert p.env() == {"NCCL_MIN_NCHANNELS": "4", "NCCL_MAX_NCHANNELS": "4", "NCCL_SOCKET_NTHREADS": "2",
                        "NCCL_NSOCKS_PERTHREAD": "4"}
     assert np.isnan(summarize([])[0])
+
+
+def test_real_torch_backend_is_gated_until_it_works(tmp_path):
+    with pytest.raises(ConfigError, match="experimental=1"):
+        run_sweep(sweep_args(tmp_path), io.StringIO())
