@@ -41,8 +41,8 @@ def parse_args(argv: list[str]) -> dict[str, str]:
         if k not in DEFAULTS:
             raise ConfigError(k, f"unknown key; allowed: {', '.join(DEFAULTS)}")
         args[k] = v
-    if args["backend"] not in ("torch",):
-        raise ConfigError("backend", f"unknown value {args['backend']!r}; allowed: torch")
+    if args["backend"] not in ("torch", "torch-multi"):
+        raise ConfigError("backend", f"unknown value {args['backend']!r}; allowed: torch, torch-multi")
     if args["grid"] not in ("default", "full"):
         raise ConfigError("grid", f"unknown value {args['grid']!r}; allowed: default, full")
     if args["timing"] not in ("graph", "eager"):
@@ -57,9 +57,8 @@ def knob_grid(topo: Topology, grid: str) -> list[Point]:
     if grid == "default":
         return base
     if topo.nodes > 1 and topo.net.kind == "socket":
-        for t, s in ((2, 2), (2, 4), (4, 4)):
-            for c in (0, 4):
-                base.append(Point("allreduce", 1, socket_nthreads=t, nsocks_perthread=s, comm_channels=c))
+        for t, s, c in ((2, 4, 4), (2, 4, 0), (4, 4, 4), (2, 2, 4), (4, 4, 0), (2, 2, 0)):
+            base.append(Point("allreduce", 1, socket_nthreads=t, nsocks_perthread=s, comm_channels=c))
     else:
         base.append(Point("allreduce", 1, comm_channels=min(2 * topo.nccl.channels, N.MAX_CHANNELS)))
     return base
@@ -100,13 +99,19 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
     from runners.torch_backend import WorkerError
 
     if workers_factory is None:
-        if args["experimental"] != "1":
-            raise ConfigError("backend", "the torch workers backend still hangs on our 4 x H200 box when one "
-                              "process mixes several communicators (docs/live.md); pass experimental=1 to run it")
-        from runners.torch_backend import TorchWorkers
+        if args["backend"] == "torch-multi":
+            if args["experimental"] != "1":
+                raise ConfigError("backend", "torch-multi (one communicator per configuration) still hangs on our "
+                                  "4 x H200 box (docs/live.md); pass experimental=1 to run it, or use backend=torch")
+            from runners.torch_backend import TorchWorkers
 
-        def workers_factory(topo, knobs, timing, timeout_s):
-            return TorchWorkers(topo.nranks, topo.nodes, knobs, timing=timing, timeout_s=timeout_s)
+            def workers_factory(topo, knobs, timing, timeout_s):
+                return TorchWorkers(topo.nranks, topo.nodes, knobs, timing=timing, timeout_s=timeout_s)
+        else:
+            from runners.table_backend import TableWorkers
+
+            def workers_factory(topo, knobs, timing, timeout_s):
+                return TableWorkers(topo.nranks, topo.nodes, knobs, timeout_s=timeout_s)
 
     topo = load_topology(args["topology"])
     colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"].split(",") if c]
@@ -135,6 +140,8 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
             print(f"# workers failed to start: {e}", file=out, flush=True)
             failed += sum(map(len, todo))
             continue
+        if getattr(workers, "whole_request", False):  # one job measures every point of this setting
+            todo = [[p for pts in todo for p in pts]]
         try:
             for pts in todo:
                 try:

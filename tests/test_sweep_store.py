@@ -149,6 +149,33 @@ def test_point_env():
     assert np.isnan(summarize([])[0])
 
 
-def test_real_torch_backend_is_gated_until_it_works(tmp_path):
+def test_multi_communicator_backend_is_gated_until_it_works(tmp_path):
     with pytest.raises(ConfigError, match="experimental=1"):
-        run_sweep(sweep_args(tmp_path), io.StringIO())
+        run_sweep(sweep_args(tmp_path, backend="torch-multi"), io.StringIO())
+
+
+def test_whole_request_workers_get_every_point_of_a_setting_at_once(tmp_path):
+    calls = []
+
+    class Whole(FakeWorkers):
+        whole_request = True
+
+    r = run_sweep(sweep_args(tmp_path), io.StringIO(), lambda *a: Whole(*a, log=calls))
+    assert r["failed"] == 0 and len(calls) == 7 and sum(calls) == r["measured"]  # one job per knob setting
+
+
+def test_table_backend_shifts_sizes_and_writes_one_row_per_point():
+    from runners.table import lookup, parse_example_rows
+    from runners.table_backend import shifted_sizes, table_rows
+
+    pts = [Point("allreduce", 1024), Point("allreduce", 1024, "tree", "ll", 2),
+           Point("allreduce", 1024, "ring", "simple", 0), Point("allgather", 1024, "default", "default", 4),
+           Point("allreduce", 4096)]
+    sizes = shifted_sizes(pts, 4)
+    assert sizes == [1024, 1040, 1056, 1024, 4096]
+    rows = parse_example_rows(table_rows(pts, sizes))
+    assert len(rows) == 3  # NCCL's default points have no row
+    assert lookup(rows, "allreduce", 1040, 1, 4)["algo"] == "tree"
+    assert lookup(rows, "allreduce", 1056, 1, 4)["channels"] == -1
+    assert lookup(rows, "allreduce", 1024, 1, 4) is None and lookup(rows, "allreduce", 1048, 1, 4) is None
+    assert lookup(rows, "allgather", 1024, 1, 4)["algo"] == "-1"

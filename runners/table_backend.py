@@ -1,0 +1,178 @@
+"""Live NCCL measurements with ONE communicator per process: every configuration is selected by
+our tuner plugin through a table that maps a distinct message size to it.
+
+A request (all points of one per-process knob setting) becomes one table: point ``k`` of a size
+``s`` runs at ``s + k * q`` bytes (``q`` = 16, the smallest step every collective can take on 4
+ranks), and the table has a one-byte-wide row ``[s + k*q, s + k*q]`` forcing its configuration;
+NCCL's default has no row. The shift (at most a few hundred bytes) is negligible next to the
+sizes' latency floor. One short job per request (``torch.multiprocessing.spawn``, one process per
+GPU), the pattern `ncclrl plugin verify` runs successfully on our 4 x H200 box: one communicator,
+eager calls. Samples are interleaved across the points of one size, each sample the slowest rank.
+
+Only needs PyTorch with CUDA and numpy on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from runners.store import Point
+from runners.torch_backend import PLUGIN, SAFE_ENV, WorkerError, _elem, _free_port
+
+QUANTUM = 16
+
+
+def shifted_sizes(points: list[Point], nranks: int) -> list[int]:
+    """The size each point runs at: its size plus ``k * quantum`` for the k-th point of that size."""
+    q = max(QUANTUM, 4 * nranks)
+    seen: dict[tuple[str, int], int] = {}
+    out = []
+    for p in points:
+        k = seen.get((p.collective, p.nbytes), 0)
+        seen[(p.collective, p.nbytes)] = k + 1
+        out.append(int(p.nbytes) + k * q)
+    return out
+
+
+def table_rows(points: list[Point], sizes: list[int]) -> str:
+    rows = []
+    for p, s in zip(points, sizes, strict=True):
+        if p.is_default:
+            continue
+        a, q = ("-1", "-1") if p.algo == "default" else (p.algo, p.proto)
+        rows.append(f"{p.collective},{s},{s},{a},{q},{p.channels if p.channels > 0 else -1},-1,-1")
+    return "\n".join(rows) + "\n"
+
+
+def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, samples: int, budget_us: float,
+         out_dir: str) -> None:
+    os.environ.update(env)
+    if nodes > 1:
+        os.environ["NCCL_HOSTID"] = f"ncclrl-node{rank * nodes // world}"
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    import torch
+    import torch.distributed as dist
+
+    log = open(Path(out_dir) / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
+                            device_id=dev)
+    log.write(f"{time.strftime('%H:%M:%S')} up, {len(items)} items\n")
+
+    def make_op(coll: str, nbytes: int):
+        dtype = torch.uint8 if _elem(coll) == 1 else torch.float32
+        n = nbytes // _elem(coll)
+        if coll == "allgather":
+            x, y = torch.ones(n // world, dtype=dtype, device=dev), torch.empty(n, dtype=dtype, device=dev)
+            return lambda: dist.all_gather_into_tensor(y, x)
+        if coll == "reducescatter":
+            x, y = torch.ones(n, dtype=dtype, device=dev), torch.empty(n // world, dtype=dtype, device=dev)
+            return lambda: dist.reduce_scatter_tensor(y, x)
+        x = torch.ones(n, dtype=dtype, device=dev)
+        if coll == "allreduce":
+            return lambda: dist.all_reduce(x)
+        if coll == "broadcast":
+            return lambda: dist.broadcast(x, 0)
+        return lambda: dist.reduce(x, 0)
+
+    results: list[list[float]] = [[] for _ in items]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, (coll, base, _size) in enumerate(items):
+        groups.setdefault((coll, base), []).append(i)
+    for (coll, base), idx in groups.items():  # dict order = item order, identical on every rank
+        log.write(f"{time.strftime('%H:%M:%S')} {coll} {base} B: {len(idx)} points\n")
+        ops, reps = [], []
+        for i in idx:
+            op = make_op(coll, items[i][2])
+            op()
+            op()
+            torch.cuda.synchronize()
+            start.record()
+            op()
+            end.record()
+            end.synchronize()
+            est = max(start.elapsed_time(end) * 1000.0, 1.0)
+            ops.append(op)
+            reps.append(int(np.clip(budget_us / est, 1, 50)))
+        for _ in range(samples):
+            for j, i in enumerate(idx):
+                start.record()
+                for _ in range(reps[j]):
+                    ops[j]()
+                end.record()
+                end.synchronize()
+                results[i].append(start.elapsed_time(end) * 1000.0 / reps[j])
+        del ops
+    torch.cuda.synchronize()
+    (Path(out_dir) / f"result{rank}.json").write_text(json.dumps(results))
+    log.write(f"{time.strftime('%H:%M:%S')} done\n")
+    dist.destroy_process_group()
+
+
+class TableWorkers:
+    """Same interface as :class:`runners.torch_backend.TorchWorkers`; each ``measure`` is one job, so
+    a sweep hands it every point of a knob setting at once (``whole_request``)."""
+
+    whole_request = True
+
+    def __init__(self, nranks: int, nodes: int = 1, knobs: Point | None = None, timing: str = "eager",
+                 timeout_s: float = 300.0, plugin: Path = PLUGIN, log_dir: str | Path | None = None) -> None:
+        if not Path(plugin).exists():
+            raise WorkerError(f"plugin not built: {plugin} (run `ncclrl plugin build`)")
+        self.nranks, self.nodes, self.timeout_s = nranks, nodes, timeout_s
+        self.knobs = knobs or Point("allreduce", 1)
+        self.plugin = Path(plugin).resolve()
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.nccl_version = "?"
+        self.last_modes: list[str] = []
+
+    def measure(self, points: list[Point], samples: int = 7, budget_us: float = 1000.0) -> list[list[float]]:
+        import torch
+        import torch.multiprocessing as mp
+
+        self.nccl_version = ".".join(map(str, torch.cuda.nccl.version()))
+        sizes = shifted_sizes(points, self.nranks)
+        with tempfile.TemporaryDirectory(prefix="ncclrl-table-") as tmp:
+            out_dir = Path(self.log_dir or tmp)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            for f in out_dir.glob("result*.json"):
+                f.unlink()
+            table = Path(tmp) / "table.csv"
+            table.write_text(table_rows(points, sizes))
+            env = dict(SAFE_ENV, NCCL_TUNER_PLUGIN=str(self.plugin), NCCLRL_TUNER_TABLE=str(table),
+                       **self.knobs.env())
+            items = [(p.collective, int(p.nbytes), s) for p, s in zip(points, sizes, strict=True)]
+            ctx = mp.spawn(_job, args=(self.nranks, _free_port(), self.nodes, env, items, samples, budget_us,
+                                       str(out_dir)), nprocs=self.nranks, join=False)
+            deadline = time.time() + self.timeout_s
+            try:
+                while not ctx.join(timeout=5):
+                    if time.time() > deadline:
+                        last = []
+                        for r in range(self.nranks):
+                            f = out_dir / f"rank{r}.log"
+                            lines = f.read_text().strip().splitlines() if f.exists() else []
+                            last.append(f"rank {r}: {lines[-1] if lines else '(nothing)'}")
+                        for p in ctx.processes:
+                            if p.is_alive():
+                                p.kill()
+                        raise WorkerError(f"no answer within {self.timeout_s:.0f} s; workers killed; last: "
+                                          f"{'; '.join(last)}")
+            except mp.ProcessRaisedException as e:
+                raise WorkerError(f"a rank failed: {str(e).strip().splitlines()[-1]}") from None
+            except mp.ProcessExitedException as e:
+                raise WorkerError(f"a rank died: {e}") from None
+            per_rank = [json.loads((out_dir / f"result{r}.json").read_text()) for r in range(self.nranks)]
+        self.last_modes = ["eager"] * len(points)
+        return np.max(np.array(per_rank, dtype=float), axis=0).tolist()
+
+    def close(self) -> None:
+        pass
