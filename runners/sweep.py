@@ -140,8 +140,13 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
             print(f"# workers failed to start: {e}", file=out, flush=True)
             failed += sum(map(len, todo))
             continue
-        if getattr(workers, "whole_request", False):  # one job measures every point of this setting
-            todo = [[p for pts in todo for p in pts]]
+        if getattr(workers, "whole_request", False):  # one job per setting; a hang costs one point
+            try:
+                m, f = measure_whole(workers, [p for pts in todo for p in pts], store, topo, args, out)
+            finally:
+                workers.close()
+            measured, failed = measured + m, failed + f
+            continue
         try:
             for pts in todo:
                 try:
@@ -164,6 +169,38 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
           f"{time.time() - t0:.0f} s", file=out, flush=True)
     print_tables(store, topo, colls, tag, out)
     return {"measured": measured, "skipped": skipped, "failed": failed}
+
+
+def measure_whole(workers, points: list, store: Store, topo: Topology, args: dict, out) -> tuple[int, int]:
+    """Measure ``points`` in as many jobs as it takes: each job keeps what it finished; a point that
+    NCCL hung on (or that failed) is stored as failed and left out of the next job."""
+    measured = failed = 0
+    remaining = list(points)
+    while remaining:
+        res = workers.measure(remaining, samples=int(args["samples"]))
+        fails = getattr(workers, "failures", {})
+        nxt = []
+        for i, (p, r) in enumerate(zip(remaining, res, strict=True)):
+            if r is not None:
+                store.add(p, r, backend="torch", topology=topo.name, nccl_version=workers.nccl_version,
+                          timing=workers.last_modes[i], tag=args["tag"])
+                measured += 1
+            elif i in fails:
+                store.add(p, [], backend="torch", topology=topo.name, nccl_version=workers.nccl_version,
+                          timing="eager", tag=args["tag"], status="failed", error=fails[i][:500])
+                print(f"# {p.collective} {p.nbytes} B {p.algo}/{p.proto}/{p.channels}: {fails[i]}", file=out,
+                      flush=True)
+                failed += 1
+            else:
+                nxt.append(p)
+        if len(nxt) == len(remaining):  # no progress and nothing to blame: give up on these
+            for p in nxt:
+                store.add(p, [], backend="torch", topology=topo.name, nccl_version=workers.nccl_version,
+                          timing="eager", tag=args["tag"], status="failed", error="job made no progress")
+            failed += len(nxt)
+            break
+        remaining = nxt
+    return measured, failed
 
 
 def best_table(store: Store, topo: Topology, coll: str, tag: str = "sweep"):

@@ -87,10 +87,12 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
     groups: dict[tuple[str, int], list[int]] = {}
     for i, (coll, base, _size) in enumerate(items):
         groups.setdefault((coll, base), []).append(i)
+    out_file = open(Path(out_dir) / f"result{rank}.jsonl", "a", buffering=1)  # noqa: SIM115
     for (coll, base), idx in groups.items():  # dict order = item order, identical on every rank
         log.write(f"{time.strftime('%H:%M:%S')} {coll} {base} B: {len(idx)} points\n")
         ops, reps = [], []
         for i in idx:
+            log.write(f"{time.strftime('%H:%M:%S')} item {i}\n")  # names the point if NCCL hangs here
             op = make_op(coll, items[i][2])
             op()
             op()
@@ -111,10 +113,45 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
                 end.synchronize()
                 results[i].append(start.elapsed_time(end) * 1000.0 / reps[j])
         del ops
+        # written per size, so a later hang loses nothing measured before it
+        out_file.write(json.dumps({"idx": idx, "samples": [results[i] for i in idx]}) + "\n")
     torch.cuda.synchronize()
-    (Path(out_dir) / f"result{rank}.json").write_text(json.dumps(results))
     log.write(f"{time.strftime('%H:%M:%S')} done\n")
     dist.destroy_process_group()
+
+
+def collect(out_dir: Path, nranks: int, n: int) -> list[list[float] | None]:
+    """Per point, the slowest rank's samples, from the groups every rank finished; else ``None``."""
+    per_rank: list[dict[int, list[float]]] = []
+    for r in range(nranks):
+        f = out_dir / f"result{r}.jsonl"
+        got: dict[int, list[float]] = {}
+        if f.exists():
+            for line in f.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut by a kill
+                got.update(zip(rec["idx"], rec["samples"], strict=True))
+        per_rank.append(got)
+    out: list[list[float] | None] = []
+    for i in range(n):
+        if all(i in g for g in per_rank):
+            out.append(np.max(np.array([g[i] for g in per_rank], dtype=float), axis=0).tolist())
+        else:
+            out.append(None)
+    return out
+
+
+def last_item(out_dir: Path, nranks: int) -> int | None:
+    """The point the job was on when it stopped (the lowest 'item' any rank last logged)."""
+    last = []
+    for r in range(nranks):
+        f = out_dir / f"rank{r}.log"
+        items = [int(x.split()[-1]) for x in f.read_text().splitlines() if " item " in x] if f.exists() else []
+        if items:
+            last.append(items[-1])
+    return min(last) if last else None
 
 
 class TableWorkers:
@@ -134,16 +171,19 @@ class TableWorkers:
         self.nccl_version = "?"
         self.last_modes: list[str] = []
 
-    def measure(self, points: list[Point], samples: int = 7, budget_us: float = 1000.0) -> list[list[float]]:
+    def measure(self, points: list[Point], samples: int = 7, budget_us: float = 1000.0) -> list[list[float] | None]:
+        """Samples per point; ``None`` for points the job did not reach. A point NCCL hung on (or a
+        rank failure) is named in ``failures`` ({index: message}); what was measured before is kept."""
         import torch
         import torch.multiprocessing as mp
 
         self.nccl_version = ".".join(map(str, torch.cuda.nccl.version()))
+        self.failures: dict[int, str] = {}
         sizes = shifted_sizes(points, self.nranks)
         with tempfile.TemporaryDirectory(prefix="ncclrl-table-") as tmp:
             out_dir = Path(self.log_dir or tmp)
             out_dir.mkdir(parents=True, exist_ok=True)
-            for f in out_dir.glob("result*.json"):
+            for f in list(out_dir.glob("result*.jsonl")) + list(out_dir.glob("rank*.log")):
                 f.unlink()
             table = Path(tmp) / "table.csv"
             table.write_text(table_rows(points, sizes))
@@ -153,26 +193,28 @@ class TableWorkers:
             ctx = mp.spawn(_job, args=(self.nranks, _free_port(), self.nodes, env, items, samples, budget_us,
                                        str(out_dir)), nprocs=self.nranks, join=False)
             deadline = time.time() + self.timeout_s
+            error = None
             try:
-                while not ctx.join(timeout=5):
+                while not ctx.join(timeout=2):
                     if time.time() > deadline:
-                        last = []
-                        for r in range(self.nranks):
-                            f = out_dir / f"rank{r}.log"
-                            lines = f.read_text().strip().splitlines() if f.exists() else []
-                            last.append(f"rank {r}: {lines[-1] if lines else '(nothing)'}")
-                        for p in ctx.processes:
-                            if p.is_alive():
-                                p.kill()
-                        raise WorkerError(f"no answer within {self.timeout_s:.0f} s; workers killed; last: "
-                                          f"{'; '.join(last)}")
+                        error = f"no answer within {self.timeout_s:.0f} s (NCCL hung?); workers killed"
+                        break
             except mp.ProcessRaisedException as e:
-                raise WorkerError(f"a rank failed: {str(e).strip().splitlines()[-1]}") from None
+                error = f"a rank failed: {str(e).strip().splitlines()[-1]}"
             except mp.ProcessExitedException as e:
-                raise WorkerError(f"a rank died: {e}") from None
-            per_rank = [json.loads((out_dir / f"result{r}.json").read_text()) for r in range(self.nranks)]
+                error = f"a rank died: {e}"
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+            out = collect(out_dir, self.nranks, len(points))
+            if error:
+                stuck = last_item(out_dir, self.nranks)
+                if stuck is not None and out[stuck] is None:
+                    self.failures[stuck] = error
+                elif not any(r is not None for r in out):
+                    self.failures.update({i: error for i in range(len(points))})
         self.last_modes = ["eager"] * len(points)
-        return np.max(np.array(per_rank, dtype=float), axis=0).tolist()
+        return out
 
     def close(self) -> None:
         pass

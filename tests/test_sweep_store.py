@@ -179,3 +179,52 @@ def test_table_backend_shifts_sizes_and_writes_one_row_per_point():
     assert lookup(rows, "allreduce", 1056, 1, 4)["channels"] == -1
     assert lookup(rows, "allreduce", 1024, 1, 4) is None and lookup(rows, "allreduce", 1048, 1, 4) is None
     assert lookup(rows, "allgather", 1024, 1, 4)["algo"] == "-1"
+
+
+class HangingWholeWorkers(FakeWorkers):
+    """One job per call; NCCL 'hangs' on one configuration: points before it are measured, it is
+    reported, the rest is left for the next job (what runners.table_backend does)."""
+
+    whole_request = True
+
+    def __init__(self, *a, hang=("tree", "ll", 1), jobs=None, **k):
+        super().__init__(*a, **k)
+        self.hang, self.jobs = hang, jobs
+
+    def measure(self, points, samples=10, budget_us=2000.0):
+        self.jobs.append(len(points))
+        self.failures = {}
+        stop = next((i for i, p in enumerate(points) if (p.algo, p.proto, p.channels) == self.hang), None)
+        done = super().measure(points[:stop] if stop is not None else points, samples)
+        out = done + [None] * (len(points) - len(done))
+        if stop is not None:
+            self.failures[stop] = "no answer within 150 s (NCCL hung?); workers killed"
+        return out
+
+
+def test_a_hanging_configuration_costs_one_point_not_the_sweep(tmp_path):
+    jobs = []
+    out = io.StringIO()
+    args = sweep_args(tmp_path, grid="full", max_bytes="4K")
+    r = run_sweep(args, out, lambda *a: HangingWholeWorkers(*a, jobs=jobs))
+    with Store(tmp_path / "s.sqlite") as s:
+        bad = s.frame(status="failed")
+        good = s.frame(status="ok")
+    hung = set(zip(bad.algo, bad.proto, bad.channels, strict=True))
+    assert len(bad) == r["failed"] > 0 and hung == {("tree", "ll", 1)}
+    assert "NCCL hung" in out.getvalue() and len(good) == r["measured"] > 0
+    assert r["measured"] + r["failed"] == sum(1 for _ in good.itertuples()) + len(bad)
+    assert len(jobs) > 7  # the jobs after a hang carried on without the hung point
+
+
+def test_collect_keeps_finished_sizes_and_names_the_stuck_point(tmp_path):
+    from runners.table_backend import collect, last_item
+
+    for r in range(2):
+        cut = '{"idx": [2], "sam'  # the last line cut by a kill
+        (tmp_path / f"result{r}.jsonl").write_text(
+            f'{{"idx": [0, 1], "samples": [[1.0, 2.0], [3.0, {4 + r}]]}}\n{cut}')
+        (tmp_path / f"rank{r}.log").write_text("12:00:00 up\n12:00:01 item 0\n12:00:01 item 1\n12:00:02 item 2\n")
+    res = collect(tmp_path, 2, 3)
+    assert res[0] == [1.0, 2.0] and res[1] == [3.0, 5.0] and res[2] is None  # slowest rank per sample
+    assert last_item(tmp_path, 2) == 2
