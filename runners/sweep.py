@@ -29,7 +29,7 @@ from runners.store import Point, Store
 DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "h200-1x4", "collectives": "allreduce",
                             "min_bytes": "8", "max_bytes": "256M", "grid": "default", "store": "runs/store.sqlite",
                             "samples": "7", "timing": "graph", "timeout_s": "300", "tag": "sweep",
-                            "experimental": "0"}
+                            "experimental": "0", "nccltests_dir": "", "launcher": "local"}
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:
@@ -41,8 +41,10 @@ def parse_args(argv: list[str]) -> dict[str, str]:
         if k not in DEFAULTS:
             raise ConfigError(k, f"unknown key; allowed: {', '.join(DEFAULTS)}")
         args[k] = v
-    if args["backend"] not in ("torch", "torch-multi"):
-        raise ConfigError("backend", f"unknown value {args['backend']!r}; allowed: torch, torch-multi")
+    if args["backend"] not in ("torch", "torch-multi", "nccl-tests"):
+        raise ConfigError("backend", f"unknown value {args['backend']!r}; allowed: torch, nccl-tests, torch-multi")
+    if args["backend"] == "nccl-tests" and not args["nccltests_dir"]:
+        raise ConfigError("nccltests_dir", "backend=nccl-tests needs nccltests_dir=<folder with all_reduce_perf ...>")
     if args["grid"] not in ("default", "full"):
         raise ConfigError("grid", f"unknown value {args['grid']!r}; allowed: default, full")
     if args["timing"] not in ("graph", "eager"):
@@ -107,6 +109,14 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
 
             def workers_factory(topo, knobs, timing, timeout_s):
                 return TorchWorkers(topo.nranks, topo.nodes, knobs, timing=timing, timeout_s=timeout_s)
+        elif args["backend"] == "nccl-tests":
+            from runners.nccltests_backend import NcclTestsBackend
+            from runners.torch_backend import PLUGIN
+
+            def workers_factory(topo, knobs, timing, timeout_s):
+                b = NcclTestsBackend(args["nccltests_dir"], topo.nranks, args["launcher"], PLUGIN, timeout_s)
+                b.knobs = knobs
+                return b
         else:
             from runners.table_backend import TableWorkers
 
@@ -126,7 +136,7 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
             for s in size_grid(lo, hi, topo.nranks, c):
                 pts = [Point(N.COLLECTIVES[c], s, *key, *knobs.knobs)
                        for key in [("default", "default", 0)] + call_configs(topo, c, knobs, grid)]
-                if all(store.has(p, backend="torch", topology=topo.name, tag=tag) for p in pts):
+                if all(store.has(p, backend=args["backend"], topology=topo.name, tag=tag) for p in pts):
                     skipped += len(pts)
                     continue
                 todo.append(pts)
@@ -153,14 +163,14 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
                     res = workers.measure(pts, samples=samples)
                 except WorkerError as e:
                     for p in pts:
-                        store.add(p, [], backend="torch", topology=topo.name, nccl_version="?",
+                        store.add(p, [], backend=args["backend"], topology=topo.name, nccl_version="?",
                                   timing=args["timing"], tag=tag, status="failed", error=str(e)[:500])
                     failed += len(pts)
                     print(f"# {pts[0].collective} {pts[0].nbytes} B failed: {e}; restarting workers", file=out)
                     workers = workers_factory(topo, knobs, args["timing"], float(args["timeout_s"]))
                     continue
                 for p, smp, mode in zip(pts, res, workers.last_modes, strict=True):
-                    store.add(p, smp, backend="torch", topology=topo.name, nccl_version=workers.nccl_version,
+                    store.add(p, smp, backend=args["backend"], topology=topo.name, nccl_version=workers.nccl_version,
                               timing=mode, tag=tag)
                 measured += len(pts)
         finally:
@@ -182,11 +192,11 @@ def measure_whole(workers, points: list, store: Store, topo: Topology, args: dic
         nxt = []
         for i, (p, r) in enumerate(zip(remaining, res, strict=True)):
             if r is not None:
-                store.add(p, r, backend="torch", topology=topo.name, nccl_version=workers.nccl_version,
+                store.add(p, r, backend=args["backend"], topology=topo.name, nccl_version=workers.nccl_version,
                           timing=workers.last_modes[i], tag=args["tag"])
                 measured += 1
             elif i in fails:
-                store.add(p, [], backend="torch", topology=topo.name, nccl_version=workers.nccl_version,
+                store.add(p, [], backend=args["backend"], topology=topo.name, nccl_version=workers.nccl_version,
                           timing="eager", tag=args["tag"], status="failed", error=fails[i][:500])
                 print(f"# {p.collective} {p.nbytes} B {p.algo}/{p.proto}/{p.channels}: {fails[i]}", file=out,
                       flush=True)
@@ -195,7 +205,7 @@ def measure_whole(workers, points: list, store: Store, topo: Topology, args: dic
                 nxt.append(p)
         if len(nxt) == len(remaining):  # no progress and nothing to blame: give up on these
             for p in nxt:
-                store.add(p, [], backend="torch", topology=topo.name, nccl_version=workers.nccl_version,
+                store.add(p, [], backend=args["backend"], topology=topo.name, nccl_version=workers.nccl_version,
                           timing="eager", tag=args["tag"], status="failed", error="job made no progress")
             failed += len(nxt)
             break
