@@ -22,8 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel.nccl import COLL_INDEX
+from runners.plugin_verify import _make_op as make_collective
 from runners.store import Point
-from runners.torch_backend import PLUGIN, SAFE_ENV, WorkerError, _elem, _free_port
+from runners.torch_backend import PLUGIN, SAFE_ENV, WorkerError, _free_port
 
 QUANTUM = 16
 
@@ -67,20 +69,7 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
     log.write(f"{time.strftime('%H:%M:%S')} up, {len(items)} items\n")
 
     def make_op(coll: str, nbytes: int):
-        dtype = torch.uint8 if _elem(coll) == 1 else torch.float32
-        n = nbytes // _elem(coll)
-        if coll == "allgather":
-            x, y = torch.ones(n // world, dtype=dtype, device=dev), torch.empty(n, dtype=dtype, device=dev)
-            return lambda: dist.all_gather_into_tensor(y, x)
-        if coll == "reducescatter":
-            x, y = torch.ones(n, dtype=dtype, device=dev), torch.empty(n // world, dtype=dtype, device=dev)
-            return lambda: dist.reduce_scatter_tensor(y, x)
-        x = torch.ones(n, dtype=dtype, device=dev)
-        if coll == "allreduce":
-            return lambda: dist.all_reduce(x)
-        if coll == "broadcast":
-            return lambda: dist.broadcast(x, 0)
-        return lambda: dist.reduce(x, 0)
+        return make_collective(dist, torch, COLL_INDEX[coll], nbytes, world, dev)
 
     results: list[list[float]] = [[] for _ in items]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

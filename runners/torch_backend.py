@@ -57,10 +57,6 @@ def _table_for(key: tuple[str, str, int], path: Path) -> None:
     path.write_text("".join(f"{c},0,max,{a},{p},{ch if ch > 0 else -1},-1,-1\n" for c in COLLS))
 
 
-def _elem(coll: str) -> int:
-    return 1 if coll in ("allgather", "broadcast") else 4
-
-
 def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: str, cmd_q, res_q) -> None:
     logf = open(Path(workdir) / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115 - lives as long as the worker
 
@@ -102,20 +98,10 @@ def _worker(rank: int, world: int, port: int, nodes: int, env: dict, workdir: st
             return groups[key]
 
         def make_op(coll, nbytes, group):
-            dtype = torch.uint8 if _elem(coll) == 1 else torch.float32
-            n = nbytes // _elem(coll)
-            if coll == "allgather":
-                x, y = torch.ones(n // world, dtype=dtype, device=dev), torch.empty(n, dtype=dtype, device=dev)
-                return lambda: dist.all_gather_into_tensor(y, x, group=group)
-            if coll == "reducescatter":
-                x, y = torch.ones(n, dtype=dtype, device=dev), torch.empty(n // world, dtype=dtype, device=dev)
-                return lambda: dist.reduce_scatter_tensor(y, x, group=group)
-            x = torch.ones(n, dtype=dtype, device=dev)
-            if coll == "allreduce":
-                return lambda: dist.all_reduce(x, group=group)
-            if coll == "broadcast":
-                return lambda: dist.broadcast(x, 0, group=group)
-            return lambda: dist.reduce(x, 0, group=group)
+            from costmodel.nccl import COLL_INDEX
+            from runners.plugin_verify import _make_op
+
+            return _make_op(dist, torch, COLL_INDEX[coll], nbytes, world, dev, group=group)
 
         res_q.put((rank, "ready", torch.cuda.nccl.version()))
         while True:
