@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from sb3_contrib import MaskablePPO
@@ -113,9 +112,6 @@ def pretrain(topologies: list[str], cfg: AgentConfig, run_dir: Path, randomize: 
     return model
 
 
-POLICY_META_KEY = "ncclrl_meta"
-
-
 def save_policy(model: MaskablePPO, path: Path) -> None:
     model.save(str(path))
 
@@ -146,8 +142,3 @@ def policy_scores(model: MaskablePPO, obs: np.ndarray, masks: np.ndarray) -> np.
         dist = model.policy.get_distribution(t)
         logits = dist.distribution.logits.cpu().numpy()
     return np.where(masks, logits, -np.inf)
-
-
-def describe(model: MaskablePPO) -> dict[str, Any]:
-    return {"obs_dim": S.OBS_DIM, "n_actions": S.N_ACTIONS, "obs_version": S.OBS_VERSION,
-            "num_timesteps": int(model.num_timesteps)}

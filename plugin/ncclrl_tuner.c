@@ -115,8 +115,7 @@ static int parse_line(ctx_t* ctx, const char* path, int lineno, char* line, row_
   if (*s == '\0' || *s == '#') return 0;
   char* fields[MAX_FIELDS + 1];
   int nf = 0;
-  char* save = NULL;
-  /* strtok_r would merge empty fields; split by hand. */
+  /* split by hand: strtok_r would merge empty fields */
   char* p = s;
   for (;;) {
     char* comma = strchr(p, ',');
@@ -126,7 +125,6 @@ static int parse_line(ctx_t* ctx, const char* path, int lineno, char* line, row_
     *comma = '\0';
     p = comma + 1;
   }
-  (void)save;
   if (nf < 8 || nf > MAX_FIELDS) {
     LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s:%d: has %d fields; expected 8 to %d "
         "(collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks[,numPipeOps[,regBuff[,chunk_bytes]]])",

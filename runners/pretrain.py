@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from costmodel.errors import ConfigError
@@ -161,9 +160,3 @@ def main_pretrain(overrides: list[str]) -> int:
     res = train(cfg)
     print(f"pretraining took {seconds(res['pretrain_seconds'])}; run folder: {res['run_dir']}")
     return 0
-
-
-def numpy_default(o: Any) -> Any:  # pragma: no cover - json helper
-    if isinstance(o, np.generic):
-        return o.item()
-    raise TypeError(type(o))
