@@ -253,3 +253,29 @@ def holdout_split(df: pd.DataFrame, seed: int = 0) -> tuple[pd.DataFrame, pd.Dat
             held.append(members[int(rng.integers(len(members)))])
     mask = df["config"].isin(held)
     return df[~mask].reset_index(drop=True), df[mask].reset_index(drop=True), held
+
+
+def measurements_from_store(topo: Topology, frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the measurement store (``Store.frame``, status ok) as fit rows: NCCL's default
+    resolved to the replica's decision under the row's knobs; one nuisance "source" per knob
+    setting (each setting ran in its own processes)."""
+    df = frame[(frame["status"] == "ok") & (frame["topology"] == topo.name)].copy()
+    if df.empty:
+        raise ConfigError("store", f"no measurements of {topo.name} in the store")
+    df = df[df["collective"].isin(N.COLLECTIVES) & df["median_us"].notna() & (df["median_us"] > 0)]
+    knob_cols = ["comm_channels", "buffsize_bytes", "socket_nthreads", "nsocks_perthread"]
+    df["source"] = df[knob_cols].astype(int).astype(str).agg("/".join, axis=1)
+    df["time_us"] = df["median_us"].astype(float)
+    algo, proto = df["algo"].to_numpy(dtype=object).copy(), df["proto"].to_numpy(dtype=object).copy()
+    for (coll, comm), idx in df.groupby(["collective", "comm_channels"]).groups.items():
+        pos = df.index.get_indexer(idx)
+        m = df["algo"].to_numpy()[pos] == "default"
+        if not m.any():
+            continue
+        d = default_decisions(topo, N.COLLECTIVES.index(coll), df["nbytes"].to_numpy()[pos][m],
+                              comm_channels=int(comm))
+        algo[pos[m]] = [N.ALGOS[a] for a in d.algo]
+        proto[pos[m]] = [N.PROTOS[p] for p in d.proto]
+    df["algo"], df["proto"] = algo, proto
+    return df[["source", "collective", "nbytes", "algo", "proto", "channels", *knob_cols, "time_us"]].reset_index(
+        drop=True)

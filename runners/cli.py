@@ -258,6 +258,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_finetune(args: argparse.Namespace) -> int:
+    from runners.finetune import parse_args, run_finetune
+
+    run_finetune(args.checkpoint, parse_args(args.args))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from runners.validate import parse_args, run_validate
+
+    run_validate(parse_args(args.args))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ncclrl", description="Learn how NCCL should run each collective on your cluster.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -291,6 +305,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "backend= topology= collectives= min_bytes= max_bytes= grid=default|full store= samples=)")
     sw.add_argument("args", nargs="*")
     sw.set_defaults(func=cmd_sweep)
+
+    ft = sub.add_parser("finetune", help="fine-tune a pretrained policy on live measurements under a budget, "
+                        "guard and export (key=value args: backend=torch|replay topology= collectives= budget= ...)")
+    ft.add_argument("--checkpoint", required=True, help="policy.zip from a pretraining run")
+    ft.add_argument("args", nargs="*")
+    ft.set_defaults(func=cmd_finetune)
+
+    va = sub.add_parser("validate", help="measure an exported table afresh through the plugin against NCCL's "
+                        "defaults (key=value args: table= conf= topology= collectives= rounds= samples= out=)")
+    va.add_argument("args", nargs="*")
+    va.set_defaults(func=cmd_validate)
 
     d = sub.add_parser("decisions", help="NCCL's default decision per size (replica of NCCL 2.28)")
     d.add_argument("--topology", required=True, help="preset name or YAML path")

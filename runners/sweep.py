@@ -32,15 +32,31 @@ DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "h200-1x4", "collect
                             "experimental": "0", "nccltests_dir": "", "launcher": "local"}
 
 
-def parse_args(argv: list[str]) -> dict[str, str]:
-    args = dict(DEFAULTS)
+def parse_kv(argv: list[str], defaults: dict[str, str], command: str) -> dict[str, str]:
+    """``key=value`` arguments over ``defaults``; unknown keys and bare words are one-line errors."""
+    args = dict(defaults)
     for a in argv:
-        if "=" not in a:
-            raise ConfigError("sweep", f"arguments are key=value, got {a!r}; keys: {', '.join(DEFAULTS)}")
-        k, v = a.split("=", 1)
-        if k not in DEFAULTS:
-            raise ConfigError(k, f"unknown key; allowed: {', '.join(DEFAULTS)}")
+        k, sep, v = a.partition("=")
+        if not sep:
+            raise ConfigError(command, f"arguments are key=value, got {a!r}; keys: {', '.join(defaults)}")
+        if k not in defaults:
+            raise ConfigError(k, f"unknown key; allowed: {', '.join(defaults)}")
         args[k] = v
+    return args
+
+
+def script_main(run, parse, argv: list[str] | None) -> int:
+    """``python -m runners.X key=value ...``: one-line errors, exit 2."""
+    try:
+        run(parse(list(sys.argv[1:] if argv is None else argv)))
+    except ConfigError as e:
+        print(f"ncclrl: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def parse_args(argv: list[str]) -> dict[str, str]:
+    args = parse_kv(argv, DEFAULTS, "sweep")
     if args["backend"] not in ("torch", "torch-multi", "nccl-tests"):
         raise ConfigError("backend", f"unknown value {args['backend']!r}; allowed: torch, nccl-tests, torch-multi")
     if args["backend"] == "nccl-tests" and not args["nccltests_dir"]:
@@ -121,7 +137,7 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
             from runners.table_backend import TableWorkers
 
             def workers_factory(topo, knobs, timing, timeout_s):
-                return TableWorkers(topo.nranks, topo.nodes, knobs, timeout_s=timeout_s)
+                return TableWorkers(topo.nranks, topo.nodes, knobs, timing=timing, timeout_s=timeout_s)
 
     topo = load_topology(args["topology"])
     colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"].split(",") if c]
@@ -249,20 +265,15 @@ def print_tables(store: Store, topo: Topology, colls: list[int], tag: str, out=s
         print(f"{'size':>12} {'default':>10} {'busbw':>7} {'best':>10} {'busbw':>7} {'speedup':>8}  config / knobs",
               file=out)
         for _, r in t.iterrows():
-            print(f"{r.nbytes:>12} {r.default_us:>10.1f} {r.nbytes * bf / r.default_us / 1e3:>7.2f} "
-                  f"{r.best_us:>10.1f} {r.nbytes * bf / r.best_us / 1e3:>7.2f} {r.speedup:>7.2f}x  "
+            print(f"{r['nbytes']:>12} {r.default_us:>10.1f} {r['nbytes'] * bf / r.default_us / 1e3:>7.2f} "
+                  f"{r.best_us:>10.1f} {r['nbytes'] * bf / r.best_us / 1e3:>7.2f} {r.speedup:>7.2f}x  "
                   f"{r.best_config} {r.best_knobs}", file=out)
         g = float(np.exp(np.mean(np.log(t["speedup"]))))
         print(f"# geometric-mean speedup of the best measured point: {g:.2f}x over {len(t)} sizes", file=out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        run_sweep(parse_args(list(sys.argv[1:] if argv is None else argv)))
-    except ConfigError as e:
-        print(f"ncclrl: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return script_main(run_sweep, parse_args, argv)
 
 
 if __name__ == "__main__":

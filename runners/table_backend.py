@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel.errors import ConfigError
 from costmodel.nccl import COLL_INDEX
 from runners.plugin_verify import _make_op as make_collective
 from runners.store import Point
@@ -53,7 +54,7 @@ def table_rows(points: list[Point], sizes: list[int]) -> str:
 
 
 def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, samples: int, budget_us: float,
-         out_dir: str) -> None:
+         out_dir: str, timing: str = "eager") -> None:
     os.environ.update(env)
     if nodes > 1:
         os.environ["NCCL_HOSTID"] = f"ncclrl-node{rank * nodes // world}"
@@ -66,20 +67,36 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
     dev = torch.device("cuda", rank)
     dist.init_process_group("nccl", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
                             device_id=dev)
-    log.write(f"{time.strftime('%H:%M:%S')} up, {len(items)} items\n")
+    # Every decision that changes how many collectives a rank issues (repetitions, graph or eager)
+    # is agreed over a CPU (gloo) group, never taken per rank: ranks that time a warm-up differently
+    # and pick different repetition counts issue different numbers of calls, and NCCL hangs.
+    ctrl = dist.new_group(backend="gloo")
+    log.write(f"{time.strftime('%H:%M:%S')} up, {len(items)} items, {timing} timing\n")
+
+    def agree(values: list[float], op) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t, op=op, group=ctrl)
+        return t.tolist()
 
     def make_op(coll: str, nbytes: int):
         return make_collective(dist, torch, COLL_INDEX[coll], nbytes, world, dev)
 
     results: list[list[float]] = [[] for _ in items]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    stream = torch.cuda.Stream()
     groups: dict[tuple[str, int], list[int]] = {}
     for i, (coll, base, _size) in enumerate(items):
         groups.setdefault((coll, base), []).append(i)
     out_file = open(Path(out_dir) / f"result{rank}.jsonl", "a", buffering=1)  # noqa: SIM115
+    # warm the process and the connections before the first point (a fresh job's first calls run
+    # slow); 4 bytes have no table row, so NCCL decides
+    warm = torch.ones(1, device=dev)
+    for _ in range(20):
+        dist.all_reduce(warm)
+    torch.cuda.synchronize()
     for (coll, base), idx in groups.items():  # dict order = item order, identical on every rank
         log.write(f"{time.strftime('%H:%M:%S')} {coll} {base} B: {len(idx)} points\n")
-        ops, reps = [], []
+        ops, ests = [], []
         for i in idx:
             log.write(f"{time.strftime('%H:%M:%S')} item {i}\n")  # names the point if NCCL hangs here
             op = make_op(coll, items[i][2])
@@ -90,27 +107,71 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
             op()
             end.record()
             end.synchronize()
-            est = max(start.elapsed_time(end) * 1000.0, 1.0)
+            ests.append(max(start.elapsed_time(end) * 1000.0, 1.0))
             ops.append(op)
-            reps.append(int(np.clip(budget_us / est, 1, 50)))
+        log.write(f"{time.strftime('%H:%M:%S')} warm, agreeing on repetitions\n")
+        ests = agree(ests, dist.ReduceOp.MAX)
+        reps = [int(np.clip(budget_us / e, 1, 50)) for e in ests]
+        graphs: list = [None] * len(idx)
+        if timing == "graph":
+            ok = []
+            for j, op in enumerate(ops):
+                try:
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g, stream=stream):
+                        for _ in range(reps[j]):
+                            op()
+                    graphs[j] = g
+                    ok.append(1.0)
+                except Exception as e:  # noqa: BLE001 - eager timing for this point, on every rank
+                    log.write(f"{time.strftime('%H:%M:%S')} graph capture failed: {type(e).__name__}: {e}\n")
+                    torch.cuda.synchronize()
+                    ok.append(0.0)
+            ok = agree(ok, dist.ReduceOp.MIN)
+            graphs = [g if k == 1.0 else None for g, k in zip(graphs, ok, strict=True)]
+            for g in graphs:  # warm replay (first replay uploads the graph)
+                if g is not None:
+                    g.replay()
+            torch.cuda.synchronize()
+        log.write(f"{time.strftime('%H:%M:%S')} sampling\n")
         for _ in range(samples):
             for j, i in enumerate(idx):
                 start.record()
-                for _ in range(reps[j]):
-                    ops[j]()
+                if graphs[j] is not None:
+                    graphs[j].replay()
+                else:
+                    for _ in range(reps[j]):
+                        ops[j]()
                 end.record()
                 end.synchronize()
                 results[i].append(start.elapsed_time(end) * 1000.0 / reps[j])
-        del ops
+        modes = ["graph" if g is not None else "eager" for g in graphs]
+        del ops, graphs
         # written per size, so a later hang loses nothing measured before it
-        out_file.write(json.dumps({"idx": idx, "samples": [results[i] for i in idx]}) + "\n")
+        out_file.write(json.dumps({"idx": idx, "samples": [results[i] for i in idx], "modes": modes}) + "\n")
     torch.cuda.synchronize()
+    dist.barrier(group=ctrl)
     log.write(f"{time.strftime('%H:%M:%S')} done\n")
     dist.destroy_process_group()
 
 
 def collect(out_dir: Path, nranks: int, n: int) -> list[list[float] | None]:
     """Per point, the slowest rank's samples, from the groups every rank finished; else ``None``."""
+    return collect_with_modes(out_dir, nranks, n)[0]
+
+
+def collect_with_modes(out_dir: Path, nranks: int, n: int) -> tuple[list[list[float] | None], list[str]]:
+    """:func:`collect`, plus each point's timing mode (``graph``/``eager``) as rank 0 wrote it."""
+    modes = ["eager"] * n
+    f0 = out_dir / "result0.jsonl"
+    if f0.exists():
+        for line in f0.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            for i, m in zip(rec["idx"], rec.get("modes", ["eager"] * len(rec["idx"])), strict=True):
+                modes[i] = m
     per_rank: list[dict[int, list[float]]] = []
     for r in range(nranks):
         f = out_dir / f"result{r}.jsonl"
@@ -129,7 +190,13 @@ def collect(out_dir: Path, nranks: int, n: int) -> list[list[float] | None]:
             out.append(np.max(np.array([g[i] for g in per_rank], dtype=float), axis=0).tolist())
         else:
             out.append(None)
-    return out
+    return out, modes
+
+
+def last_progress(out_dir: Path) -> float:
+    """When any rank last wrote a log line or a result (a job that writes nothing is hung)."""
+    times = [f.stat().st_mtime for f in list(out_dir.glob("rank*.log")) + list(out_dir.glob("result*.jsonl"))]
+    return max(times, default=0.0)
 
 
 def last_item(out_dir: Path, nranks: int) -> int | None:
@@ -145,14 +212,28 @@ def last_item(out_dir: Path, nranks: int) -> int | None:
 
 class TableWorkers:
     """Same interface as :class:`runners.torch_backend.TorchWorkers`; each ``measure`` is one job, so
-    a sweep hands it every point of a knob setting at once (``whole_request``)."""
+    a sweep hands it every point of a knob setting at once (``whole_request``).
+
+    :param timing: ``graph`` (each point's repetitions captured in a CUDA graph and replayed, like
+        nccl-tests ``-G``) or ``eager`` (queued launches, like plain nccl-tests)
+    :param timeout_s: a job that writes no progress (log line or result) for this long is hung
+    :param table: measure under this exported table as-is (``ncclrl validate``); every point must
+        then be NCCL's default (the table decides), none is forced
+    """
 
     whole_request = True
 
     def __init__(self, nranks: int, nodes: int = 1, knobs: Point | None = None, timing: str = "eager",
-                 timeout_s: float = 300.0, plugin: Path = PLUGIN, log_dir: str | Path | None = None) -> None:
+                 timeout_s: float = 300.0, plugin: Path = PLUGIN, log_dir: str | Path | None = None,
+                 table: str | Path | None = None) -> None:
+        if timing not in ("graph", "eager"):
+            raise ConfigError("timing", f"allowed: graph, eager; got {timing!r}")
         if not Path(plugin).exists():
             raise WorkerError(f"plugin not built: {plugin} (run `ncclrl plugin build`)")
+        if table is not None and not Path(table).is_file():
+            raise ConfigError("table", f"no such file: {table}")
+        self.timing = timing
+        self.table = Path(table).resolve() if table is not None else None
         self.nranks, self.nodes, self.timeout_s = nranks, nodes, timeout_s
         self.knobs = knobs or Point("allreduce", 1)
         self.plugin = Path(plugin).resolve()
@@ -168,6 +249,8 @@ class TableWorkers:
 
         self.nccl_version = ".".join(map(str, torch.cuda.nccl.version()))
         self.failures: dict[int, str] = {}
+        if self.table is not None and not all(p.is_default for p in points):
+            raise ConfigError("points", "with a table only NCCL's default (what the table decides) can be measured")
         sizes = shifted_sizes(points, self.nranks)
         with tempfile.TemporaryDirectory(prefix="ncclrl-table-") as tmp:
             out_dir = Path(self.log_dir or tmp)
@@ -175,18 +258,18 @@ class TableWorkers:
             for f in list(out_dir.glob("result*.jsonl")) + list(out_dir.glob("rank*.log")):
                 f.unlink()
             table = Path(tmp) / "table.csv"
-            table.write_text(table_rows(points, sizes))
+            table.write_text(self.table.read_text() if self.table is not None else table_rows(points, sizes))
             env = dict(SAFE_ENV, NCCL_TUNER_PLUGIN=str(self.plugin), NCCLRL_TUNER_TABLE=str(table),
                        **self.knobs.env())
             items = [(p.collective, int(p.nbytes), s) for p, s in zip(points, sizes, strict=True)]
             ctx = mp.spawn(_job, args=(self.nranks, _free_port(), self.nodes, env, items, samples, budget_us,
-                                       str(out_dir)), nprocs=self.nranks, join=False)
-            deadline = time.time() + self.timeout_s
+                                       str(out_dir), self.timing), nprocs=self.nranks, join=False)
+            started = time.time()
             error = None
             try:
                 while not ctx.join(timeout=2):
-                    if time.time() > deadline:
-                        error = f"no answer within {self.timeout_s:.0f} s (NCCL hung?); workers killed"
+                    if time.time() - max(started, last_progress(out_dir)) > self.timeout_s:
+                        error = f"no progress for {self.timeout_s:.0f} s (NCCL hung?); workers killed"
                         break
             except mp.ProcessRaisedException as e:
                 error = f"a rank failed: {str(e).strip().splitlines()[-1]}"
@@ -195,14 +278,13 @@ class TableWorkers:
             for p in ctx.processes:
                 if p.is_alive():
                     p.kill()
-            out = collect(out_dir, self.nranks, len(points))
+            out, self.last_modes = collect_with_modes(out_dir, self.nranks, len(points))
             if error:
                 stuck = last_item(out_dir, self.nranks)
                 if stuck is not None and out[stuck] is None:
                     self.failures[stuck] = error
                 elif not any(r is not None for r in out):
                     self.failures.update({i: error for i in range(len(points))})
-        self.last_modes = ["eager"] * len(points)
         return out
 
     def close(self) -> None:

@@ -228,3 +228,74 @@ def test_collect_keeps_finished_sizes_and_names_the_stuck_point(tmp_path):
     res = collect(tmp_path, 2, 3)
     assert res[0] == [1.0, 2.0] and res[1] == [3.0, 5.0] and res[2] is None  # slowest rank per sample
     assert last_item(tmp_path, 2) == 2
+
+
+class FakeTableWorkers:
+    """What ``ncclrl validate`` drives: NCCL's default (no table) or an exported table under knobs,
+    replayed by the simulator; the table makes AllReduce 2x faster at 1 MiB and slower at 8 B."""
+
+    def __init__(self, knobs, table, sim):
+        self.knobs, self.table, self.sim = knobs, table, sim
+        self.nccl_version, self.last_modes, self.failures = "2.28.9", [], {}
+
+    def measure(self, points, samples=5):
+        rng = np.random.default_rng(len(points) + (0 if self.table is None else 1))
+        out = []
+        for p in points:
+            t = float(self.sim.time_us(self.sim.default_configs(N.COLLECTIVES.index(p.collective), [p.nbytes]))[0])
+            if self.table is not None:
+                t = t / 2 if p.nbytes == 1 << 20 else (t * 1.5 if p.nbytes == 8 else t)
+            out.append((t * (1 + 0.01 * rng.standard_normal(samples))).tolist())
+        self.last_modes = ["eager"] * len(points)
+        return out
+
+
+def test_validate_alternates_jobs_stores_everything_and_gives_verdicts(tmp_path):
+    from runners.validate import parse_args, read_conf, run_validate
+
+    table = tmp_path / "t.csv"
+    table.write_text("allreduce,0,max,ring,simple,2,-1,-1\n")
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("# knobs\nNCCL_SOCKET_NTHREADS=2\nNCCL_NSOCKS_PERTHREAD=4\n")
+    assert read_conf(conf).knobs == (0, 0, 2, 4)
+    sim, calls = Simulator("h200-2x2-sock", seed=0), []
+
+    def factory(knobs, tab):
+        calls.append((knobs.knobs if knobs else None, tab))
+        return FakeTableWorkers(knobs, tab, sim)
+
+    args = parse_args([f"table={table}", f"conf={conf}", "topology=h200-2x2-sock", "max_bytes=4M",
+                       f"store={tmp_path / 's.sqlite'}", "rounds=2", f"out={tmp_path / 'v.csv'}"])
+    df = run_validate(args, out=io.StringIO(), workers_factory=factory)
+    assert [c[1] is None for c in calls] == [True, False, True, False]  # base, tuned, base, tuned
+    assert calls[1][0] == (0, 0, 2, 4)
+    v = df.set_index("nbytes")
+    assert v.loc[1 << 20, "verdict"] == "faster" and v.loc[8, "verdict"] == "slower"
+    assert v.loc[1 << 20, "speedup"] == pytest.approx(2.0, rel=0.05)
+    assert v.loc[4096, "verdict"] == "same"
+    with Store(tmp_path / "s.sqlite") as s:  # every job's samples are kept: 2 rounds x 2 settings x sizes
+        assert s.count() == 4 * len(df)
+        tuned = s.frame(tag=s.frame().tag.iloc[-1])
+        assert set(tuned.socket_nthreads) == {2} and set(tuned.algo) == {"default"}
+    assert (tmp_path / "v.csv").exists()
+
+
+@pytest.mark.parametrize("argv, field", [(["topology=h200-1x4"], "table"),
+                                         (["table=/nonexistent.csv", "topology=h200-1x4"], "table"),
+                                         (["table=README.md", "topology=h200-1x4", "rounds=0"], "rounds"),
+                                         (["table=README.md", "topology=h200-1x4", "color=red"], "color")])
+def test_validate_bad_arguments_name_the_field(argv, field):
+    from runners.validate import parse_args
+
+    with pytest.raises(ConfigError) as e:
+        parse_args(argv)
+    assert str(e.value).startswith(field)
+
+
+def test_read_conf_rejects_unknown_settings(tmp_path):
+    from runners.validate import read_conf
+
+    f = tmp_path / "nccl.conf"
+    f.write_text("NCCL_SOCKET_NTHREADS=2\nNCCL_ALGO=ring\n")
+    with pytest.raises(ConfigError, match="nccl.conf:2"):
+        read_conf(f)

@@ -1,0 +1,423 @@
+"""Fine-tuning a pretrained policy on a live platform under a measurement budget.
+
+Live measurements are expensive (every per-process knob setting is a new set of processes, every
+point costs tens of microseconds to seconds), so fine-tuning works in rounds of batched
+measurements, and learns between rounds from a model refit to what was measured:
+
+1. **Propose.** For each per-process knob setting worth measuring (NCCL's defaults always; then the
+   settings the current model predicts best) and each (collective, size): NCCL's default under that
+   setting, plus the next unmeasured per-call configurations, alternately the policy's best-scored
+   and the model's best-predicted. The per-call space is the exhaustive sweep's
+   (``runners.sweep.call_configs``), so the two are comparable.
+2. **Measure** the batch on the backend (one job per knob setting), every point into the store.
+3. **Learn.** Refit the simulator's parameters to every measurement so far
+   (:func:`costmodel.calibrate.fit`), then continue PPO training of the policy on the refit
+   simulator (the live platform as the model now sees it).
+4. Repeat until the budget (points, wall clock) leaves only the guard's reserve.
+5. **Decide and guard.** Pick the knob setting with the best measured geometric-mean speedup and,
+   per size, the best measured configuration under it; then re-measure afresh, in one job per
+   setting, every row that differs from NCCL's choice next to NCCL's choice: a row survives only
+   if its 95% interval lies below NCCL's (else NCCL decides), and the knob setting only if NCCL's
+   default under it beats NCCL's plain default on the fresh samples.
+
+Every measurement counts against the budget, the guard's included.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodel import nccl as N
+from costmodel.errors import ConfigError
+from costmodel.replica import default_decisions
+from costmodel.simulator import Configs, Simulator
+from costmodel.topology import Topology
+from runners.store import Point, summarize
+from runners.sweep import call_configs, knob_grid, size_grid
+
+Key = tuple[str, str, int]  # (algo, proto, channels); ("default", "default", 0) = NCCL's choice
+DEFAULT: Key = ("default", "default", 0)
+
+
+@dataclass
+class FinetuneConfig:
+    """Budget and search settings.
+
+    :param budget: measured points allowed in all (search + guard)
+    :param wall_s: wall-clock budget in seconds (no new round starts after it)
+    :param rounds: most search rounds
+    :param confs_per_round: knob settings completed per round after the first
+    :param probe_every: the first round probes every other knob setting at every n-th size
+    :param per_size: new per-call candidates per (setting, collective, size) and round
+    :param samples: samples per point while searching; ``guard_samples`` for the guard
+    :param ppo_steps: PPO steps on the refit simulator after each round (0: no policy update)
+    """
+
+    budget: int = 200
+    wall_s: float = 1800.0
+    rounds: int = 3
+    confs_per_round: int = 2
+    probe_every: int = 4
+    per_size: int = 1
+    samples: int = 5
+    guard_samples: int = 9
+    ppo_steps: int = 8192
+    seed: int = 0
+
+    def check(self) -> None:
+        for name in ("budget", "rounds", "samples", "guard_samples", "per_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        if self.confs_per_round < 0 or self.ppo_steps < 0:
+            raise ConfigError("confs_per_round", "confs_per_round and ppo_steps must be >= 0")
+
+
+@dataclass
+class Outcome:
+    conf: Point
+    rows: list[dict[str, Any]]
+    measured: int
+    rounds: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+    guard: list[dict[str, Any]] = field(default_factory=list)
+
+
+def knob_label(k: Point) -> str:
+    return " ".join(f"{a}={b}" for a, b in k.env().items()) or "NCCL defaults"
+
+
+class Finetuner:
+    """One fine-tuning run. ``measure(knobs, points, samples, tag)`` returns samples (or ``None``)
+    per point and stores them; the runner wires it to a live or replay backend."""
+
+    def __init__(self, topo: Topology, collectives: list[int], sizes: dict[int, list[int]], model,
+                 measure: Callable[[Point, list[Point], int, str], list[list[float] | None]],
+                 cfg: FinetuneConfig, log: Callable[[str], None] = print, sim: Simulator | None = None) -> None:
+        cfg.check()
+        self.topo, self.colls, self.sizes, self.model, self.cfg = topo, collectives, sizes, model, cfg
+        self._measure, self.log = measure, log
+        self.sim = sim or Simulator(topo, seed=cfg.seed)
+        self.knobs = knob_grid(topo, "full")
+        self.base_knobs = self.knobs[0]
+        self.data: dict[tuple[tuple[int, ...], str, int, Key], list[float]] = {}
+        self.used = 0
+        self.n_sizes = sum(len(v) for v in sizes.values())
+        self.reserve = 3 * self.n_sizes  # guard: NCCL's default under the setting + rows + plain default
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def median(self, k: Point, coll: str, s: int, key: Key) -> float | None:
+        v = self.data.get((k.knobs, coll, s, key))
+        return summarize(v)[0] if v else None
+
+    def _run(self, k: Point, pts: list[Point], samples: int, tag: str) -> list[list[float] | None]:
+        res = self._measure(k, pts, samples, tag)
+        self.used += len(pts)
+        for p, r in zip(pts, res, strict=True):
+            if r:
+                self.data.setdefault((k.knobs, p.collective, p.nbytes, (p.algo, p.proto, p.channels)), []).extend(r)
+        return res
+
+    # -- proposing ---------------------------------------------------------------------------
+    def policy_order(self, coll: int, sizes: list[int], space: list[Key], comm: int) -> list[list[Key]]:
+        """Per size, the per-call candidates in the policy's order (best first); without a policy,
+        the model's order."""
+        if self.model is None:
+            pred = self.predicted(Point("x", 1, comm_channels=comm), coll, sizes, space)
+            return [[space[j] for j in np.argsort(pred[:, i], kind="stable") if space[j] != DEFAULT]
+                    for i in range(len(sizes))]
+        from agents.pretrain import policy_scores
+        from envs import spaces as S
+
+        s = np.asarray(sizes, dtype=np.int64)
+        obs = S.observations(self.topo, coll, s)
+        mask = np.broadcast_to(S.action_mask(self.topo, coll), (s.size, S.N_ACTIONS))
+        scores = policy_scores(self.model, obs, mask)
+        a, p, ch, chunk = S.decode_all()
+        comm = comm or self.topo.nccl.channels
+        out = []
+        for i in range(s.size):
+            best: dict[Key, float] = {}
+            for key in space:
+                if key == DEFAULT:
+                    continue
+                ai, pi = N.ALGOS.index(key[0]), N.PROTOS.index(key[1])
+                # the policy knows the communicator's default channels; "the communicator's maximum"
+                # under a knob setting maps to its own maximum choice
+                top = min(comm, self.topo.nccl.channels)
+                want = ch == 0 if key[2] == 0 else (ch == 1 if key[2] == 1 else ch >= top)
+                sel = (a == ai) & (p == pi) & want & (chunk == 0) & mask[i]
+                best[key] = float(scores[i, sel].max()) if sel.any() else -np.inf
+            out.append(sorted(best, key=lambda k: -best[k]))
+        return out
+
+    def predicted(self, k: Point, coll: int, sizes: list[int], space: list[Key]) -> np.ndarray:
+        """Model-predicted time (us) of each candidate key, shape (len(space), len(sizes))."""
+        s = np.asarray(sizes, dtype=np.int64)
+        out = []
+        for key in space:
+            if key == DEFAULT:
+                d = default_decisions(self.topo, coll, s, comm_channels=k.comm_channels)
+                a, p, c = d.algo, d.proto, 0
+            else:
+                a, p, c = N.ALGOS.index(key[0]), N.PROTOS.index(key[1]), key[2]
+            out.append(self.sim.time_us(Configs.make(coll, s, a, p, c, k.comm_channels, k.buffsize_bytes,
+                                                     k.socket_nthreads, k.nsocks_perthread)))
+        return np.array(out)
+
+    def measured_value(self, k: Point) -> float | None:
+        """Geometric-mean speedup over NCCL's plain default of the best measured point under ``k``,
+        over the sizes measured under ``k`` (``None`` before any)."""
+        logs = []
+        for c in self.colls:
+            name = N.COLLECTIVES[c]
+            for s in self.sizes[c]:
+                base = self.median(self.base_knobs, name, s, DEFAULT)
+                meas = [m for key in [DEFAULT] + call_configs(self.topo, c, k, "full")
+                        if (m := self.median(k, name, s, key)) is not None]
+                if base and meas:
+                    logs.append(np.log(base / min(meas)))
+        return float(np.exp(np.mean(logs))) if logs else None
+
+    def conf_value(self, k: Point) -> float:
+        """Predicted (measured where known) geometric-mean speedup of the best per-call choice
+        under ``k`` over NCCL's plain default."""
+        logs = []
+        for c in self.colls:
+            name, sizes = N.COLLECTIVES[c], self.sizes[c]
+            space = [DEFAULT] + call_configs(self.topo, c, k, "full")
+            pred = self.predicted(k, c, sizes, space).min(axis=0)
+            base = self.predicted(self.base_knobs, c, sizes, [DEFAULT])[0]
+            for i, s in enumerate(sizes):
+                b = self.median(self.base_knobs, name, s, DEFAULT) or base[i]
+                meas = [m for key in space if (m := self.median(k, name, s, key)) is not None]
+                logs.append(np.log(b / min([pred[i], *meas])))
+        return float(np.exp(np.mean(logs)))
+
+    def propose(self, k: Point, room: int, with_default: bool, every: int = 1) -> list[Point]:
+        """Under knob setting ``k``: per (collective, size) the next ``per_size`` unmeasured
+        candidates, alternately the policy's best-scored and the model's best-predicted (and NCCL's
+        default under ``k`` first when ``with_default``); ``every`` > 1 probes every n-th size
+        only (and the largest)."""
+        pts: list[Point] = []
+        for c in self.colls:
+            name, sizes = N.COLLECTIVES[c], self.sizes[c]
+            space = [DEFAULT] + call_configs(self.topo, c, k, "full")
+            pol = self.policy_order(c, sizes, space, k.comm_channels)
+            pred = self.predicted(k, c, sizes, space)
+            for i, s in enumerate(sizes):
+                if every > 1 and i % every and i != len(sizes) - 1:
+                    continue
+                seen = {key for key in space if (k.knobs, name, s, key) in self.data}
+                want: list[Key] = [DEFAULT] if with_default and DEFAULT not in seen else []
+                n0 = len(want)
+                by_model = [space[j] for j in np.argsort(pred[:, i], kind="stable")]
+                for j in range(2 * len(space)):
+                    if len(want) - n0 >= self.cfg.per_size:
+                        break
+                    nxt = next((x for x in (pol[i], by_model)[j % 2] if x not in seen and x not in want
+                                and x != DEFAULT), None)
+                    if nxt is not None:
+                        want.append(nxt)
+                pts += [Point(name, s, *key, *k.knobs) for key in want]
+        return pts[:room]
+
+    # -- learning ----------------------------------------------------------------------------
+    def refit(self) -> None:
+        import pandas as pd
+
+        try:
+            from costmodel.calibrate import fit
+        except ImportError as e:  # scipy missing on a GPU image: keep the current model
+            self.log(f"# model not refit ({e}); install scipy to refit the simulator between rounds")
+            return
+
+        rows = []
+        for (kn, coll, s, key), v in self.data.items():
+            k = Point(coll, s, comm_channels=kn[0], buffsize_bytes=kn[1], socket_nthreads=kn[2], nsocks_perthread=kn[3])
+            c = N.COLLECTIVES.index(coll)
+            if key == DEFAULT:
+                d = default_decisions(self.topo, c, np.array([s]), comm_channels=k.comm_channels)
+                a, p = N.ALGOS[int(d.algo[0])], N.PROTOS[int(d.proto[0])]
+            else:
+                a, p = key[0], key[1]
+            rows.append({"source": "/".join(map(str, kn)), "collective": coll, "nbytes": s, "algo": a, "proto": p,
+                         "channels": key[2], "comm_channels": kn[0], "buffsize_bytes": kn[1],
+                         "socket_nthreads": kn[2], "nsocks_perthread": kn[3], "time_us": summarize(v)[0]})
+        if len(rows) < 10:
+            return
+        res = fit(self.topo, pd.DataFrame(rows), self.sim.params)
+        self.sim = Simulator(self.topo, res.params, seed=self.cfg.seed)
+
+    def train_policy(self) -> None:
+        if not self.cfg.ppo_steps or self.model is None:
+            return
+        from stable_baselines3.common.vec_env import DummyVecEnv
+
+        from envs.backend import SimBackend
+        from envs.nccl_env import NcclTuneEnv
+
+        lo = min(min(v) for v in self.sizes.values())
+        hi = max(max(v) for v in self.sizes.values())
+
+        def make(rank: int):
+            def _f():
+                env = NcclTuneEnv(backends=[SimBackend(self.topo, simulator=self.sim)],
+                                  collectives=[N.COLLECTIVES[c] for c in self.colls], min_bytes=lo, max_bytes=hi)
+                env.reset(seed=self.cfg.seed * 1000 + rank)
+                return env
+            return _f
+
+        self.model.set_env(DummyVecEnv([make(i) for i in range(self.model.n_envs)]))
+        self.model.learn(total_timesteps=self.cfg.ppo_steps, reset_num_timesteps=False, progress_bar=False)
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        t0 = time.time()
+        history = []
+        r = 0
+        for r in range(self.cfg.rounds):
+            room = self.cfg.budget - self.reserve - self.used
+            if room <= 0 or time.time() - t0 > self.cfg.wall_s:
+                break
+            if r == 0:  # explore: NCCL's defaults (the reference) at every size, every other setting probed
+                confs = [(self.base_knobs, True, 1), *[(k, False, self.cfg.probe_every) for k in self.knobs[1:]]]
+            else:  # complete the settings the refit model (measurements where known) ranks best
+                # settings probed in the same sizes compare by measurement; the model ranks the rest
+                ranked = sorted(self.knobs[1:], key=lambda k: -(self.measured_value(k) or self.conf_value(k)))
+                confs = [(k, False, 1) for k in ranked[: self.cfg.confs_per_round]]
+            batch: list[tuple[Point, list[Point]]] = []
+            for k, with_default, every in confs:
+                pts = self.propose(k, room, with_default, every)
+                if pts:
+                    batch.append((k, pts))
+                    room -= len(pts)
+                if room <= 0:
+                    break
+            if not batch:
+                break
+            for k, pts in batch:
+                self.log(f"# round {r + 1}: {knob_label(k)}: {len(pts)} points")
+                self._run(k, pts, self.cfg.samples, "finetune")
+            self.refit()
+            self.train_policy()
+            history.append({"round": r + 1, "measured": self.used, "wall_s": round(time.time() - t0, 1),
+                            "confs": [knob_label(k) for k, _ in batch],
+                            "predicted_best": round(max(self.conf_value(k) for k in self.knobs), 3)})
+        conf, rows = self.decide()
+        guard = self.guard(conf, rows)
+        return Outcome(conf=guard["conf"], rows=guard["rows"], measured=self.used, rounds=len(history),
+                       history=history, guard=guard["checks"])
+
+    def decide(self) -> tuple[Point, list[dict[str, Any]]]:
+        """The knob setting with the best measured geometric-mean speedup (only settings with
+        every size measured count) and, under it, each size's best measured configuration
+        (NCCL's plain default stands in where nothing under the setting beat it)."""
+        best, best_rows, best_v = self.base_knobs, [], -np.inf
+        for k in self.knobs:
+            rows, logs, complete = [], [], True
+            for c in self.colls:
+                name = N.COLLECTIVES[c]
+                for s in self.sizes[c]:
+                    base = self.median(self.base_knobs, name, s, DEFAULT)
+                    cands = {key: m for key in [DEFAULT] + call_configs(self.topo, c, k, "full")
+                             if (m := self.median(k, name, s, key)) is not None}
+                    if base is None or not cands:
+                        complete = False
+                        break
+                    key = min(cands, key=cands.get)
+                    rows.append({"collective": name, "nbytes": s, "key": key, "time_us": cands[key],
+                                 "base_us": base})
+                    logs.append(np.log(base / cands[key]))
+                if not complete:
+                    break
+            if complete and np.mean(logs) > best_v:
+                best, best_rows, best_v = k, rows, float(np.mean(logs))
+        return best, best_rows
+
+    def guard(self, conf: Point, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """Re-measure afresh: under the chosen setting NCCL's default for every size next to every
+        row that differs from it (one job); NCCL's plain default too when the setting is not
+        NCCL's (a second job). A row survives if its 95% interval lies below NCCL's default under
+        the setting; the setting survives if, with its surviving rows, it beats the plain default
+        in geometric mean."""
+        checks: list[dict[str, Any]] = []
+        cand = {(r["collective"], r["nbytes"]): r for r in rows if r["key"] != DEFAULT}
+        pts, where = [], {}
+        for c in self.colls:
+            name = N.COLLECTIVES[c]
+            for s in self.sizes[c]:
+                where[(name, s)] = len(pts)
+                pts.append(Point(name, s, *DEFAULT, *conf.knobs))
+                if (name, s) in cand:
+                    pts.append(Point(name, s, *cand[(name, s)]["key"], *conf.knobs))
+        res = self._measure(conf, pts, self.cfg.guard_samples, "guard")
+        self.used += len(pts)
+        kept, times = [], {}
+        for (name, s), i in where.items():
+            d = res[i]
+            t_best = summarize(d)[0] if d else np.inf
+            if (name, s) in cand:
+                r, t = cand[(name, s)], res[i + 1]
+                ok = bool(d and t and summarize(t)[2] < summarize(d)[1])
+                checks.append({"collective": name, "nbytes": s, "config": "/".join(map(str, r["key"])),
+                               "default_us": summarize(d)[0] if d else None,
+                               "row_us": summarize(t)[0] if t else None, "kept": ok})
+                if ok:
+                    kept.append(r)
+                    t_best = summarize(t)[0]
+            times[(name, s)] = t_best
+        final_conf = conf
+        if conf.knobs != self.base_knobs.knobs:
+            plain = [Point(name, s) for (name, s) in where]
+            res_p = self._measure(self.base_knobs, plain, self.cfg.guard_samples, "guard")
+            self.used += len(plain)
+            ratios = [summarize(a)[0] / times[(p.collective, p.nbytes)] for p, a in zip(plain, res_p, strict=True)
+                      if a and np.isfinite(times[(p.collective, p.nbytes)])]
+            gain = float(np.exp(np.mean(np.log(ratios)))) if ratios else 0.0
+            checks.append({"collective": "*", "nbytes": 0, "config": knob_label(conf), "default_us": None,
+                           "row_us": None, "kept": gain > 1.0, "gain": gain})
+            if gain <= 1.0:  # the rows were chosen under the setting: without it, NCCL decides
+                final_conf, kept = self.base_knobs, []
+        return {"conf": final_conf, "rows": kept, "checks": checks}
+
+
+def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out_dir: Path,
+                  provenance: dict[str, Any]) -> dict[str, Path]:
+    """``nccl_tuner.csv`` (example-plugin format; NCCL decides where there is no row), ``nccl.conf``
+    and ``finetune.json`` (every decision, the guard's checks, the budget used)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    by = {(r["collective"], r["nbytes"]): r for r in out.rows}
+    lines = [f"# ncclrl fine-tuned table for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), "
+             f"{out.measured} live measurements",
+             "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"]
+    for c, ss in sizes.items():
+        name = N.COLLECTIVES[c]
+        for i, s in enumerate(ss):
+            r = by.get((name, s))
+            if r is None:
+                continue
+            lo = 0 if i == 0 else s
+            hi = 4294967295 if i == len(ss) - 1 else ss[i + 1] - 1
+            a, p, ch = r["key"]
+            lines.append(f"{name},{lo},{hi},{a},{p},{ch if ch > 0 else -1},{topo.nodes},{topo.nranks}")
+    paths = {"csv": out_dir / "nccl_tuner.csv", "conf": out_dir / "nccl.conf", "json": out_dir / "finetune.json"}
+    paths["csv"].write_text("\n".join(lines) + "\n")
+    env = out.conf.env()
+    paths["conf"].write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    paths["json"].write_text(json.dumps({
+        "topology": topo.name, "measured": out.measured, "rounds": out.rounds, "conf": env,
+        "rows": [dict(r, key="/".join(map(str, r["key"]))) for r in out.rows], "history": out.history,
+        "guard": out.guard, "provenance": provenance}, indent=1, default=str))
+    return paths
+
+
+def sizes_for(topo: Topology, colls: list[int], lo: int, hi: int) -> dict[int, list[int]]:
+    return {c: size_grid(lo, hi, topo.nranks, c) for c in colls}
+

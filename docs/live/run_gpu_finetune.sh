@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# GPU session 2 of docs/live.md (4 x H200): live fine-tuning on h200-2x2-sock AllReduce under the
+# budget (10% of the sweep's 2366 points), the fine-tuned table measured afresh through the plugin,
+# the pretrained h200-1x4 table measured afresh, and the h200-1x4 AllReduce sweep. DEPS: folder with
+# the Python packages the GPU image lacks (gymnasium, stable-baselines3, sb3-contrib, scipy).
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH=".:${DEPS:-}"
+OUT=${OUT:-live-out}; mkdir -p "$OUT"; S=$OUT/store.sqlite; L=$OUT/log.txt
+END=$((SECONDS + ${BUDGET_S:-540}))
+step() {
+  local t=$1 left=$((END - SECONDS)); shift
+  if [ "$left" -lt 20 ]; then echo "## skipped (time): $*" >> "$L"; return; fi
+  [ "$t" -gt "$left" ] && t=$left
+  echo "## $(date +%T) [${t}s] $*" >> "$L"; timeout -k 5 "$t" "$@" >> "$L" 2>&1; echo "## exit $?" >> "$L"
+}
+step 60 make -C plugin
+step 330 python3 -m runners.cli finetune --checkpoint runs/main/policy.zip backend=torch topology=h200-2x2-sock collectives=allreduce budget=236 timeout_s=60 store=$S out=$OUT/finetuned-h200-2x2-sock
+step 90 python3 -m runners.validate table=$OUT/finetuned-h200-2x2-sock/nccl_tuner.csv conf=$OUT/finetuned-h200-2x2-sock/nccl.conf topology=h200-2x2-sock collectives=allreduce rounds=2 store=$S out=$OUT/validate-finetuned-h200-2x2-sock.csv
+step 80 python3 -m runners.validate table=docs/live/pretrained/h200-1x4.csv conf=docs/live/pretrained/h200-1x4.conf topology=h200-1x4 collectives=allreduce,allgather,reducescatter rounds=2 store=$S out=$OUT/validate-pretrained-h200-1x4.csv
+step 100 python3 -m runners.sweep topology=h200-1x4 collectives=allreduce grid=full samples=5 timing=eager timeout_s=60 store=$S
+echo "## $(date +%T) done" >> "$L"

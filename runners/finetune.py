@@ -1,0 +1,219 @@
+"""``ncclrl finetune``: fine-tune a pretrained policy on a live platform under a measurement
+budget, guard its decisions, export the table (see :mod:`agents.finetune`).
+
+    ncclrl finetune --checkpoint runs/main/policy.zip backend=torch topology=h200-2x2-sock budget=230
+
+``backend=torch`` measures on the GPUs of this machine (one job per knob setting, our plugin
+selecting each configuration); ``backend=replay replay_store=SWEEP.sqlite`` answers every
+measurement from an earlier exhaustive sweep instead (the same points, counted the same way), which
+is how the budget study in docs/live.md compares fine-tuning with the sweep. Every measurement goes
+to ``store`` (tags ``finetune`` and ``guard``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodel import nccl as N
+from costmodel.errors import ConfigError
+from costmodel.topology import Topology, load_topology
+from runners.store import KNOB_FIELDS, Point, Store
+from runners.sweep import parse_kv
+
+DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "", "collectives": "allreduce", "min_bytes": "8",
+                            "max_bytes": "256M", "budget": "200", "wall_s": "1800", "rounds": "3",
+                            "confs_per_round": "2", "probe_every": "4", "per_size": "1", "samples": "5",
+                            "guard_samples": "9",
+                            "ppo_steps": "8192", "seed": "0", "store": "runs/finetune.sqlite",
+                            "replay_store": "",
+                            "out": "runs/finetune", "timing": "eager", "timeout_s": "120"}
+INTS = ("budget", "rounds", "confs_per_round", "probe_every", "per_size", "samples", "guard_samples", "ppo_steps",
+        "seed")
+
+
+def parse_args(argv: list[str]) -> dict[str, str]:
+    args = parse_kv(argv, DEFAULTS, "finetune")
+    if args["backend"] not in ("torch", "replay"):
+        raise ConfigError("backend", f"unknown value {args['backend']!r}; allowed: torch, replay")
+    if not args["topology"]:
+        raise ConfigError("topology", "required: the platform the GPUs form (a preset name or YAML)")
+    if args["backend"] == "replay" and not Path(args["replay_store"]).is_file():
+        raise ConfigError("replay_store", f"backend=replay needs an existing sweep store, got {args['replay_store']!r}")
+    for k in INTS:
+        if not args[k].lstrip("-").isdigit():
+            raise ConfigError(k, f"must be a whole number, got {args[k]!r}")
+    if args["timing"] not in ("graph", "eager"):
+        raise ConfigError("timing", f"unknown value {args['timing']!r}; allowed: graph, eager")
+    return args
+
+
+class ReplayWorkers:
+    """Answers from a recorded sweep: each point's stored samples (the sweep's sample count);
+    a point the sweep did not measure is a failure, like a configuration NCCL could not run."""
+
+    whole_request = True
+
+    def __init__(self, frame, knobs: Point) -> None:
+        self.knobs, self.failures, self.last_modes = knobs, {}, []
+        self.nccl_version = str(frame["nccl_version"].iloc[0]) if len(frame) else "?"
+        self._by: dict[tuple, list[float]] = {}
+        for r in frame.itertuples(index=False):
+            self._by[(r.collective, int(r.nbytes), r.algo, r.proto, int(r.channels),
+                      *(int(getattr(r, f)) for f in KNOB_FIELDS))] = list(r.samples_us)
+        self._timing = str(frame["timing"].iloc[0]) if len(frame) else "eager"
+
+    def measure(self, points: list[Point], samples: int = 5) -> list[list[float] | None]:
+        out = []
+        self.failures = {}
+        for i, p in enumerate(points):
+            v = self._by.get((p.collective, int(p.nbytes), p.algo, p.proto, int(p.channels), *map(int, p.knobs)))
+            if v is None:
+                self.failures[i] = "not in the replayed sweep"
+            out.append(v)
+        self.last_modes = [self._timing] * len(points)
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def make_measure(args: dict[str, str], topo: Topology, store: Store, log):
+    """``measure(knobs, points, samples, tag)`` over the chosen backend; every point is stored."""
+    replay = None
+    if args["backend"] == "replay":
+        with Store(Path(args["replay_store"])) as rs:
+            replay = rs.frame(topology=topo.name, status="ok", tag="sweep")
+        if replay.empty:
+            raise ConfigError("replay_store", f"no sweep of {topo.name} in {args['replay_store']}")
+
+    def measure(knobs: Point, points: list[Point], samples: int, tag: str) -> list[list[float] | None]:
+        if replay is not None:
+            w = ReplayWorkers(replay, knobs)
+        else:
+            from runners.table_backend import TableWorkers
+
+            w = TableWorkers(topo.nranks, topo.nodes, knobs, timing=args["timing"], timeout_s=float(args["timeout_s"]))
+        out: list[list[float] | None] = [None] * len(points)
+        todo = list(range(len(points)))
+        while todo:  # a job that hung keeps what it measured; the rest runs in a new job
+            res = w.measure([points[i] for i in todo], samples=samples)
+            fails = getattr(w, "failures", {})
+            nxt = []
+            for j, i in enumerate(todo):
+                if res[j] is not None:
+                    out[i] = res[j]
+                    store.add(points[i], res[j], backend=args["backend"], topology=topo.name,
+                              nccl_version=w.nccl_version, timing=w.last_modes[j], tag=tag)
+                elif j in fails:
+                    store.add(points[i], [], backend=args["backend"], topology=topo.name, nccl_version=w.nccl_version,
+                              timing=args["timing"], tag=tag, status="failed", error=fails[j][:500])
+                    log(f"# {points[i].collective} {points[i].nbytes} B {points[i].algo}/{points[i].proto}/"
+                        f"{points[i].channels}: {fails[j]}")
+                else:
+                    nxt.append(i)
+            if len(nxt) == len(todo):
+                break
+            todo = nxt
+        return out
+
+    return measure
+
+
+def sweep_reference(frame, topo: Topology, sizes: dict[int, list[int]]) -> dict[str, Any]:
+    """From an exhaustive sweep: per knob setting, the geometric-mean speedup of the best per-call
+    configuration per size over NCCL's plain default; the best setting is the optimum a table plus
+    an nccl.conf can reach in that space."""
+    df = frame[frame.status == "ok"]
+    key = df[list(KNOB_FIELDS)].astype(int).astype(str).agg("/".join, axis=1)
+    med = {(r.collective, int(r.nbytes), r.algo, r.proto, int(r.channels), k): float(r.median_us)
+           for r, k in zip(df.itertuples(index=False), key, strict=True)}
+    out: dict[str, Any] = {"per_conf": {}, "points": int(len(df))}
+    for k in sorted(set(key)):
+        logs = []
+        for c, ss in sizes.items():
+            for s in ss:
+                base = med.get((N.COLLECTIVES[c], s, "default", "default", 0, "0/0/0/0"))
+                vals = [v for (cc, n, *_rest, kk), v in med.items() if cc == N.COLLECTIVES[c] and n == s and kk == k]
+                if base and vals:
+                    logs.append(np.log(base / min(vals)))
+        if logs:
+            out["per_conf"][k] = float(np.exp(np.mean(logs)))
+    out["optimum"] = max(out["per_conf"].values())
+    out["optimum_conf"] = max(out["per_conf"], key=out["per_conf"].get)
+    out["_med"] = med
+    return out
+
+
+def table_speedup_on_sweep(ref: dict[str, Any], conf: Point, rows: list[dict], sizes: dict[int, list[int]]) -> float:
+    """Geometric-mean speedup the fine-tuned table + conf would have had in the sweep's own data."""
+    med, k = ref["_med"], "/".join(map(str, conf.knobs))
+    by = {(r["collective"], r["nbytes"]): r["key"] for r in rows}
+    logs = []
+    for c, ss in sizes.items():
+        for s in ss:
+            name = N.COLLECTIVES[c]
+            base = med.get((name, s, "default", "default", 0, "0/0/0/0"))
+            t = med.get((name, s, *by.get((name, s), ("default", "default", 0)), k))
+            if base and t:
+                logs.append(np.log(base / t))
+    return float(np.exp(np.mean(logs)))
+
+
+def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[str, Any]:
+    from agents.finetune import FinetuneConfig, Finetuner, knob_label, sizes_for, write_outcome
+    from agents.pretrain import load_policy
+    from runners.cli import parse_bytes
+    from runners.export import file_sha256
+
+    topo = load_topology(args["topology"])
+    colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"].split(",") if c]
+    lo, hi = parse_bytes(args["min_bytes"], "min_bytes"), parse_bytes(args["max_bytes"], "max_bytes")
+    cfg = FinetuneConfig(budget=int(args["budget"]), wall_s=float(args["wall_s"]), rounds=int(args["rounds"]),
+                         confs_per_round=int(args["confs_per_round"]),
+                         probe_every=int(args["probe_every"]), per_size=int(args["per_size"]),
+                         samples=int(args["samples"]), guard_samples=int(args["guard_samples"]),
+                         ppo_steps=int(args["ppo_steps"]), seed=int(args["seed"]))
+    cfg.check()
+    model = load_policy(checkpoint)
+    model.set_random_seed(cfg.seed)
+    sizes = sizes_for(topo, colls, lo, hi)
+    store = Store(Path(args["store"]))
+
+    def log(msg: str) -> None:
+        print(msg, file=out, flush=True)
+
+    t0 = time.time()
+    ft = Finetuner(topo, colls, sizes, model, make_measure(args, topo, store, log), cfg, log=log)
+    if cfg.budget < ft.reserve + ft.n_sizes:
+        raise ConfigError("budget", f"{cfg.budget} points cannot cover {ft.n_sizes} sizes: the guard alone "
+                          f"reserves {ft.reserve}; use at least {ft.reserve + 2 * ft.n_sizes}")
+    res = ft.run()
+    out_dir = Path(args["out"])
+    prov = {"checkpoint": str(checkpoint), "policy_sha256": file_sha256(checkpoint), "args": args,
+            "nccl_version": topo.nccl.version, "wall_s": round(time.time() - t0, 1)}
+    paths = write_outcome(res, topo, sizes, out_dir, prov)
+    model.save(str(out_dir / "policy.zip"))
+    log(f"# fine-tuned {topo.name} {','.join(N.COLLECTIVES[c] for c in colls)}: {res.measured} measurements in "
+        f"{res.rounds} rounds, {time.time() - t0:.0f} s; knobs: {knob_label(res.conf)}; {len(res.rows)} rows kept by "
+        f"the guard of {sum(1 for g in res.guard if g['nbytes'])} checked")
+    summary: dict[str, Any] = {"measured": res.measured, "rows": len(res.rows), "conf": res.conf.env(),
+                               "paths": {k: str(v) for k, v in paths.items()}}
+    if args["backend"] == "replay":
+        with Store(Path(args["replay_store"])) as rs:
+            ref = sweep_reference(rs.frame(topology=topo.name, tag="sweep",
+                                           collective=N.COLLECTIVES[colls[0]]) if len(colls) == 1 else
+                                  rs.frame(topology=topo.name, tag="sweep"), topo, sizes)
+        got = table_speedup_on_sweep(ref, res.conf, res.rows, sizes)
+        summary.update(sweep_points=ref["points"], optimum=ref["optimum"], optimum_conf=ref["optimum_conf"],
+                       speedup_on_sweep=got, fraction=got / ref["optimum"])
+        log(f"# on the sweep's own data: {got:.3f}x vs the sweep optimum {ref['optimum']:.3f}x "
+            f"({100 * got / ref['optimum']:.1f}%), with {res.measured} of {ref['points']} measurements "
+            f"({100 * res.measured / ref['points']:.1f}%)")
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    return summary
