@@ -133,6 +133,8 @@ def run_validate(args: dict[str, str], out=sys.stdout, workers_factory=None):
     print_report(df, out)
     if args["out"]:
         df.to_csv(args["out"], index=False)
+        if not df.empty:
+            plot_scurves(df, Path(args["out"]).with_suffix(".png"), f"{table.name}: fresh measurement, {topo.name}")
     return df
 
 
@@ -152,6 +154,36 @@ def print_report(df, out=sys.stdout) -> None:
         gm_big = f", {float(np.exp(np.mean(np.log(big.speedup)))):.2f}x at 64-256 MiB" if len(big) else ""
         print(f"# {coll}: geometric-mean speedup {gm:.2f}x over {len(g)} sizes{gm_big}; "
               f"{int((g.verdict == 'faster').sum())} faster, {int((g.verdict == 'slower').sum())} slower", file=out)
+
+
+def plot_scurves(df, path: str | Path, title: str = "") -> Path:
+    """Bus bandwidth vs size, NCCL's defaults and the table, one panel per collective."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colls = list(dict.fromkeys(df["collective"]))
+    fig, axes = plt.subplots(1, len(colls), figsize=(5 * len(colls), 3.8), squeeze=False)
+    for ax, coll in zip(axes[0], colls, strict=True):
+        g = df[df["collective"] == coll].sort_values("nbytes")
+        ax.plot(g["nbytes"], g["base_busbw_gbps"], "o-", ms=3, label="NCCL defaults")
+        ax.plot(g["nbytes"], g["tuned_busbw_gbps"], "s-", ms=3, label="table + nccl.conf")
+        slower = g[g["verdict"] == "slower"]
+        ax.plot(slower["nbytes"], slower["tuned_busbw_gbps"], "rx", ms=8, label="slower (95% CI)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel("bus bandwidth (GB/s)")
+        ax.set_title(f"{coll} {g['topology'].iloc[0]}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
 
 
 def main(argv: list[str] | None = None) -> int:
