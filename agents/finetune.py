@@ -233,26 +233,18 @@ class Finetuner:
         import pandas as pd
 
         try:
-            from costmodel.calibrate import fit
+            from costmodel.calibrate import fit, measurements_from_store
         except ImportError as e:  # scipy missing on a GPU image: keep the current model
             self.log(f"# model not refit ({e}); install scipy to refit the simulator between rounds")
             return
 
-        rows = []
-        for (kn, coll, s, key), v in self.data.items():
-            k = Point(coll, s, comm_channels=kn[0], buffsize_bytes=kn[1], socket_nthreads=kn[2], nsocks_perthread=kn[3])
-            c = N.COLLECTIVES.index(coll)
-            if key == DEFAULT:
-                d = default_decisions(self.topo, c, np.array([s]), comm_channels=k.comm_channels)
-                a, p = N.ALGOS[int(d.algo[0])], N.PROTOS[int(d.proto[0])]
-            else:
-                a, p = key[0], key[1]
-            rows.append({"source": "/".join(map(str, kn)), "collective": coll, "nbytes": s, "algo": a, "proto": p,
-                         "channels": key[2], "comm_channels": kn[0], "buffsize_bytes": kn[1],
-                         "socket_nthreads": kn[2], "nsocks_perthread": kn[3], "time_us": summarize(v)[0]})
+        rows = [{"topology": self.topo.name, "status": "ok", "collective": coll, "nbytes": s, "algo": key[0],
+                 "proto": key[1], "channels": key[2], "comm_channels": kn[0], "buffsize_bytes": kn[1],
+                 "socket_nthreads": kn[2], "nsocks_perthread": kn[3], "median_us": summarize(v)[0]}
+                for (kn, coll, s, key), v in self.data.items()]
         if len(rows) < 10:
             return
-        res = fit(self.topo, pd.DataFrame(rows), self.sim.params)
+        res = fit(self.topo, measurements_from_store(self.topo, pd.DataFrame(rows)), self.sim.params)
         self.sim = Simulator(self.topo, res.params, seed=self.cfg.seed)
 
     def train_policy(self) -> None:

@@ -151,8 +151,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from runners.nccltests import parse_file
 
     topo = load_topology(args.topology)
-    runs = [parse_file(f) for f in args.files]
-    df = measurements_from_runs(topo, runs)
+    if bool(args.files) == bool(args.store):
+        raise ConfigError("calibrate", "give nccl-tests FILES or --store STORE (one of them)")
+    if args.store:
+        from costmodel.calibrate import measurements_from_store
+        from runners.store import Store
+
+        if not Path(args.store).is_file():
+            raise ConfigError("store", f"no such file: {args.store}")
+        with Store(Path(args.store)) as st:
+            df = measurements_from_store(topo, st.frame())
+        # a store's rows are points, not files: one configuration (algo/proto/channels/knobs) per "config"
+        df["config"] = df[["algo", "proto", "channels", "source"]].astype(str).agg("_".join, axis=1)
+        sources = [f"store {Path(args.store).name}"]
+    else:
+        df = measurements_from_runs(topo, [parse_file(f) for f in args.files])
+        sources = [Path(f).name for f in args.files]
     start = SimParams.defaults(topo) if args.from_defaults else SimParams.from_topology(topo)
     pd.set_option("display.width", 120)
     if not args.no_holdout:
@@ -174,12 +188,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(error_table(sim, df).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if args.output:
         name = Path(args.output).stem
-        files = ", ".join(Path(f).name for f in args.files)
         new = topo.with_sim(res.params.to_dict(), name=name)
         from dataclasses import replace
 
-        new = replace(new, description=f"{topo.description} -- calibrated from {len(args.files)} "
-                      f"nccl-tests files ({files})"[:2000])
+        new = replace(new, description=f"{topo.description} -- calibrated from {', '.join(sources)}"[:2000])
         dump_topology(new, args.output)
         print(f"# wrote {args.output}")
     return 0
@@ -334,7 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.set_defaults(func=cmd_predict)
 
     c = sub.add_parser("calibrate", help="fit a topology's simulator to nccl-tests output files")
-    c.add_argument("files", nargs="+", help="nccl-tests stdout captures or -J JSON files")
+    c.add_argument("files", nargs="*", help="nccl-tests stdout captures or -J JSON files")
+    c.add_argument("--store", help="fit to the measurements of this store (ncclrl sweep/finetune/validate) "
+                   "instead of nccl-tests files")
     c.add_argument("--topology", required=True, help="preset name or YAML path to start from")
     c.add_argument("-o", "--output", help="write the calibrated preset here (usable as --topology)")
     c.add_argument("--seed", type=int, default=0, help="seed of the held-out split")

@@ -24,7 +24,7 @@ from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.topology import Topology, load_topology
 from runners.store import KNOB_FIELDS, Point, Store
-from runners.sweep import parse_kv
+from runners.sweep import measure_whole, parse_kv
 
 DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "", "collectives": "allreduce", "min_bytes": "8",
                             "max_bytes": "256M", "budget": "200", "wall_s": "1800", "rounds": "3",
@@ -83,7 +83,7 @@ class ReplayWorkers:
         pass
 
 
-def make_measure(args: dict[str, str], topo: Topology, store: Store, log):
+def make_measure(args: dict[str, str], topo: Topology, store: Store, out=sys.stdout):
     """``measure(knobs, points, samples, tag)`` over the chosen backend; every point is stored."""
     replay = None
     if args["backend"] == "replay":
@@ -99,28 +99,8 @@ def make_measure(args: dict[str, str], topo: Topology, store: Store, log):
             from runners.table_backend import TableWorkers
 
             w = TableWorkers(topo.nranks, topo.nodes, knobs, timing=args["timing"], timeout_s=float(args["timeout_s"]))
-        out: list[list[float] | None] = [None] * len(points)
-        todo = list(range(len(points)))
-        while todo:  # a job that hung keeps what it measured; the rest runs in a new job
-            res = w.measure([points[i] for i in todo], samples=samples)
-            fails = getattr(w, "failures", {})
-            nxt = []
-            for j, i in enumerate(todo):
-                if res[j] is not None:
-                    out[i] = res[j]
-                    store.add(points[i], res[j], backend=args["backend"], topology=topo.name,
-                              nccl_version=w.nccl_version, timing=w.last_modes[j], tag=tag)
-                elif j in fails:
-                    store.add(points[i], [], backend=args["backend"], topology=topo.name, nccl_version=w.nccl_version,
-                              timing=args["timing"], tag=tag, status="failed", error=fails[j][:500])
-                    log(f"# {points[i].collective} {points[i].nbytes} B {points[i].algo}/{points[i].proto}/"
-                        f"{points[i].channels}: {fails[j]}")
-                else:
-                    nxt.append(i)
-            if len(nxt) == len(todo):
-                break
-            todo = nxt
-        return out
+        return measure_whole(w, points, store, topo.name, backend=args["backend"], samples=samples, tag=tag,
+                             out=out)
 
     return measure
 
@@ -189,7 +169,7 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
         print(msg, file=out, flush=True)
 
     t0 = time.time()
-    ft = Finetuner(topo, colls, sizes, model, make_measure(args, topo, store, log), cfg, log=log)
+    ft = Finetuner(topo, colls, sizes, model, make_measure(args, topo, store, out), cfg, log=log)
     if cfg.budget < ft.reserve + ft.n_sizes:
         raise ConfigError("budget", f"{cfg.budget} points cannot cover {ft.n_sizes} sizes: the guard alone "
                           f"reserves {ft.reserve}; use at least {ft.reserve + 2 * ft.n_sizes}")

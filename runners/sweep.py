@@ -29,7 +29,7 @@ from runners.store import Point, Store
 DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "h200-1x4", "collectives": "allreduce",
                             "min_bytes": "8", "max_bytes": "256M", "grid": "default", "store": "runs/store.sqlite",
                             "samples": "7", "timing": "graph", "timeout_s": "300", "tag": "sweep",
-                            "experimental": "0", "nccltests_dir": "", "launcher": "local"}
+                            "nccltests_dir": "", "launcher": "local"}
 
 
 def parse_kv(argv: list[str], defaults: dict[str, str], command: str) -> dict[str, str]:
@@ -57,8 +57,8 @@ def script_main(run, parse, argv: list[str] | None) -> int:
 
 def parse_args(argv: list[str]) -> dict[str, str]:
     args = parse_kv(argv, DEFAULTS, "sweep")
-    if args["backend"] not in ("torch", "torch-multi", "nccl-tests"):
-        raise ConfigError("backend", f"unknown value {args['backend']!r}; allowed: torch, nccl-tests, torch-multi")
+    if args["backend"] not in ("torch", "nccl-tests"):
+        raise ConfigError("backend", f"unknown value {args['backend']!r}; allowed: torch, nccl-tests")
     if args["backend"] == "nccl-tests" and not args["nccltests_dir"]:
         raise ConfigError("nccltests_dir", "backend=nccl-tests needs nccltests_dir=<folder with all_reduce_perf ...>")
     if args["grid"] not in ("default", "full"):
@@ -112,22 +112,14 @@ def size_grid(lo: int, hi: int, nranks: int, coll: int) -> list[int]:
 
 def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dict[str, Any]:
     """Run a sweep. ``workers_factory(topology, knobs, timing, timeout_s)`` makes the measuring
-    workers (default: :class:`runners.torch_backend.TorchWorkers`); tests pass a fake."""
+    workers (default: :class:`runners.table_backend.TableWorkers`); tests pass a fake."""
     from runners.cli import parse_bytes
-    from runners.torch_backend import WorkerError
+    from runners.live_common import WorkerError
 
     if workers_factory is None:
-        if args["backend"] == "torch-multi":
-            if args["experimental"] != "1":
-                raise ConfigError("backend", "torch-multi (one communicator per configuration) still hangs on our "
-                                  "4 x H200 box (docs/live.md); pass experimental=1 to run it, or use backend=torch")
-            from runners.torch_backend import TorchWorkers
-
-            def workers_factory(topo, knobs, timing, timeout_s):
-                return TorchWorkers(topo.nranks, topo.nodes, knobs, timing=timing, timeout_s=timeout_s)
-        elif args["backend"] == "nccl-tests":
+        if args["backend"] == "nccl-tests":
+            from runners.live_common import PLUGIN
             from runners.nccltests_backend import NcclTestsBackend
-            from runners.torch_backend import PLUGIN
 
             def workers_factory(topo, knobs, timing, timeout_s):
                 b = NcclTestsBackend(args["nccltests_dir"], topo.nranks, args["launcher"], PLUGIN, timeout_s)
@@ -168,10 +160,12 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
             continue
         if getattr(workers, "whole_request", False):  # one job per setting; a hang costs one point
             try:
-                m, f = measure_whole(workers, [p for pts in todo for p in pts], store, topo, args, out)
+                res = measure_whole(workers, [p for pts in todo for p in pts], store, topo.name,
+                                    backend=args["backend"], samples=samples, tag=tag, out=out)
             finally:
                 workers.close()
-            measured, failed = measured + m, failed + f
+            got = sum(r is not None for r in res)
+            measured, failed = measured + got, failed + len(res) - got
             continue
         try:
             for pts in todo:
@@ -197,36 +191,38 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
     return {"measured": measured, "skipped": skipped, "failed": failed}
 
 
-def measure_whole(workers, points: list, store: Store, topo: Topology, args: dict, out) -> tuple[int, int]:
-    """Measure ``points`` in as many jobs as it takes: each job keeps what it finished; a point that
-    NCCL hung on (or that failed) is stored as failed and left out of the next job."""
-    measured = failed = 0
-    remaining = list(points)
+def measure_whole(workers, points: list[Point], store: Store, topology: str, *, backend: str, samples: int,
+                  tag: str, out=sys.stdout) -> list[list[float] | None]:
+    """Measure ``points`` in as many jobs as it takes and store every one: each job keeps what it
+    finished; a point NCCL hung on (or that failed) is stored as failed and left out of the next
+    job. Returns each point's samples (``None``: failed)."""
+    results: list[list[float] | None] = [None] * len(points)
+    remaining = list(range(len(points)))
+
+    def add(i: int, smp: list[float], **kw) -> None:
+        store.add(points[i], smp, backend=backend, topology=topology, nccl_version=workers.nccl_version, tag=tag, **kw)
+
     while remaining:
-        res = workers.measure(remaining, samples=int(args["samples"]))
+        res = workers.measure([points[i] for i in remaining], samples=samples)
         fails = getattr(workers, "failures", {})
         nxt = []
-        for i, (p, r) in enumerate(zip(remaining, res, strict=True)):
+        for j, (i, r) in enumerate(zip(remaining, res, strict=True)):
             if r is not None:
-                store.add(p, r, backend=args["backend"], topology=topo.name, nccl_version=workers.nccl_version,
-                          timing=workers.last_modes[i], tag=args["tag"])
-                measured += 1
-            elif i in fails:
-                store.add(p, [], backend=args["backend"], topology=topo.name, nccl_version=workers.nccl_version,
-                          timing="eager", tag=args["tag"], status="failed", error=fails[i][:500])
-                print(f"# {p.collective} {p.nbytes} B {p.algo}/{p.proto}/{p.channels}: {fails[i]}", file=out,
+                add(i, r, timing=workers.last_modes[j])
+                results[i] = r
+            elif j in fails:
+                add(i, [], timing="eager", status="failed", error=fails[j][:500])
+                p = points[i]
+                print(f"# {p.collective} {p.nbytes} B {p.algo}/{p.proto}/{p.channels}: {fails[j]}", file=out,
                       flush=True)
-                failed += 1
             else:
-                nxt.append(p)
+                nxt.append(i)
         if len(nxt) == len(remaining):  # no progress and nothing to blame: give up on these
-            for p in nxt:
-                store.add(p, [], backend=args["backend"], topology=topo.name, nccl_version=workers.nccl_version,
-                          timing="eager", tag=args["tag"], status="failed", error="job made no progress")
-            failed += len(nxt)
+            for i in nxt:
+                add(i, [], timing="eager", status="failed", error="job made no progress")
             break
         remaining = nxt
-    return measured, failed
+    return results
 
 
 def best_table(store: Store, topo: Topology, coll: str, tag: str = "sweep"):

@@ -24,9 +24,9 @@ import numpy as np
 
 from costmodel.errors import ConfigError
 from costmodel.nccl import COLL_INDEX
+from runners.live_common import PLUGIN, SAFE_ENV, WorkerError, _free_port
 from runners.plugin_verify import _make_op as make_collective
 from runners.store import Point
-from runners.torch_backend import PLUGIN, SAFE_ENV, WorkerError, _free_port
 
 QUANTUM = 16
 
@@ -155,13 +155,9 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
     dist.destroy_process_group()
 
 
-def collect(out_dir: Path, nranks: int, n: int) -> list[list[float] | None]:
-    """Per point, the slowest rank's samples, from the groups every rank finished; else ``None``."""
-    return collect_with_modes(out_dir, nranks, n)[0]
-
-
-def collect_with_modes(out_dir: Path, nranks: int, n: int) -> tuple[list[list[float] | None], list[str]]:
-    """:func:`collect`, plus each point's timing mode (``graph``/``eager``) as rank 0 wrote it."""
+def collect(out_dir: Path, nranks: int, n: int) -> tuple[list[list[float] | None], list[str]]:
+    """Per point, the slowest rank's samples, from the groups every rank finished (else ``None``),
+    and its timing mode (``graph``/``eager``) as rank 0 wrote it."""
     modes = ["eager"] * n
     f0 = out_dir / "result0.jsonl"
     if f0.exists():
@@ -211,7 +207,7 @@ def last_item(out_dir: Path, nranks: int) -> int | None:
 
 
 class TableWorkers:
-    """Same interface as :class:`runners.torch_backend.TorchWorkers`; each ``measure`` is one job, so
+    """Same interface as :class:`runners.live_common.TorchWorkers`; each ``measure`` is one job, so
     a sweep hands it every point of a knob setting at once (``whole_request``).
 
     :param timing: ``graph`` (each point's repetitions captured in a CUDA graph and replayed, like
@@ -278,7 +274,7 @@ class TableWorkers:
             for p in ctx.processes:
                 if p.is_alive():
                     p.kill()
-            out, self.last_modes = collect_with_modes(out_dir, self.nranks, len(points))
+            out, self.last_modes = collect(out_dir, self.nranks, len(points))
             if error:
                 stuck = last_item(out_dir, self.nranks)
                 if stuck is not None and out[stuck] is None:

@@ -26,7 +26,7 @@ from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.topology import load_topology
 from runners.store import Point, Store, summarize
-from runners.sweep import parse_kv, script_main, size_grid
+from runners.sweep import measure_whole, parse_kv, script_main, size_grid
 
 DEFAULTS: dict[str, str] = {"table": "", "conf": "", "topology": "", "collectives": "allreduce",
                             "min_bytes": "8", "max_bytes": "256M", "rounds": "2", "samples": "5",
@@ -103,20 +103,15 @@ def run_validate(args: dict[str, str], out=sys.stdout, workers_factory=None):
     for r in range(int(args["rounds"])):
         for which, kn, tab in (("base", None, None), ("tuned", knobs, table)):
             w = workers_factory(kn, tab)
-            res = w.measure(points, samples=int(args["samples"]))
+            stored = [replace(kn, collective=p.collective, nbytes=p.nbytes) if kn else p for p in points]
+            tag = "validate-base" if which == "base" else f"validate-tuned:{digest}"
+            res = measure_whole(w, stored, store, topo.name, backend="torch", samples=int(args["samples"]), tag=tag,
+                                out=out)
             done = 0
-            for i, (p, smp) in enumerate(zip(points, res, strict=True)):
-                stored = replace(kn, collective=p.collective, nbytes=p.nbytes) if kn else p
-                tag = "validate-base" if which == "base" else f"validate-tuned:{digest}"
-                if smp is None:
-                    store.add(stored, [], backend="torch", topology=topo.name, nccl_version=w.nccl_version,
-                              timing=args["timing"], tag=tag, status="failed",
-                              error=getattr(w, "failures", {}).get(i, "not reached")[:500])
-                    continue
-                store.add(stored, smp, backend="torch", topology=topo.name, nccl_version=w.nccl_version,
-                          timing=w.last_modes[i], tag=tag)
-                pooled[which][i] += list(smp)
-                done += 1
+            for i, smp in enumerate(res):
+                if smp:
+                    pooled[which][i] += list(smp)
+                    done += 1
             print(f"# round {r + 1}: {which}: {done}/{len(points)} points, {time.time() - t0:.0f} s", file=out,
                   flush=True)
     rows = []

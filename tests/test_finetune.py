@@ -132,7 +132,7 @@ def test_guard_drops_rows_that_do_not_hold_up_when_measured_afresh():
 def test_finetune_replaying_the_h200_sweep(tmp_path):
     """The replay path on the real sweep, without a policy (the model alone proposes): 10% of the
     sweep's measurements, >= 65% of its optimum (measured 71.5%; with the pretrained policy of
-    docs/live.md 90.9%, the figure that counts)."""
+    docs/live.md 89.6%, the figure that counts)."""
     from runners.finetune import ReplayWorkers, sweep_reference, table_speedup_on_sweep
 
     topo = load_topology("h200-2x2-sock")

@@ -66,7 +66,7 @@ def test_a_hanging_configuration_times_out_alone(bindir, monkeypatch):
 
 def test_sweep_through_nccltests_into_the_store(bindir, tmp_path, monkeypatch):
     d, plugin = bindir
-    monkeypatch.setattr("runners.torch_backend.PLUGIN", plugin)
+    monkeypatch.setattr("runners.live_common.PLUGIN", plugin)
     args = parse_args(["backend=nccl-tests", f"nccltests_dir={d}", "topology=h200-1x4", "collectives=allreduce",
                        "max_bytes=1M", "grid=full", f"store={tmp_path / 's.sqlite'}", "samples=2", "timeout_s=30"])
     out = io.StringIO()

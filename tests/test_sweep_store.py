@@ -11,9 +11,9 @@ import pytest
 from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.simulator import Configs, Simulator
+from runners.live_common import WorkerError
 from runners.store import Point, Store, summarize
 from runners.sweep import parse_args, run_sweep
-from runners.torch_backend import WorkerError
 
 
 class FakeWorkers:
@@ -149,9 +149,9 @@ def test_point_env():
     assert np.isnan(summarize([])[0])
 
 
-def test_multi_communicator_backend_is_gated_until_it_works(tmp_path):
-    with pytest.raises(ConfigError, match="experimental=1"):
-        run_sweep(sweep_args(tmp_path, backend="torch-multi"), io.StringIO())
+def test_the_multi_communicator_design_that_hung_is_gone(tmp_path):
+    with pytest.raises(ConfigError, match="allowed: torch, nccl-tests"):
+        parse_args(["topology=h200-2x2-sock", "backend=torch-multi"])
 
 
 def test_whole_request_workers_get_every_point_of_a_setting_at_once(tmp_path):
@@ -225,7 +225,8 @@ def test_collect_keeps_finished_sizes_and_names_the_stuck_point(tmp_path):
         (tmp_path / f"result{r}.jsonl").write_text(
             f'{{"idx": [0, 1], "samples": [[1.0, 2.0], [3.0, {4 + r}]]}}\n{cut}')
         (tmp_path / f"rank{r}.log").write_text("12:00:00 up\n12:00:01 item 0\n12:00:01 item 1\n12:00:02 item 2\n")
-    res = collect(tmp_path, 2, 3)
+    res, modes = collect(tmp_path, 2, 3)
+    assert modes == ["eager"] * 3
     assert res[0] == [1.0, 2.0] and res[1] == [3.0, 5.0] and res[2] is None  # slowest rank per sample
     assert last_item(tmp_path, 2) == 2
 

@@ -1,0 +1,22 @@
+"""What every live PyTorch backend shares: the plugin's path, the environment every GPU job runs
+with, the worker error, a free TCP port for the rendezvous."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGIN = REPO / "plugin" / "build" / "libnccl-tuner-ncclrl.so"
+# NVLink multicast off: it can take the shared GPUs down
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+class WorkerError(RuntimeError):
+    """A worker failed (NCCL error, dead rank) or did not answer in time."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
