@@ -69,6 +69,7 @@ def env_to_config(topo: Topology, coll: int, env: dict[str, str]) -> dict:
         "buffsize_bytes": int(env.get("NCCL_BUFFSIZE", 0)),
         "socket_nthreads": int(env.get("NCCL_SOCKET_NTHREADS", 0)),
         "nsocks_perthread": int(env.get("NCCL_NSOCKS_PERTHREAD", 0)),
+        "socket_inline_bytes": int(env.get("NCCL_SOCKET_INLINE", 0)),
     }
 
 
@@ -102,7 +103,8 @@ def measurements_from_runs(topo: Topology, runs: list) -> pd.DataFrame:
                     "algo": N.ALGOS[d.algo[j]], "proto": N.PROTOS[d.proto[j]], "channels": 0,
                     "comm_channels": knobs["comm_channels"], "buffsize_bytes": knobs["buffsize_bytes"],
                     "socket_nthreads": knobs["socket_nthreads"],
-                    "nsocks_perthread": knobs["nsocks_perthread"], "time_us": float(t.time_us),
+                    "nsocks_perthread": knobs["nsocks_perthread"],
+                    "socket_inline_bytes": knobs["socket_inline_bytes"], "time_us": float(t.time_us),
                 })
     if not rows:
         raise ConfigError("files", "no usable measurements in the given files")
@@ -114,7 +116,7 @@ def configs_from_frame(df: pd.DataFrame) -> Configs:
         [N.COLLECTIVES.index(c) for c in df["collective"]], df["nbytes"].to_numpy(),
         [N.ALGOS.index(a) for a in df["algo"]], [N.PROTOS.index(p) for p in df["proto"]],
         df["channels"].to_numpy(), df.get("comm_channels", 0), df.get("buffsize_bytes", 0),
-        df.get("socket_nthreads", 0), df.get("nsocks_perthread", 0))
+        df.get("socket_nthreads", 0), df.get("nsocks_perthread", 0), df.get("socket_inline_bytes", 0))
 
 
 @dataclass
@@ -144,6 +146,8 @@ def _free_parameters(topo: Topology, df: pd.DataFrame, p: SimParams) -> list[_Sl
         slots.append(_Slot("flow_bw_gbps", (), 0.05, 500.0))
         if topo.net.kind == "socket":
             slots.append(_Slot("thread_bw_gbps", (), 0.05, 500.0))
+            slots.append(_Slot("sock_send_us", (), 0.01, 500.0))
+            slots.append(_Slot("sock_thread_us", (), 0.01, 500.0))
     # Start inside the bounds.
     for s in slots:
         v = _get(p, s)
@@ -263,7 +267,9 @@ def measurements_from_store(topo: Topology, frame: pd.DataFrame) -> pd.DataFrame
     if df.empty:
         raise ConfigError("store", f"no measurements of {topo.name} in the store")
     df = df[df["collective"].isin(N.COLLECTIVES) & df["median_us"].notna() & (df["median_us"] > 0)]
-    knob_cols = ["comm_channels", "buffsize_bytes", "socket_nthreads", "nsocks_perthread"]
+    knob_cols = ["comm_channels", "buffsize_bytes", "socket_nthreads", "nsocks_perthread", "socket_inline_bytes"]
+    if "socket_inline_bytes" not in df:
+        df["socket_inline_bytes"] = 0
     df["source"] = df[knob_cols].astype(int).astype(str).agg("/".join, axis=1)
     df["time_us"] = df["median_us"].astype(float)
     algo, proto = df["algo"].to_numpy(dtype=object).copy(), df["proto"].to_numpy(dtype=object).copy()

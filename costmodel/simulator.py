@@ -69,6 +69,9 @@ PARAM_DOC: dict[str, str] = {
     "noise_large": "lognormal sigma of a bandwidth-bound call",
     "outlier_prob": "probability of a slow outlier",
     "outlier_scale": "an outlier is up to this fraction slower",
+    "sock_send_us": "sockets: extra latency of an inter-node step whose data does not ride inline with the "
+                    "control message (larger than NCCL_SOCKET_INLINE), us",
+    "sock_thread_us": "sockets: the same when helper threads carry the data (NCCL_SOCKET_NTHREADS), us",
 }
 
 # (low, high) multiplicative bounds for domain randomization (absolute for contention_exp).
@@ -92,6 +95,8 @@ RANDOMIZATION: dict[str, tuple[float, float]] = {
     "noise_large": (0.7, 1.4),
     "outlier_prob": (0.5, 2.0),
     "outlier_scale": (0.7, 1.3),
+    "sock_send_us": (0.5, 2.0),
+    "sock_thread_us": (0.5, 2.0),
 }
 
 TABLE_PARAMS = ("base_us", "hop_us", "channel_bw_gbps", "cap_gbps")
@@ -122,6 +127,8 @@ class SimParams:
     noise_large: float
     outlier_prob: float
     outlier_scale: float
+    sock_send_us: float = 0.0
+    sock_thread_us: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     # -- construction ------------------------------------------------------------------------
@@ -164,6 +171,10 @@ class SimParams:
             noise_large=0.015,
             outlier_prob=0.02,
             outlier_scale=0.5,
+            # h200-2x2-sock probe (docs/live.md): inline 64 KiB saves ~12 us at 512 B-2 KiB; 2 threads x 2
+            # sockets cost 1.5-3x at 1-64 KiB
+            sock_send_us=3.0 if kind == "socket" else 0.0,
+            sock_thread_us=12.0 if kind == "socket" else 0.0,
         )
 
     @classmethod
@@ -255,7 +266,8 @@ class Configs:
 
     ``channels`` 0 means NCCL's own per-call choice; ``comm_channels`` 0 the communicator's
     default (``NCCL_MIN/MAX_NCHANNELS`` otherwise); ``buffsize_bytes`` 0 NCCL's default
-    (``NCCL_BUFFSIZE``); ``socket_nthreads``/``nsocks_perthread`` 0 the topology's defaults.
+    (``NCCL_BUFFSIZE``); ``socket_nthreads``/``nsocks_perthread`` 0 the topology's defaults;
+    ``socket_inline_bytes`` 0 NCCL's default inline size (``NCCL_SOCKET_INLINE``, 128 B).
     """
 
     coll: np.ndarray
@@ -267,13 +279,15 @@ class Configs:
     buffsize_bytes: np.ndarray
     socket_nthreads: np.ndarray
     nsocks_perthread: np.ndarray
+    socket_inline_bytes: np.ndarray
 
     @classmethod
     def make(cls, coll: Any, nbytes: Any, algo: Any, proto: Any, channels: Any = 0, comm_channels: Any = 0,
-             buffsize_bytes: Any = 0, socket_nthreads: Any = 0, nsocks_perthread: Any = 0) -> Configs:
+             buffsize_bytes: Any = 0, socket_nthreads: Any = 0, nsocks_perthread: Any = 0,
+             socket_inline_bytes: Any = 0) -> Configs:
         arrays = np.broadcast_arrays(*(np.asarray(x) for x in (
             coll, nbytes, algo, proto, channels, comm_channels, buffsize_bytes, socket_nthreads,
-            nsocks_perthread)))
+            nsocks_perthread, socket_inline_bytes)))
         out = [np.array(a, dtype=np.int64).ravel() for a in arrays]  # own, writable copies
         return cls(*out)
 
@@ -292,7 +306,7 @@ class Configs:
             arr = getattr(self, name)
             if np.any((arr < 0) | (arr > N.MAX_CHANNELS)):
                 raise ConfigError(name, f"must be 0 (NCCL's choice) or 1..{N.MAX_CHANNELS}")
-        for name in ("buffsize_bytes", "socket_nthreads", "nsocks_perthread"):
+        for name in ("buffsize_bytes", "socket_nthreads", "nsocks_perthread", "socket_inline_bytes"):
             if np.any(getattr(self, name) < 0):
                 raise ConfigError(name, "must be >= 0 (0 = NCCL's default)")
         if np.any(self.socket_nthreads * np.maximum(self.nsocks_perthread, 1) > 64):
@@ -402,6 +416,13 @@ class Simulator:
         piece = np.minimum(chunk, per_ch_bytes / slices)
         loops = np.ceil(per_ch_bytes / (chunk * slices))
         fill = p.fill_steps[algo] * piece / (1000.0 * bus / k)
+        if nn > 1 and topo.net.kind == "socket":
+            # NCCL's socket transport: a message up to NCCL_SOCKET_INLINE rides with its size on the
+            # control socket; a larger one is a second send on the proxy thread, or a hand-off to the
+            # helper threads when NCCL_SOCKET_NTHREADS is set
+            inline = np.where(cfg.socket_inline_bytes > 0, cfg.socket_inline_bytes, 128)
+            helpers = (cfg.socket_nthreads > 0) | (nthr * nsock > 1)
+            lat = lat + inter_hops * np.where(piece > inline, np.where(helpers, p.sock_thread_us, p.sock_send_us), 0.0)
         device = lat + bw_time + fill + p.loop_us[proto] * np.maximum(loops - 1.0, 0.0)
         # Host launch cost and device time overlap across back-to-back calls (soft maximum).
         r = max(p.overlap_exp, 1.0)

@@ -28,6 +28,7 @@ def optimum(sim: Simulator, coll: int, sizes: np.ndarray, conf: dict[str, int] |
     cfg.buffsize_bytes[cfg.buffsize_bytes == 0] = conf.get("NCCL_BUFFSIZE", 0)
     cfg.socket_nthreads[:] = conf.get("NCCL_SOCKET_NTHREADS", 0)
     cfg.nsocks_perthread[:] = conf.get("NCCL_NSOCKS_PERTHREAD", 0)
+    cfg.socket_inline_bytes[:] = conf.get("NCCL_SOCKET_INLINE", 0)
     t = sim.time_us(cfg, validate=False).reshape(sizes.size, -1)
     return t.min(axis=1), valid[np.argmin(t, axis=1)]
 

@@ -24,17 +24,17 @@ from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.topology import Topology, load_topology
 from runners.store import KNOB_FIELDS, Point, Store
-from runners.sweep import measure_whole, parse_kv
+from runners.sweep import knob_grid, measure_whole, parse_kv
 
 DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "", "collectives": "allreduce", "min_bytes": "8",
                             "max_bytes": "256M", "budget": "200", "wall_s": "1800", "rounds": "3",
                             "confs_per_round": "2", "probe_every": "4", "per_size": "1", "samples": "5",
-                            "guard_samples": "9",
+                            "guard_samples": "9", "guard_confs": "2",
                             "ppo_steps": "8192", "seed": "0", "store": "runs/finetune.sqlite",
                             "replay_store": "",
                             "out": "runs/finetune", "timing": "eager", "timeout_s": "120"}
-INTS = ("budget", "rounds", "confs_per_round", "probe_every", "per_size", "samples", "guard_samples", "ppo_steps",
-        "seed")
+INTS = ("budget", "rounds", "confs_per_round", "probe_every", "per_size", "samples", "guard_samples", "guard_confs",
+        "ppo_steps", "seed")
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:
@@ -105,6 +105,16 @@ def make_measure(args: dict[str, str], topo: Topology, store: Store, out=sys.std
     return measure
 
 
+def replay_knobs(frame, topo: Topology) -> list[Point]:
+    """The knob settings of the full grid that a recorded sweep measured (NCCL's defaults first):
+    replaying fine-tunes over the space the sweep covered."""
+    have = {tuple(int(v) for v in row) for row in frame[list(KNOB_FIELDS)].drop_duplicates().itertuples(index=False)}
+    knobs = [k for k in knob_grid(topo, "full") if k.knobs in have]
+    if not knobs or any(knobs[0].knobs):
+        raise ConfigError("replay_store", f"the sweep of {topo.name} has no run under NCCL's defaults")
+    return knobs
+
+
 def sweep_reference(frame, topo: Topology, sizes: dict[int, list[int]]) -> dict[str, Any]:
     """From an exhaustive sweep: per knob setting, the geometric-mean speedup of the best per-call
     configuration per size over NCCL's plain default; the best setting is the optimum a table plus
@@ -118,7 +128,7 @@ def sweep_reference(frame, topo: Topology, sizes: dict[int, list[int]]) -> dict[
         logs = []
         for c, ss in sizes.items():
             for s in ss:
-                base = med.get((N.COLLECTIVES[c], s, "default", "default", 0, "0/0/0/0"))
+                base = med.get((N.COLLECTIVES[c], s, "default", "default", 0, "/".join("0" * len(KNOB_FIELDS))))
                 vals = [v for (cc, n, *_rest, kk), v in med.items() if cc == N.COLLECTIVES[c] and n == s and kk == k]
                 if base and vals:
                     logs.append(np.log(base / min(vals)))
@@ -138,7 +148,7 @@ def table_speedup_on_sweep(ref: dict[str, Any], conf: Point, rows: list[dict], s
     for c, ss in sizes.items():
         for s in ss:
             name = N.COLLECTIVES[c]
-            base = med.get((name, s, "default", "default", 0, "0/0/0/0"))
+            base = med.get((name, s, "default", "default", 0, "/".join("0" * len(KNOB_FIELDS))))
             t = med.get((name, s, *by.get((name, s), ("default", "default", 0)), k))
             if base and t:
                 logs.append(np.log(base / t))
@@ -158,6 +168,7 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
                          confs_per_round=int(args["confs_per_round"]),
                          probe_every=int(args["probe_every"]), per_size=int(args["per_size"]),
                          samples=int(args["samples"]), guard_samples=int(args["guard_samples"]),
+                         guard_confs=int(args["guard_confs"]),
                          ppo_steps=int(args["ppo_steps"]), seed=int(args["seed"]))
     cfg.check()
     model = load_policy(checkpoint)
@@ -169,7 +180,11 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
         print(msg, file=out, flush=True)
 
     t0 = time.time()
-    ft = Finetuner(topo, colls, sizes, model, make_measure(args, topo, store, out), cfg, log=log)
+    knobs = None
+    if args["backend"] == "replay":
+        with Store(Path(args["replay_store"])) as rs:
+            knobs = replay_knobs(rs.frame(topology=topo.name, status="ok", tag="sweep"), topo)
+    ft = Finetuner(topo, colls, sizes, model, make_measure(args, topo, store, out), cfg, log=log, knobs=knobs)
     if cfg.budget < ft.reserve + ft.n_sizes:
         raise ConfigError("budget", f"{cfg.budget} points cannot cover {ft.n_sizes} sizes: the guard alone "
                           f"reserves {ft.reserve}; use at least {ft.reserve + 2 * ft.n_sizes}")
@@ -181,7 +196,7 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
     model.save(str(out_dir / "policy.zip"))
     log(f"# fine-tuned {topo.name} {','.join(N.COLLECTIVES[c] for c in colls)}: {res.measured} measurements in "
         f"{res.rounds} rounds, {time.time() - t0:.0f} s; knobs: {knob_label(res.conf)}; {len(res.rows)} rows kept by "
-        f"the guard of {sum(1 for g in res.guard if g['nbytes'])} checked")
+        f"the guard of {sum(1 for g in res.guard if g['nbytes'] and g['knobs'] == knob_label(res.conf))} checked")
     summary: dict[str, Any] = {"measured": res.measured, "rows": len(res.rows), "conf": res.conf.env(),
                                "paths": {k: str(v) for k, v in paths.items()}}
     if args["backend"] == "replay":

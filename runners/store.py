@@ -37,6 +37,7 @@ CREATE TABLE IF NOT EXISTS measurements (
     buffsize_bytes INTEGER NOT NULL,
     socket_nthreads INTEGER NOT NULL,
     nsocks_perthread INTEGER NOT NULL,
+    socket_inline_bytes INTEGER NOT NULL DEFAULT 0,  -- NCCL_SOCKET_INLINE, 0 = NCCL's default
     timing TEXT NOT NULL,        -- 'graph' or 'eager'
     tag TEXT NOT NULL,           -- what the measurement was for: sweep, finetune, guard, validate
     status TEXT NOT NULL,        -- ok, failed, timeout
@@ -51,7 +52,7 @@ CREATE INDEX IF NOT EXISTS by_point ON measurements
      socket_nthreads, nsocks_perthread, tag);
 """
 
-KNOB_FIELDS = ("comm_channels", "buffsize_bytes", "socket_nthreads", "nsocks_perthread")
+KNOB_FIELDS = ("comm_channels", "buffsize_bytes", "socket_nthreads", "nsocks_perthread", "socket_inline_bytes")
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,12 @@ class Point:
     buffsize_bytes: int = 0
     socket_nthreads: int = 0
     nsocks_perthread: int = 0
+    socket_inline_bytes: int = 0
 
     @property
-    def knobs(self) -> tuple[int, int, int, int]:
-        return (self.comm_channels, self.buffsize_bytes, self.socket_nthreads, self.nsocks_perthread)
+    def knobs(self) -> tuple[int, int, int, int, int]:
+        return (self.comm_channels, self.buffsize_bytes, self.socket_nthreads, self.nsocks_perthread,
+                self.socket_inline_bytes)
 
     @property
     def is_default(self) -> bool:
@@ -87,6 +90,8 @@ class Point:
             e["NCCL_SOCKET_NTHREADS"] = str(self.socket_nthreads)
         if self.nsocks_perthread:
             e["NCCL_NSOCKS_PERTHREAD"] = str(self.nsocks_perthread)
+        if self.socket_inline_bytes:
+            e["NCCL_SOCKET_INLINE"] = str(self.socket_inline_bytes)
         return e
 
 
@@ -120,6 +125,9 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(SCHEMA)
+            cols = {r[1] for r in self._db.execute("PRAGMA table_info(measurements)")}
+            if "socket_inline_bytes" not in cols:  # a store from before the knob: its rows ran with NCCL's default
+                self._db.execute("ALTER TABLE measurements ADD COLUMN socket_inline_bytes INTEGER NOT NULL DEFAULT 0")
             self._db.commit()
         except (sqlite3.Error, OSError) as e:
             raise ConfigError("store", f"cannot open {self.path}: {e}") from None
@@ -139,9 +147,9 @@ class Store:
         try:
             self._db.execute(
                 "INSERT INTO measurements (ts, host, backend, topology, nccl_version, collective, nbytes, algo, proto,"
-                " channels, comm_channels, buffsize_bytes, socket_nthreads, nsocks_perthread, timing, tag, status,"
-                " samples_us, median_us, ci_lo_us, ci_hi_us, error) VALUES"
-                " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " channels, comm_channels, buffsize_bytes, socket_nthreads, nsocks_perthread, socket_inline_bytes,"
+                " timing, tag, status, samples_us, median_us, ci_lo_us, ci_hi_us, error) VALUES"
+                " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (time.time(), self.host, backend, topology, nccl_version, point.collective, int(point.nbytes),
                  point.algo, point.proto, int(point.channels), *map(int, point.knobs), timing, tag, status,
                  json.dumps([round(float(s), 4) for s in samples]), med, lo, hi, error))
@@ -154,7 +162,7 @@ class Store:
         cur = self._db.execute(
             "SELECT 1 FROM measurements WHERE topology=? AND backend=? AND collective=? AND nbytes=? AND algo=? AND"
             " proto=? AND channels=? AND comm_channels=? AND buffsize_bytes=? AND socket_nthreads=? AND"
-            " nsocks_perthread=? AND tag=? AND status='ok' LIMIT 1",
+            " nsocks_perthread=? AND socket_inline_bytes=? AND tag=? AND status='ok' LIMIT 1",
             (topology, backend, point.collective, int(point.nbytes), point.algo, point.proto, int(point.channels),
              *map(int, point.knobs), tag))
         return cur.fetchone() is not None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,15 @@ from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.replica import eligible_mask
 from costmodel.topology import Topology, load_topology
-from runners.store import Point, Store
+from runners.store import KNOB_FIELDS, Point, Store
 
 DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "h200-1x4", "collectives": "allreduce",
                             "min_bytes": "8", "max_bytes": "256M", "grid": "default", "store": "runs/store.sqlite",
                             "samples": "7", "timing": "graph", "timeout_s": "300", "tag": "sweep",
                             "nccltests_dir": "", "launcher": "local"}
+# NCCL_SOCKET_INLINE in the knob grid: 256 KiB measured best of 64/256 KiB on h200-2x2-sock
+# (docs/live/probe_socket_inline.py; NCCL's default is 128 B)
+SOCKET_INLINE_BYTES = 256 << 10
 
 
 def parse_kv(argv: list[str], defaults: dict[str, str], command: str) -> dict[str, str]:
@@ -70,13 +74,16 @@ def parse_args(argv: list[str]) -> dict[str, str]:
 
 def knob_grid(topo: Topology, grid: str) -> list[Point]:
     """Per-process knob settings: NCCL's defaults, and for ``full`` the ones that matter there
-    (socket threads x sockets and channel counts on socket networks; channels elsewhere)."""
+    (socket threads x sockets, channel counts and the inline size on socket networks; channels
+    elsewhere)."""
     base = [Point("allreduce", 1)]
     if grid == "default":
         return base
     if topo.nodes > 1 and topo.net.kind == "socket":
         for t, s, c in ((2, 4, 4), (2, 4, 0), (4, 4, 4), (2, 2, 4), (4, 4, 0), (2, 2, 0)):
             base.append(Point("allreduce", 1, socket_nthreads=t, nsocks_perthread=s, comm_channels=c))
+        # and each of them with NCCL_SOCKET_INLINE raised: steps up to it skip the helper threads
+        base += [replace(k, socket_inline_bytes=SOCKET_INLINE_BYTES) for k in list(base)]
     else:
         base.append(Point("allreduce", 1, comm_channels=min(2 * topo.nccl.channels, N.MAX_CHANNELS)))
     return base
@@ -230,7 +237,7 @@ def best_table(store: Store, topo: Topology, coll: str, tag: str = "sweep"):
     df = store.frame(topology=topo.name, collective=coll, tag=tag, status="ok")
     if df.empty:
         return df
-    knob_cols = ["comm_channels", "buffsize_bytes", "socket_nthreads", "nsocks_perthread"]
+    knob_cols = list(KNOB_FIELDS)
     df["config"] = df.apply(lambda r: f"{r.algo}/{r.proto}/{r.channels}", axis=1)
     df["knobs"] = df.apply(lambda r: " ".join(f"{k}={int(r[k])}" for k in knob_cols if r[k]) or "-", axis=1)
     rows = []

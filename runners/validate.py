@@ -33,7 +33,7 @@ DEFAULTS: dict[str, str] = {"table": "", "conf": "", "topology": "", "collective
                             "timing": "eager", "timeout_s": "300", "store": "runs/validate.sqlite", "out": ""}
 CONF_KEYS = {"NCCL_MIN_NCHANNELS": "comm_channels", "NCCL_MAX_NCHANNELS": "comm_channels",
              "NCCL_BUFFSIZE": "buffsize_bytes", "NCCL_SOCKET_NTHREADS": "socket_nthreads",
-             "NCCL_NSOCKS_PERTHREAD": "nsocks_perthread"}
+             "NCCL_NSOCKS_PERTHREAD": "nsocks_perthread", "NCCL_SOCKET_INLINE": "socket_inline_bytes"}
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.finetune import DEFAULT, FinetuneConfig, Finetuner, sizes_for
+from agents.finetune import DEFAULT, FinetuneConfig, Finetuner, knob_label, sizes_for
 from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.simulator import Configs, Simulator
@@ -48,6 +48,7 @@ def sim_measure(sim: Simulator, log: list, slow_rows: set | None = None, guard_n
             else:
                 cfg = Configs.make(c, p.nbytes, N.ALGOS.index(p.algo), N.PROTOS.index(p.proto), p.channels)
             cfg.comm_channels[:], cfg.socket_nthreads[:], cfg.nsocks_perthread[:] = p.knobs[0], p.knobs[2], p.knobs[3]
+            cfg.socket_inline_bytes[:] = p.knobs[4]
             t = float(sim.time_us(cfg)[0])
             if slow_rows and tag == "guard" and (p.collective, p.nbytes) in slow_rows and p.algo != "default":
                 t *= 3.0  # won the search by luck; slower when measured afresh
@@ -57,8 +58,10 @@ def sim_measure(sim: Simulator, log: list, slow_rows: set | None = None, guard_n
     return measure
 
 
-def exhaustive(sim, topo, colls, sizes):
-    """The true optimum of one knob setting + per-size best configuration, by brute force."""
+def exhaustive(sim, topo, colls, sizes, no_loss: bool = True):
+    """The true optimum of one knob setting + per-size best configuration, by brute force; with
+    ``no_loss`` among the settings that are at no size slower than NCCL's plain default (what the
+    guard lets through)."""
     best = -np.inf
     for k in knob_grid(topo, "full"):
         logs = []
@@ -69,6 +72,8 @@ def exhaustive(sim, topo, colls, sizes):
                 ts = f(k, [Point(N.COLLECTIVES[c], s, *key, *k.knobs) for key in [DEFAULT] + call_configs(topo, c, k,
                                                                                                        "full")], 1, "x")
                 logs.append(np.log(base / min(t[0] for t in ts)))
+        if no_loss and min(logs) < np.log(1 / 1.01):
+            continue
         best = max(best, float(np.mean(logs)))
     return float(np.exp(best))
 
@@ -129,28 +134,81 @@ def test_guard_drops_rows_that_do_not_hold_up_when_measured_afresh():
                                                                          for g in res.guard}
 
 
+def _platform_with_a_knob_setting_that_loses_small_sizes(sim, slow_knobs, flukes: int):
+    """The simulator's times, except under ``slow_knobs``: 8 B-64 B twice as slow as under NCCL's
+    defaults and every call 3x faster otherwise; or, with ``flukes`` > 0, slow only the first
+    ``flukes`` times it is measured by the guard (a bad job)."""
+    base = sim_measure(sim, [])
+    seen = {"guard": 0}
+
+    def measure(knobs, points, samples, tag):
+        out = base(knobs, points, samples, tag)
+        if knobs.knobs != slow_knobs:
+            return out
+        if tag == "guard":
+            seen["guard"] += 1
+        res = []
+        for p, t in zip(points, out, strict=True):
+            small = p.nbytes <= 64
+            ref = base(Point("x", 1), [Point(p.collective, p.nbytes)], samples, "x")[0]
+            if small and (not flukes or (tag == "guard" and seen["guard"] <= flukes)):
+                res.append([2.0 * x for x in ref])
+            else:
+                res.append([x / 3.0 for x in (ref if small else t)])
+        return res
+
+    return measure
+
+
+@pytest.mark.parametrize("flukes", [0, 1])
+def test_guard_exports_no_setting_that_is_slower_at_some_size(flukes):
+    """A knob setting 3x faster in geometric mean but 2x slower at 8-64 B is never exported (NCCL's
+    defaults with their rows are); one that only looked slower in one bad guard job is re-measured
+    and exported."""
+    topo = load_topology("h200-2x2-sock")
+    sizes = sizes_for(topo, [N.ALLREDUCE], 8, 256 << 20)
+    slow_knobs = knob_grid(topo, "full")[3].knobs
+    ft = Finetuner(topo, [N.ALLREDUCE], sizes, None,
+                   _platform_with_a_knob_setting_that_loses_small_sizes(Simulator(topo, seed=0), slow_knobs, flukes),
+                   FinetuneConfig(budget=473, ppo_steps=0), log=lambda m: None)
+    assert ft.ranked() == []
+    res = ft.run()
+    assert ft.ranked()[0][0].knobs == slow_knobs  # the search ranks it first
+    verdict = next(g for g in res.guard if g["nbytes"] == 0 and g["knobs"] == knob_label(ft.ranked()[0][0]))
+    if flukes:
+        assert res.conf.knobs == slow_knobs and verdict["kept"] and not verdict["slower"]
+    else:
+        assert res.conf.knobs != slow_knobs and verdict["slower"] == ["allreduce:8", "allreduce:16", "allreduce:32",
+                                                                      "allreduce:64"]
+    assert res.measured <= 473
+
+
 def test_finetune_replaying_the_h200_sweep(tmp_path):
-    """The replay path on the real sweep, without a policy (the model alone proposes): 10% of the
-    sweep's measurements, >= 65% of its optimum (measured 71.5%; with the pretrained policy of
-    docs/live.md 89.6%, the figure that counts)."""
-    from runners.finetune import ReplayWorkers, sweep_reference, table_speedup_on_sweep
+    """The replay path on the real sweep (9 knob settings), without a policy (the model alone
+    proposes): <= 10% of the sweep's measurements; the table never loses to NCCL's default on the
+    sweep's own data, and reaches >= 60% of the sweep's optimum (docs/live.md: 67.4% with the
+    pretrained policy; the best setting loses at 256 KiB with the candidates fine-tuning measured,
+    so the guard keeps NCCL's defaults and their rows)."""
+    from runners.finetune import ReplayWorkers, replay_knobs, sweep_reference, table_speedup_on_sweep
 
     topo = load_topology("h200-2x2-sock")
     sizes = sizes_for(topo, [N.ALLREDUCE], 8, 256 << 20)
     with Store(LIVE) as s:
         frame = s.frame(topology=topo.name, tag="sweep", status="ok", collective="allreduce")
     ref = sweep_reference(frame, topo, sizes)
-    assert ref["points"] == 2366
+    assert ref["points"] >= 2366 and len(replay_knobs(frame, topo)) >= 9
 
     def measure(knobs, points, samples, tag):
         return ReplayWorkers(frame, knobs).measure(points, samples)
 
-    ft = Finetuner(topo, [N.ALLREDUCE], sizes, None, measure, FinetuneConfig(budget=236, ppo_steps=0),
-                   log=lambda m: None)
+    budget = ref["points"] // 10
+    ft = Finetuner(topo, [N.ALLREDUCE], sizes, None, measure,
+                   FinetuneConfig(budget=budget, ppo_steps=0, guard_confs=1), log=lambda m: None,
+                   knobs=replay_knobs(frame, topo))
     res = ft.run()
     got = table_speedup_on_sweep(ref, res.conf, res.rows, sizes)
     print(f"replay: {got:.3f}x of optimum {ref['optimum']:.3f}x ({got / ref['optimum']:.1%}), {res.measured} points")
-    assert res.measured <= 236 and got >= 0.65 * ref["optimum"]
+    assert res.measured <= budget and got >= 1.0 and got >= 0.60 * ref["optimum"]
 
 
 def test_finetune_cli_end_to_end_with_a_policy(tmp_path, tiny_policy):

@@ -152,3 +152,27 @@ def test_sim_block_overrides_and_rejects_unknown():
     back = sim.params.copy()
     back.update(p.to_dict())
     assert back.to_dict() == p.to_dict()
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_socket_inline_size_removes_the_extra_send_on_sockets_only(threads):
+    """NCCL_SOCKET_INLINE: a step up to it rides with the control message, so mid-size calls on a
+    socket network get faster (more so with helper threads), large ones do not change, and a
+    topology without sockets ignores the knob."""
+    sizes = np.array([4096, 16384, 256 << 20])
+    for name, expect in (("h200-2x2-sock", True), ("h200-1x4", False)):
+        sim = Simulator(name, seed=0)
+
+        def t(inline: int, sim: Simulator = sim) -> np.ndarray:
+            return sim.time_us(Configs.make(N.ALLREDUCE, sizes, N.RING, N.SIMPLE, 0, 0, 0, threads, threads, inline))
+
+        plain, inl = t(0), t(1 << 18)
+        if expect:
+            assert np.all(inl[:2] < plain[:2]) and inl[2] == pytest.approx(plain[2], rel=1e-3)
+        else:
+            np.testing.assert_allclose(inl, plain)
+    sim = Simulator("h200-2x2-sock", seed=0)
+    gain = [sim.time_us(Configs.make(N.ALLREDUCE, 4096, N.RING, N.SIMPLE, 0, 0, 0, th, th, 0))[0]
+            - sim.time_us(Configs.make(N.ALLREDUCE, 4096, N.RING, N.SIMPLE, 0, 0, 0, th, th, 1 << 18))[0]
+            for th in (0, 2)]
+    assert gain[1] > gain[0] > 0

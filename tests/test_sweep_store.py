@@ -11,9 +11,10 @@ import pytest
 from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.simulator import Configs, Simulator
+from costmodel.topology import load_topology
 from runners.live_common import WorkerError
 from runners.store import Point, Store, summarize
-from runners.sweep import parse_args, run_sweep
+from runners.sweep import knob_grid, parse_args, run_sweep
 
 
 class FakeWorkers:
@@ -161,7 +162,8 @@ def test_whole_request_workers_get_every_point_of_a_setting_at_once(tmp_path):
         whole_request = True
 
     r = run_sweep(sweep_args(tmp_path), io.StringIO(), lambda *a: Whole(*a, log=calls))
-    assert r["failed"] == 0 and len(calls) == 7 and sum(calls) == r["measured"]  # one job per knob setting
+    n_settings = len(knob_grid(load_topology("h200-2x2-sock"), "full"))
+    assert r["failed"] == 0 and len(calls) == n_settings == 14 and sum(calls) == r["measured"]  # one job per setting
 
 
 def test_table_backend_shifts_sizes_and_writes_one_row_per_point():
@@ -257,8 +259,8 @@ def test_validate_alternates_jobs_stores_everything_and_gives_verdicts(tmp_path)
     table = tmp_path / "t.csv"
     table.write_text("allreduce,0,max,ring,simple,2,-1,-1\n")
     conf = tmp_path / "nccl.conf"
-    conf.write_text("# knobs\nNCCL_SOCKET_NTHREADS=2\nNCCL_NSOCKS_PERTHREAD=4\n")
-    assert read_conf(conf).knobs == (0, 0, 2, 4)
+    conf.write_text("# knobs\nNCCL_SOCKET_NTHREADS=2\nNCCL_NSOCKS_PERTHREAD=4\nNCCL_SOCKET_INLINE=262144\n")
+    assert read_conf(conf).knobs == (0, 0, 2, 4, 262144)
     sim, calls = Simulator("h200-2x2-sock", seed=0), []
 
     def factory(knobs, tab):
@@ -269,7 +271,7 @@ def test_validate_alternates_jobs_stores_everything_and_gives_verdicts(tmp_path)
                        f"store={tmp_path / 's.sqlite'}", "rounds=2", f"out={tmp_path / 'v.csv'}"])
     df = run_validate(args, out=io.StringIO(), workers_factory=factory)
     assert [c[1] is None for c in calls] == [True, False, True, False]  # base, tuned, base, tuned
-    assert calls[1][0] == (0, 0, 2, 4)
+    assert calls[1][0] == (0, 0, 2, 4, 262144)
     v = df.set_index("nbytes")
     assert v.loc[1 << 20, "verdict"] == "faster" and v.loc[8, "verdict"] == "slower"
     assert v.loc[1 << 20, "speedup"] == pytest.approx(2.0, rel=0.05)
@@ -300,3 +302,32 @@ def test_read_conf_rejects_unknown_settings(tmp_path):
     f.write_text("NCCL_SOCKET_NTHREADS=2\nNCCL_ALGO=ring\n")
     with pytest.raises(ConfigError, match="nccl.conf:2"):
         read_conf(f)
+
+
+def test_a_store_from_before_the_inline_knob_opens_and_resumes(tmp_path):
+    """Stores written before NCCL_SOCKET_INLINE joined the knobs gain the column (NCCL's default, 0)
+    and keep every row; the knob is part of a point's identity from then on."""
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    old = (
+        "CREATE TABLE measurements (id INTEGER PRIMARY KEY, ts REAL NOT NULL, host TEXT NOT NULL, backend TEXT NOT"
+        " NULL, topology TEXT NOT NULL, nccl_version TEXT NOT NULL, collective TEXT NOT NULL, nbytes INTEGER NOT"
+        " NULL, algo TEXT NOT NULL, proto TEXT NOT NULL, channels INTEGER NOT NULL, comm_channels INTEGER NOT NULL,"
+        " buffsize_bytes INTEGER NOT NULL, socket_nthreads INTEGER NOT NULL, nsocks_perthread INTEGER NOT NULL,"
+        " timing TEXT NOT NULL, tag TEXT NOT NULL, status TEXT NOT NULL, samples_us TEXT NOT NULL, median_us REAL,"
+        " ci_lo_us REAL, ci_hi_us REAL, error TEXT)")
+    db.execute(old)
+    db.execute("INSERT INTO measurements VALUES (1, 0, 'h', 'torch', 'h200-2x2-sock', '2.28.9', 'allreduce', 64,"
+               " 'default', 'default', 0, 0, 0, 2, 2, 'eager', 'sweep', 'ok', '[10.0]', 10, 10, 10, NULL)")
+    db.commit()
+    db.close()
+    p = Point("allreduce", 64, socket_nthreads=2, nsocks_perthread=2)
+    with Store(path) as s:
+        assert s.has(p, backend="torch", topology="h200-2x2-sock", tag="sweep")
+        inline = Point("allreduce", 64, socket_nthreads=2, nsocks_perthread=2, socket_inline_bytes=1 << 18)
+        assert not s.has(inline, backend="torch", topology="h200-2x2-sock", tag="sweep")
+        s.add(inline, [5.0], backend="torch", topology="h200-2x2-sock", nccl_version="2.28.9", timing="eager",
+              tag="sweep")
+        df = s.frame()
+    assert df["socket_inline_bytes"].tolist() == [0, 1 << 18]
+    assert inline.env()["NCCL_SOCKET_INLINE"] == "262144"

@@ -8,12 +8,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONPATH=".:${DEPS:-}"
 OUT=${OUT:-live-out}; mkdir -p "$OUT"; S=$OUT/store.sqlite; L=$OUT/log.txt
 END=$((SECONDS + ${BUDGET_S:-540}))
-step() {
-  local t=$1 left=$((END - SECONDS)); shift
-  if [ "$left" -lt 20 ]; then echo "## skipped (time): $*" >> "$L"; return; fi
-  [ "$t" -gt "$left" ] && t=$left
-  echo "## $(date +%T) [${t}s] $*" >> "$L"; timeout -k 5 "$t" "$@" >> "$L" 2>&1; echo "## exit $?" >> "$L"
-}
+. "$(dirname "$0")/step.sh"
 step 60 make -C plugin
 step 330 python3 -m runners.cli finetune --checkpoint docs/live/pretrained/policy.zip backend=torch topology=h200-2x2-sock collectives=allreduce budget=236 timeout_s=60 store=$S out=$OUT/finetuned-h200-2x2-sock
 step 90 python3 -m runners.validate table=$OUT/finetuned-h200-2x2-sock/nccl_tuner.csv conf=$OUT/finetuned-h200-2x2-sock/nccl.conf topology=h200-2x2-sock collectives=allreduce rounds=2 store=$S out=$OUT/validate-finetuned-h200-2x2-sock.csv

@@ -8,12 +8,7 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-live-out}; mkdir -p "$OUT"; S=$OUT/store.sqlite; L=$OUT/log.txt
 END=$((SECONDS + ${BUDGET_S:-540}))  # the whole script stays inside the device's per-command limit
-step() {
-  local t=$1 left=$((END - SECONDS)); shift
-  if [ "$left" -lt 20 ]; then echo "## skipped (time): $*" >> "$L"; return; fi
-  [ "$t" -gt "$left" ] && t=$left
-  echo "## $(date +%T) [${t}s] $*" >> "$L"; timeout -k 5 "$t" "$@" >> "$L" 2>&1; echo "## exit $?" >> "$L"
-}
+. "$(dirname "$0")/step.sh"
 { nvidia-smi -L; python3 -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, 'nccl', torch.cuda.nccl.version())"; } >> "$L" 2>&1
 step 60 make -C plugin
 if [ -n "${NCCLTESTS:-}" ]; then  # 8 B AllReduce latency: nccl-tests plain and CUDA-graph vs our backend
