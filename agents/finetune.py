@@ -342,16 +342,9 @@ class Finetuner:
                 out.append((k, rows, float(np.exp(np.mean(logs)))))
         return sorted(out, key=lambda x: -x[2])
 
-    def decide(self) -> tuple[Point, list[dict[str, Any]]]:
-        """The best-ranked knob setting and its rows (NCCL's defaults and no rows before any data)."""
-        r = self.ranked()
-        return (r[0][0], r[0][1]) if r else (self.base_knobs, [])
-
-    def _guard_job(self, conf: Point, rows: list[dict[str, Any]], checks: list[dict[str, Any]]
-                   ) -> tuple[list[dict[str, Any]], dict[tuple[str, int], Any], dict[tuple[str, int], Any]]:
+    def _guard_job(self, conf: Point, rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> _GuardJob:
         """One job under ``conf``: per size NCCL's default under it and the row when it differs. A
-        row is kept if its 95% interval lies below the default's. Returns the kept rows, each
-        size's samples of what the table would run, and of NCCL's default under ``conf``."""
+        row is kept if its 95% interval lies below the default's."""
         cand = {(r["collective"], r["nbytes"]): r for r in rows if r["key"] != DEFAULT}
         pts, where = [], {}
         for c in self.colls:
@@ -363,11 +356,10 @@ class Finetuner:
                     pts.append(Point(name, s, *cand[(name, s)]["key"], *conf.knobs))
         res = self._measure(conf, pts, self.cfg.guard_samples, "guard")
         self.used += len(pts)
-        kept, final, default = [], {}, {}
-        self._rows_seen = {}
+        job = _GuardJob()
         for (name, s), i in where.items():
             d = res[i]
-            default[(name, s)] = final[(name, s)] = d or []
+            job.default[(name, s)] = job.final[(name, s)] = d or []
             if (name, s) in cand:
                 r, t = cand[(name, s)], res[i + 1]
                 ok = bool(d and t and summarize(t)[2] < summarize(d)[1])
@@ -375,11 +367,11 @@ class Finetuner:
                                "config": "/".join(map(str, r["key"])), "default_us": summarize(d)[0] if d else None,
                                "row_us": summarize(t)[0] if t else None, "kept": ok})
                 if ok:
-                    kept.append(r)
-                    final[(name, s)] = t
+                    job.kept.append(r)
+                    job.final[(name, s)] = t
                 elif t:
-                    self._rows_seen[(name, s)] = (r, t)
-        return kept, final, default
+                    job.dropped[(name, s)] = (r, t)
+        return job
 
     def guard(self, ranked: list[tuple[Point, list[dict[str, Any]]]]) -> dict[str, Any]:
         """Re-measure afresh before anything is exported, every point counted:
@@ -396,13 +388,14 @@ class Finetuner:
         """
         checks: list[dict[str, Any]] = []
         base_rows = next((rows for k, rows in ranked if k.knobs == self.base_knobs.knobs), [])
-        kept, final, plain = self._guard_job(self.base_knobs, base_rows, checks)
+        base = self._guard_job(self.base_knobs, base_rows, checks)
+        plain = base.default
 
         def gain(fin: dict) -> float:
             r = [summarize(plain[x])[0] / summarize(v)[0] for x, v in fin.items() if v and plain[x]]
             return float(np.exp(np.mean(np.log(r)))) if r else 0.0
 
-        options = [(gain(final), self.base_knobs, kept)]
+        options = [(gain(base.final), self.base_knobs, base.kept)]
         checks.append({"knobs": knob_label(self.base_knobs), "collective": "*", "nbytes": 0, "gain": options[0][0],
                        "slower": [], "kept": True})
         for conf, rows in [(k, r) for k, r in ranked if k.knobs != self.base_knobs.knobs][: self.cfg.guard_confs]:
@@ -410,20 +403,15 @@ class Finetuner:
             if self.used + need > self.cfg.budget:
                 self.log(f"# guard: no budget left to check {knob_label(conf)} ({need} points)")
                 break
-            kept_c, final_c, _ = self._guard_job(conf, rows, checks)
+            job = self._guard_job(conf, rows, checks)
+            kept_c, final_c = job.kept, job.final
             # a row not shown faster than NCCL's choice under the setting still beats running that
             # choice where the choice loses to the plain default and the row does not
-            for x, (r, t) in self._rows_seen.items():
-                if (plain[x] and final_c[x] and summarize(final_c[x])[1] > summarize(plain[x])[2]
-                        and summarize(t)[1] <= summarize(plain[x])[2]):
+            for x, (r, t) in job.dropped.items():
+                if _loses(final_c[x], plain[x]) and not _loses(t, plain[x]):
                     kept_c.append(r)
                     final_c[x] = t
-
-            def slower_sizes() -> list[tuple[str, int]]:
-                return [(n, s) for (n, s), v in final_c.items()  # noqa: B023 (evaluated right here)
-                        if not v or (plain[(n, s)] and summarize(v)[1] > summarize(plain[(n, s)])[2])]
-
-            slow = slower_sizes()
+            slow = [x for x, v in final_c.items() if not v or _loses(v, plain[x])]
             # Jobs differ more than samples within a job do (2-3x at small sizes on sockets): a
             # setting that loses at a few sizes gets those sizes re-measured, both sides in fresh
             # jobs, and is judged on the pooled samples.
@@ -437,7 +425,7 @@ class Finetuner:
                 for x, a, c in zip(slow, again_p, again_c, strict=True):
                     plain[x] = list(plain[x]) + list(a or [])
                     final_c[x] = list(final_c[x]) + list(c or [])
-                slow = slower_sizes()
+                slow = [x for x, v in final_c.items() if not v or _loses(v, plain[x])]
             slower = [f"{n}:{s}" for n, s in slow]
             g = gain(final_c)
             checks.append({"knobs": knob_label(conf), "collective": "*", "nbytes": 0, "gain": g, "slower": slower,
@@ -448,6 +436,23 @@ class Finetuner:
                 options.append((g, conf, kept_c))
         g, conf, rows = max(options, key=lambda o: o[0])
         return {"conf": conf, "rows": rows, "checks": checks, "gain": g}
+
+
+@dataclass
+class _GuardJob:
+    """What one guard job found, per (collective, size): the samples of what the table would run
+    (``final``) and of NCCL's default under the job's setting, the rows kept, and the rows that
+    were measured but not shown faster than NCCL's choice (``dropped``: row, samples)."""
+
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    final: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    default: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    dropped: dict[tuple[str, int], tuple[dict[str, Any], list[float]]] = field(default_factory=dict)
+
+
+def _loses(samples: list[float], ref: list[float]) -> bool:
+    """``samples`` slower than ``ref`` beyond both 95% intervals (False when either is missing)."""
+    return bool(samples and ref) and summarize(samples)[1] > summarize(ref)[2]
 
 
 def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out_dir: Path,

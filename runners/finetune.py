@@ -33,6 +33,7 @@ DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "", "collectives": "
                             "ppo_steps": "8192", "seed": "0", "store": "runs/finetune.sqlite",
                             "replay_store": "",
                             "out": "runs/finetune", "timing": "eager", "timeout_s": "120"}
+BASE_KNOBS_KEY = "/".join("0" * len(KNOB_FIELDS))  # NCCL's plain defaults, as sweep_reference keys settings
 INTS = ("budget", "rounds", "confs_per_round", "probe_every", "per_size", "samples", "guard_samples", "guard_confs",
         "ppo_steps", "seed")
 
@@ -128,7 +129,7 @@ def sweep_reference(frame, topo: Topology, sizes: dict[int, list[int]]) -> dict[
         logs = []
         for c, ss in sizes.items():
             for s in ss:
-                base = med.get((N.COLLECTIVES[c], s, "default", "default", 0, "/".join("0" * len(KNOB_FIELDS))))
+                base = med.get((N.COLLECTIVES[c], s, "default", "default", 0, BASE_KNOBS_KEY))
                 vals = [v for (cc, n, *_rest, kk), v in med.items() if cc == N.COLLECTIVES[c] and n == s and kk == k]
                 if base and vals:
                     logs.append(np.log(base / min(vals)))
@@ -148,7 +149,7 @@ def table_speedup_on_sweep(ref: dict[str, Any], conf: Point, rows: list[dict], s
     for c, ss in sizes.items():
         for s in ss:
             name = N.COLLECTIVES[c]
-            base = med.get((name, s, "default", "default", 0, "/".join("0" * len(KNOB_FIELDS))))
+            base = med.get((name, s, "default", "default", 0, BASE_KNOBS_KEY))
             t = med.get((name, s, *by.get((name, s), ("default", "default", 0)), k))
             if base and t:
                 logs.append(np.log(base / t))
