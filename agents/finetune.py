@@ -4,8 +4,9 @@ Live measurements are expensive (every per-process knob setting is a new set of 
 point costs tens of microseconds to seconds), so fine-tuning works in rounds of batched
 measurements, and learns between rounds from a model refit to what was measured:
 
-1. **Propose.** For each per-process knob setting worth measuring (NCCL's defaults always; then the
-   settings the current model predicts best) and each (collective, size): NCCL's default under that
+1. **Propose.** For each per-process knob setting worth measuring (NCCL's defaults always; first
+   the setting the pretrained model predicts best, in full, every other one at a few sizes; then
+   the settings the current model predicts best) and each (collective, size): NCCL's default under that
    setting, plus the next unmeasured per-call configurations, alternately the policy's best-scored
    and the model's best-predicted. The per-call space is the exhaustive sweep's
    (``runners.sweep.call_configs``), so the two are comparable.
@@ -56,7 +57,8 @@ class FinetuneConfig:
     :param rounds: most search rounds
     :param confs_per_round: knob settings completed per round after the first
     :param probe_every: the first round probes every other knob setting at every n-th size
-    :param per_size: new per-call candidates per (setting, collective, size) and round
+    :param per_size: new per-call candidates per (setting, collective, size) and round, at least
+        (more when the budget left, spread over the rounds left, allows)
     :param samples: samples per point while searching; ``guard_samples`` for the guard
     :param guard_confs: knob settings (besides NCCL's defaults) the guard re-measures, best first
     :param ppo_steps: PPO steps on the refit simulator after each round (0: no policy update)
@@ -209,7 +211,7 @@ class Finetuner:
                 logs.append(np.log(b / min([pred[i], *meas])))
         return float(np.exp(np.mean(logs)))
 
-    def propose(self, k: Point, room: int, with_default: bool, every: int = 1) -> list[Point]:
+    def propose(self, k: Point, room: int, with_default: bool, every: int = 1, per_size: int = 0) -> list[Point]:
         """Under knob setting ``k``: per (collective, size) the next ``per_size`` unmeasured
         candidates, alternately the policy's best-scored and the model's best-predicted (and NCCL's
         default under ``k`` first when ``with_default``); ``every`` > 1 probes every n-th size
@@ -228,7 +230,7 @@ class Finetuner:
                 n0 = len(want)
                 by_model = [space[j] for j in np.argsort(pred[:, i], kind="stable")]
                 for j in range(2 * len(space)):
-                    if len(want) - n0 >= self.cfg.per_size:
+                    if len(want) - n0 >= (per_size or self.cfg.per_size):
                         break
                     nxt = next((x for x in (pol[i], by_model)[j % 2] if x not in seen and x not in want
                                 and x != DEFAULT), None)
@@ -288,20 +290,39 @@ class Finetuner:
             room = self.cfg.budget - self.reserve - self.used
             if room <= 0 or time.time() - t0 > self.cfg.wall_s:
                 break
-            if r == 0:  # explore: NCCL's defaults (the reference) at every size, every other setting probed
-                confs = [(self.base_knobs, True, 1), *[(k, False, self.cfg.probe_every) for k in self.knobs[1:]]]
+            batch: list[tuple[Point, list[Point]]] = []
+            if r == 0:
+                # NCCL's plain defaults at every size (the reference); the setting the pretrained
+                # model predicts best completed with the policy's choices (the prior, checked
+                # first); then candidates under NCCL's defaults; every other setting probed at a
+                # few sizes, predicted best first. A tight budget is spent in that order.
+                order = sorted(self.knobs[1:], key=lambda k: -self.conf_value(k))
+                defaults = [p for p in self.propose(self.base_knobs, room, True, 1) if p.is_default]
+                room -= len(defaults)
+                steps = [(k, False, 1) for k in order[:1]] + [(self.base_knobs, False, 1)]
+                steps += [(k, False, self.cfg.probe_every) for k in order[1:]]
+                got: dict[tuple[int, ...], tuple[Point, list[Point]]] = {self.base_knobs.knobs: (self.base_knobs,
+                                                                                                 defaults)}
+                for k, with_default, every in steps:
+                    if room <= 0:
+                        break
+                    pts = [p for p in self.propose(k, room, with_default, every) if not p.is_default or k.knobs]
+                    got.setdefault(k.knobs, (k, []))[1].extend(pts)
+                    room -= len(pts)
+                batch = [(k, pts) for k, pts in got.values() if pts]
             else:  # complete the settings the refit model (measurements where known) ranks best
                 # settings probed in the same sizes compare by measurement; the model ranks the rest
                 ranked = sorted(self.knobs[1:], key=lambda k: -(self.measured_value(k) or self.conf_value(k)))
-                confs = [(k, False, 1) for k in ranked[: self.cfg.confs_per_round]]
-            batch: list[tuple[Point, list[Point]]] = []
-            for k, with_default, every in confs:
-                pts = self.propose(k, room, with_default, every)
-                if pts:
-                    batch.append((k, pts))
-                    room -= len(pts)
-                if room <= 0:
-                    break
+                # the search room spread over the rounds left: more candidates per size when it allows
+                share = room // max(1, self.cfg.rounds - r)
+                per = max(self.cfg.per_size, share // max(1, self.cfg.confs_per_round * self.n_sizes))
+                for k in ranked:  # the best ones with something left to measure
+                    if len(batch) >= self.cfg.confs_per_round or room <= 0:
+                        break
+                    pts = self.propose(k, room, False, 1, per)
+                    if pts:
+                        batch.append((k, pts))
+                        room -= len(pts)
             if not batch:
                 break
             for k, pts in batch:
@@ -456,12 +477,12 @@ def _loses(samples: list[float], ref: list[float]) -> bool:
 
 
 def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out_dir: Path,
-                  provenance: dict[str, Any]) -> dict[str, Path]:
+                  provenance: dict[str, Any], title: str = "ncclrl fine-tuned table") -> dict[str, Path]:
     """``nccl_tuner.csv`` (example-plugin format; NCCL decides where there is no row), ``nccl.conf``
     and ``finetune.json`` (every decision, the guard's checks, the budget used)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     by = {(r["collective"], r["nbytes"]): r for r in out.rows}
-    lines = [f"# ncclrl fine-tuned table for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), "
+    lines = [f"# {title} for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), "
              f"{out.measured} live measurements",
              "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"]
     for c, ss in sizes.items():

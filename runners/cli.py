@@ -232,6 +232,12 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return main_pretrain(args.overrides)
 
 
+def cmd_benchmark(args: argparse.Namespace) -> int:
+    from runners.benchmark import main_benchmark
+
+    return main_benchmark(args.overrides)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from runners.pretrain import cmd_export as run_export
 
@@ -277,6 +283,13 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from runners.tune import parse_args, run_tune
+
+    run_tune(parse_args(args.args))
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from runners.validate import parse_args, run_validate
 
@@ -292,6 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(Hydra overrides, e.g. topology=dgx-h100-2n agent.total_timesteps=50000)")
     pt.add_argument("overrides", nargs="*", help="Hydra overrides key=value")
     pt.set_defaults(func=cmd_pretrain)
+
+    bm = sub.add_parser("benchmark", help="every tuner (NCCL default, exhaustive, random, AFNFA, TPE, AutoCCL, "
+                        "ncclrl) on held-out simulated platforms under the same budgets (Hydra overrides, e.g. "
+                        "suite=ci workers=1)")
+    bm.add_argument("overrides", nargs="*", help="Hydra overrides key=value (conf/benchmark.yaml)")
+    bm.set_defaults(func=cmd_benchmark)
 
     ex = sub.add_parser("export", help="export a pretrained policy's table for a platform, without retraining")
     ex.add_argument("--checkpoint", required=True, help="policy.zip from a pretraining run")
@@ -323,6 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
     ft.add_argument("--checkpoint", required=True, help="policy.zip from a pretraining run")
     ft.add_argument("args", nargs="*")
     ft.set_defaults(func=cmd_finetune)
+
+    tu = sub.add_parser("tune", help="run a benchmark tuner (method=exhaustive|random|afnfa|tpe|autoccl|ncclrl...) "
+                        "on live measurements under a budget and export its table (key=value args)")
+    tu.add_argument("args", nargs="*")
+    tu.set_defaults(func=cmd_tune)
 
     va = sub.add_parser("validate", help="measure an exported table afresh through the plugin against NCCL's "
                         "defaults (key=value args: table= conf= topology= collectives= rounds= samples= out=)")

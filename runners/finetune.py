@@ -38,14 +38,19 @@ INTS = ("budget", "rounds", "confs_per_round", "probe_every", "per_size", "sampl
         "ppo_steps", "seed")
 
 
-def parse_args(argv: list[str]) -> dict[str, str]:
-    args = parse_kv(argv, DEFAULTS, "finetune")
+def check_backend_args(args: dict[str, str]) -> None:
+    """The checks ``finetune`` and ``tune`` share: backend, topology, the replayed store."""
     if args["backend"] not in ("torch", "replay"):
         raise ConfigError("backend", f"unknown value {args['backend']!r}; allowed: torch, replay")
     if not args["topology"]:
         raise ConfigError("topology", "required: the platform the GPUs form (a preset name or YAML)")
     if args["backend"] == "replay" and not Path(args["replay_store"]).is_file():
         raise ConfigError("replay_store", f"backend=replay needs an existing sweep store, got {args['replay_store']!r}")
+
+
+def parse_args(argv: list[str]) -> dict[str, str]:
+    args = parse_kv(argv, DEFAULTS, "finetune")
+    check_backend_args(args)
     for k in INTS:
         if not args[k].lstrip("-").isdigit():
             raise ConfigError(k, f"must be a whole number, got {args[k]!r}")

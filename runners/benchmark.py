@@ -1,0 +1,254 @@
+"""``ncclrl benchmark``: every tuner on the same simulated problems, space and budgets.
+
+    ncclrl benchmark                    # conf/benchmark.yaml with suite=full
+    ncclrl benchmark suite=ci workers=1
+    python -m runners.benchmark -m suite.seeds=[0],[1]    # Hydra multirun: one folder per run
+
+A *problem* is one held-out platform (a preset's simulator parameters drawn afresh, with a seed
+stream pretraining never used) and one collective over its sizes. Each method tunes it through
+:class:`agents.baselines.base.Evaluator` (noisy simulated measurements, every point counted)
+under each budget; its decision is judged on the platform's noise-free times: geometric-mean
+speedup over NCCL's plain default and the fraction of the optimum (the best a table plus one
+``nccl.conf`` can reach in the space). Writes ``results.csv`` (one row per problem, seed,
+method, budget), ``summary.csv`` and plots into ``out``; the same configuration gives the same
+tables whatever ``workers`` is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from costmodel import nccl as N
+from costmodel.errors import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+RESULT_COLUMNS = ["suite", "preset", "platform", "collective", "seed", "method", "budget", "used", "calls",
+                  "speedup", "optimum", "fraction", "worst", "wall_s"]
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """conf/benchmark.yaml with ``overrides``; a bad override is a one-line ``ConfigError``."""
+    from hydra import compose as h_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return h_compose(config_name="benchmark", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as e:
+        suites = "|".join(sorted(p.stem for p in (CONF_DIR / "suite").glob("*.yaml")))
+        raise ConfigError("overrides", f"{' '.join(str(e).split())} (groups: suite={suites})") from None
+
+
+def check(cfg: DictConfig) -> None:
+    """Early, one-line errors for every field a run would trip on later."""
+    from agents.baselines import METHODS
+    from costmodel.topology import load_topology
+
+    s = cfg.suite
+    for t in s.topologies:
+        load_topology(str(t))
+    for c in s.collectives:
+        N.parse_name("suite.collectives", str(c), N.COLLECTIVES)
+    for m in s.methods:
+        if m not in METHODS:
+            raise ConfigError("suite.methods", f"unknown method {m!r}; allowed: {', '.join(METHODS)}")
+    for b in s.budgets:
+        if not isinstance(b, int) or b < 0:
+            raise ConfigError("suite.budgets", f"budgets are whole numbers >= 0, got {b!r}")
+    if int(s.platforms) < 1:
+        raise ConfigError("suite.platforms", f"must be >= 1, got {s.platforms}")
+    if not 0 < int(s.min_bytes) <= int(s.max_bytes):
+        raise ConfigError("suite.min_bytes", f"need 0 < min_bytes <= max_bytes, got {s.min_bytes}, {s.max_bytes}")
+    if int(cfg.workers) < 1:
+        raise ConfigError("workers", f"must be >= 1, got {cfg.workers}")
+    if int(cfg.samples) < 1:
+        raise ConfigError("samples", f"must be >= 1, got {cfg.samples}")
+    if any(m.startswith("ncclrl") for m in s.methods) and not Path(str(cfg.checkpoint)).is_file():
+        raise ConfigError("checkpoint", f"no policy at {cfg.checkpoint!r}; pass checkpoint=PATH/policy.zip or "
+                          "drop the ncclrl methods from suite.methods")
+
+
+def _stable(*parts: Any) -> int:
+    return zlib.crc32("/".join(map(str, parts)).encode())
+
+
+def tasks(cfg: DictConfig) -> list[dict[str, Any]]:
+    s = cfg.suite
+    return [{"preset": str(t), "draw": d, "collective": str(c), "seed": int(seed)}
+            for t in s.topologies for d in range(int(s.platforms)) for c in s.collectives for seed in s.seeds]
+
+
+_MODEL: dict[str, Any] = {}
+
+
+def _model(path: str, fresh: bool):
+    from agents.pretrain import load_policy
+
+    if fresh or path not in _MODEL:
+        _MODEL[path] = load_policy(path)
+    return _MODEL[path]
+
+
+def run_task(task: dict[str, Any], cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every method and budget on one (platform, collective, seed)."""
+    import torch
+
+    from agents.baselines import Evaluator, Judge, Problem, make_tuner, sim_measure
+    from costmodel.simulator import Simulator
+    from costmodel.topology import load_topology
+
+    torch.set_num_threads(1)
+    s = cfg["suite"]
+    topo = load_topology(task["preset"])
+    coll = N.COLLECTIVES.index(task["collective"])
+    problem = Problem.make(topo, [coll], int(s["min_bytes"]), int(s["max_bytes"]))
+    rng = np.random.default_rng([int(s["platform_seed"]), _stable(task["preset"]), task["draw"]])
+    truth = Simulator(topo).randomized(rng, float(s["randomize_scale"]))
+    judge = Judge(problem, truth)
+    rows = []
+    for method in s["methods"]:
+        for budget in s["budgets"]:
+            noise = _stable(task["preset"], task["draw"], task["collective"], task["seed"], method, budget)
+            ev = Evaluator(problem, sim_measure(Simulator(topo, truth.params, seed=noise)), int(budget),
+                           samples=int(cfg["samples"]))
+            kwargs = {"ppo_steps": int(cfg["ppo_steps"])} if method == "ncclrl" else {}
+            model = _model(cfg["checkpoint"], fresh=int(cfg["ppo_steps"]) > 0) if method.startswith("ncclrl") \
+                else None
+            t0 = time.perf_counter()
+            decision = make_tuner(method, model, **kwargs).tune(problem, ev, task["seed"])
+            wall = time.perf_counter() - t0
+            if ev.used > ev.budget:
+                raise AssertionError(f"{method} used {ev.used} evaluations of a budget of {ev.budget}")
+            v = judge.judge(decision)
+            rows.append({"suite": s["name"], "preset": task["preset"],
+                         "platform": f"{task['preset']}#{task['draw']}", "collective": task["collective"],
+                         "seed": task["seed"], "method": method, "budget": int(budget), "used": ev.used,
+                         "calls": ev.calls, "speedup": v.speedup, "optimum": v.optimum, "fraction": v.fraction,
+                         "worst": v.worst, "wall_s": wall})
+    return rows
+
+
+def summarize(df: pd.DataFrame) -> pd.DataFrame:
+    """Per method and budget: geometric means over problems and seeds of the speedup and of the
+    fraction of the optimum, the worst fraction, mean evaluations used, total wall time."""
+    g = df.groupby(["method", "budget"], sort=False)
+    out = pd.DataFrame({
+        "speedup": g["speedup"].apply(lambda x: float(np.exp(np.log(x).mean()))),
+        "fraction": g["fraction"].apply(lambda x: float(np.exp(np.log(x).mean()))),
+        "worst_fraction": g["fraction"].min(),
+        "used": g["used"].mean(),
+        "problems": g.size(),
+        "wall_s": g["wall_s"].sum(),
+    }).reset_index()
+    return out
+
+
+def plot(df: pd.DataFrame, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = summarize(df)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for method, g in s.groupby("method", sort=False):
+        g = g.sort_values("budget")
+        style = "-o" if method.startswith("ncclrl") else "--."
+        axes[0].plot(g["used"].clip(lower=1), g["fraction"], style, label=method)
+        axes[1].plot(g["budget"], g["speedup"], style, label=method)
+    axes[0].set_xlabel("evaluations used (mean per problem)")
+    axes[0].set_ylabel("fraction of the optimum (geo. mean)")
+    axes[1].set_xlabel("budget (evaluations per problem)")
+    axes[1].set_ylabel("speedup over NCCL default (geo. mean)")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"ncclrl benchmark: {df['platform'].nunique()} held-out platforms, "
+                 f"{df['collective'].nunique()} collectives, {df['seed'].nunique()} seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def benchmark(cfg: DictConfig) -> pd.DataFrame:
+    """Run the suite of ``cfg`` (conf/benchmark.yaml); returns the results table."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    check(cfg)
+    out = Path(str(cfg.out or f"runs/benchmark/{cfg.suite.name}"))
+    out.mkdir(parents=True, exist_ok=True)
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    todo = tasks(cfg)
+    t0 = time.time()
+    rows: list[dict[str, Any]] = []
+    if int(cfg.workers) == 1:
+        for i, t in enumerate(todo):
+            rows += run_task(t, plain)
+            print(f"# {i + 1}/{len(todo)} {t['preset']}#{t['draw']} {t['collective']} seed {t['seed']}: "
+                  f"{time.time() - t0:.0f} s", flush=True)
+    else:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        with ProcessPoolExecutor(int(cfg.workers)) as pool:
+            for i, r in enumerate(pool.map(run_task, todo, [plain] * len(todo))):
+                rows += r
+                print(f"# {i + 1}/{len(todo)} {todo[i]['preset']}#{todo[i]['draw']} {todo[i]['collective']} "
+                      f"seed {todo[i]['seed']}: {time.time() - t0:.0f} s", flush=True)
+    df = pd.DataFrame(rows, columns=RESULT_COLUMNS)
+    df.to_csv(out / "results.csv", index=False, float_format="%.6g")
+    s = summarize(df)
+    s.to_csv(out / "summary.csv", index=False, float_format="%.6g")
+    plot(df, out / "benchmark.png")
+    OmegaConf.save(cfg, out / "config.yaml")
+    print_summary(s)
+    print(f"# {len(df)} results in {time.time() - t0:.0f} s -> {out}/results.csv, summary.csv, benchmark.png")
+    return df
+
+
+def print_summary(s: pd.DataFrame) -> None:
+    print("# fraction of the optimum (geometric mean over problems); speedup over NCCL's default")
+    print(f"{'method':>18} {'budget':>7} {'used':>7} {'fraction':>9} {'worst':>6} {'speedup':>8} {'wall_s':>7}")
+    for r in s.itertuples(index=False):
+        print(f"{r.method:>18} {r.budget:>7} {r.used:>7.0f} {r.fraction:>9.3f} {r.worst_fraction:>6.2f} "
+              f"{r.speedup:>8.3f} {r.wall_s:>7.1f}")
+
+
+def main_benchmark(overrides: list[str]) -> int:
+    benchmark(compose(overrides))
+    return 0
+
+
+@hydra.main(config_path="../conf", config_name="benchmark", version_base="1.3")
+def hydra_main(cfg: DictConfig) -> float:
+    """``python -m runners.benchmark [-m] overrides``: each run writes into Hydra's output folder;
+    returns ncclrl's geometric-mean fraction of the optimum (for Hydra sweepers)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        if not cfg.get("out"):
+            cfg.out = HydraConfig.get().runtime.output_dir
+    try:
+        df = benchmark(cfg)
+    except ConfigError as e:  # one line, no traceback, exit 2 (Hydra would print a traceback)
+        print(f"ncclrl: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    mine = df[df.method == "ncclrl"]["fraction"]
+    return float(np.exp(np.log(mine).mean())) if len(mine) else 0.0
+
+
+if __name__ == "__main__":
+    hydra_main()
