@@ -169,3 +169,27 @@ def test_every_suite_composes():
         cfg = compose([f"suite={p.stem}"])
         check(cfg)
         assert cfg.suite.name == p.stem
+
+
+STORE = Path(__file__).resolve().parent.parent / "docs" / "live" / "h200x4-2026-11-21.sqlite"
+
+
+@pytest.mark.parametrize("method", ["afnfa", "autoccl"])
+def test_tune_replays_a_recorded_sweep(method, tmp_path):
+    """``ncclrl tune`` on the real recorded H200 sweep: within budget, a table in the example
+    plugin's format, judged on the sweep's own data (never beyond its optimum)."""
+    from runners.tune import parse_args, run_tune
+
+    s = run_tune(parse_args([f"method={method}", "backend=replay", f"replay_store={STORE}", "topology=h200-2x2-sock",
+                             "budget=150", f"store={tmp_path / 's.sqlite'}", f"out={tmp_path / 'out'}"]))
+    assert s["measured"] <= 150 and 0.5 < s["fraction"] <= 1.0
+    lines = (tmp_path / "out" / "nccl_tuner.csv").read_text().splitlines()
+    assert lines[1].startswith("# collective,min_bytes") and all(len(x.split(",")) == 8 for x in lines[2:])
+
+
+def test_tune_bad_method_is_one_line(capsys):
+    from runners.tune import main
+
+    assert main(["method=simplex", "topology=h200-1x4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ncclrl: error: method:") and err.count("\n") == 1
