@@ -36,16 +36,13 @@ from typing import Any
 
 import numpy as np
 
+from agents.baselines.base import DEFAULT, Key, point_configs
 from costmodel import nccl as N
 from costmodel.errors import ConfigError
-from costmodel.replica import default_decisions
-from costmodel.simulator import Configs, Simulator
+from costmodel.simulator import Simulator
 from costmodel.topology import Topology
 from runners.store import Point, summarize
 from runners.sweep import call_configs, knob_grid, size_grid
-
-Key = tuple[str, str, int]  # (algo, proto, channels); ("default", "default", 0) = NCCL's choice
-DEFAULT: Key = ("default", "default", 0)
 
 
 @dataclass
@@ -95,6 +92,12 @@ class Outcome:
     guard: list[dict[str, Any]] = field(default_factory=list)
 
 
+def guard_reserve(n_sizes: int, n_knobs: int, guard_confs: int) -> int:
+    """Points the guard needs at most: NCCL's plain defaults and their rows, the same for each
+    checked knob setting, and the re-measurement of up to a quarter of the sizes on both sides."""
+    return 2 * n_sizes * (1 + min(guard_confs, n_knobs - 1)) + 2 * max(2, n_sizes // 4)
+
+
 def knob_label(k: Point) -> str:
     return " ".join(f"{a}={b}" for a, b in k.env().items()) or "NCCL defaults"
 
@@ -119,8 +122,7 @@ class Finetuner:
         self.used = 0
         self.n_sizes = sum(len(v) for v in sizes.values())
         # the guard: plain defaults + rows, then per checked setting its defaults + rows
-        self.reserve = (2 * self.n_sizes * (1 + min(cfg.guard_confs, len(self.knobs) - 1))
-                        + 2 * max(2, self.n_sizes // 4))
+        self.reserve = guard_reserve(self.n_sizes, len(self.knobs), cfg.guard_confs)
 
     # -- bookkeeping -------------------------------------------------------------------------
     def median(self, k: Point, coll: str, s: int, key: Key) -> float | None:
@@ -171,16 +173,8 @@ class Finetuner:
     def predicted(self, k: Point, coll: int, sizes: list[int], space: list[Key]) -> np.ndarray:
         """Model-predicted time (us) of each candidate key, shape (len(space), len(sizes))."""
         s = np.asarray(sizes, dtype=np.int64)
-        out = []
-        for key in space:
-            if key == DEFAULT:
-                d = default_decisions(self.topo, coll, s, comm_channels=k.comm_channels)
-                a, p, c = d.algo, d.proto, 0
-            else:
-                a, p, c = N.ALGOS.index(key[0]), N.PROTOS.index(key[1]), key[2]
-            out.append(self.sim.time_us(Configs.make(coll, s, a, p, c, k.comm_channels, k.buffsize_bytes,
-                                                     k.socket_nthreads, k.nsocks_perthread, k.socket_inline_bytes)))
-        return np.array(out)
+        cfg = point_configs(self.topo, k, coll, np.tile(s, len(space)), [key for key in space for _ in s])
+        return self.sim.time_us(cfg).reshape(len(space), s.size)
 
     def measured_value(self, k: Point) -> float | None:
         """Geometric-mean speedup over NCCL's plain default of the best measured point under ``k``,

@@ -30,25 +30,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from costmodel import nccl as N
 from costmodel.errors import ConfigError
+from runners.pretrain import CONF_DIR  # noqa: F401  (re-exported for the tests)
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 RESULT_COLUMNS = ["suite", "preset", "platform", "collective", "seed", "method", "budget", "used", "calls",
                   "speedup", "optimum", "fraction", "worst", "wall_s"]
 
 
 def compose(overrides: list[str]) -> DictConfig:
     """conf/benchmark.yaml with ``overrides``; a bad override is a one-line ``ConfigError``."""
-    from hydra import compose as h_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    from runners.pretrain import compose as compose_config
 
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return h_compose(config_name="benchmark", overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as e:
-        suites = "|".join(sorted(p.stem for p in (CONF_DIR / "suite").glob("*.yaml")))
-        raise ConfigError("overrides", f"{' '.join(str(e).split())} (groups: suite={suites})") from None
+    return compose_config(overrides, "benchmark")
 
 
 def check(cfg: DictConfig) -> None:

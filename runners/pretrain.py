@@ -32,9 +32,12 @@ def compose(overrides: list[str], config_name: str = "config") -> DictConfig:
             return h_compose(config_name=config_name, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as e:
         msg = " ".join(str(e).split())
-        raise ConfigError("overrides", f"{msg} (groups: topology={_options('topology')}, "
-                          f"agent={_options('agent')}, backend={_options('backend')}, "
-                          f"experiment={_options('experiment')})") from None
+        groups = GROUPS.get(config_name, ())
+        raise ConfigError("overrides", f"{msg} (groups: {', '.join(f'{g}={_options(g)}' for g in groups)})") from None
+
+
+# the config groups of each primary config in conf/
+GROUPS = {"config": ("topology", "agent", "backend", "experiment"), "benchmark": ("suite",)}
 
 
 def _options(group: str) -> str:

@@ -121,37 +121,27 @@ class Evaluator:
             return []
         if self.remaining <= 0:
             raise BudgetExhausted
-        take = items[: self.remaining]
-        pts = [Point(N.COLLECTIVES[c], s, *key, *k.knobs) for c, s, key in take]
-        res = self._measure(k, pts, self.samples, self.tag)
+        res = self._run(k, [Point(N.COLLECTIVES[c], s, *key, *k.knobs) for c, s, key in items], self.samples)
+        return [summarize(r)[0] if r else None for r in res]
+
+    def _run(self, k: Point, pts: list[Point], samples: int, tag: str | None = None) -> list[list[float] | None]:
+        """Measure what the budget leaves of ``pts`` (the rest answer ``None``), count it, keep medians."""
+        take = pts[: max(self.remaining, 0)]
+        if not take:
+            return [None] * len(pts)
+        res = self._measure(k, take, samples, tag or self.tag)
         self.used += len(take)
         self.calls += 1
-        out: list[float | None] = []
-        for (c, s, key), r in zip(take, res, strict=True):
-            m = summarize(r)[0] if r else None
-            if m is not None:
-                self.data[(k.knobs, c, s, key)] = m
-            out.append(m)
-        return out + [None] * (len(items) - len(take))
+        for p, r in zip(take, res, strict=True):
+            if r:
+                key = (p.algo, p.proto, p.channels)
+                self.data[(k.knobs, N.COLLECTIVES.index(p.collective), p.nbytes, key)] = summarize(r)[0]
+        return list(res) + [None] * (len(pts) - len(take))
 
     def measure_fn(self) -> Measure:
         """The evaluator as a ``measure`` callable (what :class:`agents.finetune.Finetuner` takes),
         still counted and cut to the budget."""
-
-        def measure(k: Point, pts: list[Point], samples: int, tag: str) -> list[list[float] | None]:
-            if self.remaining <= 0 or not pts:
-                return [None] * len(pts)
-            take = pts[: self.remaining]
-            res = self._measure(k, take, samples, tag)
-            self.used += len(take)
-            self.calls += 1
-            for p, r in zip(take, res, strict=True):
-                if r:
-                    c = N.COLLECTIVES.index(p.collective)
-                    self.data[(k.knobs, c, p.nbytes, (p.algo, p.proto, p.channels))] = summarize(r)[0]
-            return list(res) + [None] * (len(pts) - len(take))
-
-        return measure
+        return self._run
 
 
 class Tuner(Protocol):
@@ -260,12 +250,12 @@ class Judge:
                 cfg = point_configs(sim.topo, k, c, np.repeat(sizes, len(keys)), keys * sizes.size)
                 self.times[(k.knobs, c)] = sim.time_us(cfg, validate=False).reshape(sizes.size, len(keys)).T
         self.base = {c: self.times[(problem.base.knobs, c)][0] for c in problem.colls}
-        per_conf = [self._geo(k, {c: self.times[(k.knobs, c)].min(axis=0) for c in problem.colls})
+        per_conf = [self._geo({c: self.times[(k.knobs, c)].min(axis=0) for c in problem.colls})
                     for k in problem.knobs]
         self.optimum = float(max(per_conf))
         self.optimum_conf = problem.knobs[int(np.argmax(per_conf))]
 
-    def _geo(self, k: Point, t: dict[int, np.ndarray]) -> float:
+    def _geo(self, t: dict[int, np.ndarray]) -> float:
         logs = np.concatenate([np.log(self.base[c] / t[c]) for c in self.problem.colls])
         return float(np.exp(logs.mean()))
 
@@ -279,7 +269,7 @@ class Judge:
     def judge(self, d: Decision) -> Verdict:
         t = {c: self.time_of(d, c) for c in self.problem.colls}
         worst = min(float((self.base[c] / t[c]).min()) for c in self.problem.colls)
-        return Verdict(self._geo(d.conf, t), self.optimum, worst)
+        return Verdict(self._geo(t), self.optimum, worst)
 
     def best_decision(self) -> Decision:
         """The optimum as a decision (what an exhaustive noise-free sweep would export)."""

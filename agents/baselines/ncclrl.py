@@ -6,14 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from agents.baselines.base import DEFAULT, Decision, Evaluator, Problem
-from agents.finetune import FinetuneConfig, Finetuner
+from agents.finetune import FinetuneConfig, Finetuner, guard_reserve
 from costmodel import nccl as N
 from costmodel.simulator import Simulator
-
-
-def guard_reserve(n_cells: int, n_knobs: int, guard_confs: int) -> int:
-    """Points the fine-tuner keeps for its guard (see :class:`agents.finetune.Finetuner`)."""
-    return 2 * n_cells * (1 + min(guard_confs, n_knobs - 1)) + 2 * max(2, n_cells // 4)
 
 
 class NcclrlPretrained:
