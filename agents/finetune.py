@@ -18,9 +18,10 @@ measurements, and learns between rounds from a model refit to what was measured:
 5. **Decide and guard.** Rank the knob settings by measured geometric-mean speedup, each with, per
    size, the best measured configuration under it; then re-measure afresh, one job per setting,
    NCCL's plain defaults and the best settings, every row next to NCCL's choice under its
-   setting: a row survives only if its 95% interval lies below NCCL's (else NCCL decides), and a
-   setting only if at no size it is slower than NCCL's plain default beyond the intervals
-   (:meth:`Finetuner.guard`). NCCL's plain defaults with their surviving rows are the fallback.
+   setting: a row survives only if its 95% interval lies below NCCL's in the same job (else NCCL
+   decides), and a setting only if at no size it is slower than NCCL's plain default beyond the
+   between-job noise (:meth:`Finetuner.guard`, :mod:`runners.noise`). NCCL's plain defaults with
+   their surviving rows are the fallback.
 
 Every measurement counts against the budget, the guard's included.
 """
@@ -41,6 +42,7 @@ from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.simulator import Simulator
 from costmodel.topology import Topology
+from runners.noise import compare, log_median, pooled_sigma
 from runners.store import Point, summarize
 from runners.sweep import call_configs, knob_grid, size_grid
 
@@ -119,10 +121,14 @@ class Finetuner:
             raise ConfigError("knobs", "the first knob setting must be NCCL's defaults (the reference)")
         self.base_knobs = self.knobs[0]
         self.data: dict[tuple[tuple[int, ...], str, int, Key], list[float]] = {}
+        # every job's samples per point (search and guard): repeated jobs of one point give the
+        # between-job spread the guard judges cross-job comparisons with (runners.noise)
+        self.jobs: dict[tuple[tuple[int, ...], str, int, Key], list[list[float]]] = {}
         self.used = 0
         self.n_sizes = sum(len(v) for v in sizes.values())
         # the guard: plain defaults + rows, then per checked setting its defaults + rows
         self.reserve = guard_reserve(self.n_sizes, len(self.knobs), cfg.guard_confs)
+        self._noise: dict[str, dict[int, tuple[float, int]]] = {}
 
     # -- bookkeeping -------------------------------------------------------------------------
     def median(self, k: Point, coll: str, s: int, key: Key) -> float | None:
@@ -130,12 +136,36 @@ class Finetuner:
         return summarize(v)[0] if v else None
 
     def _run(self, k: Point, pts: list[Point], samples: int, tag: str) -> list[list[float] | None]:
+        """One job under ``k``, counted; search measurements (``tag`` "finetune") also feed the
+        model, guard measurements only the between-job spread."""
         res = self._measure(k, pts, samples, tag)
         self.used += len(pts)
         for p, r in zip(pts, res, strict=True):
             if r:
-                self.data.setdefault((k.knobs, p.collective, p.nbytes, (p.algo, p.proto, p.channels)), []).extend(r)
+                key = (k.knobs, p.collective, p.nbytes, (p.algo, p.proto, p.channels))
+                self.jobs.setdefault(key, []).append(list(r))
+                if tag != "guard":
+                    self.data.setdefault(key, []).extend(r)
         return res
+
+    def noise(self, coll: str) -> dict[int, tuple[float, int]]:
+        """Per size of ``coll``: the between-job sigma (log scale) and its degrees of freedom, from
+        every point measured in more than one job so far (:func:`runners.noise.pooled_sigma`)."""
+        sizes = self.sizes[N.COLLECTIVES.index(coll)]
+        groups: list[list[list[float]]] = [[] for _ in sizes]
+        at = {s: i for i, s in enumerate(sizes)}
+        for (_, c, s, _), jobs in self.jobs.items():
+            if c == coll and s in at and len(jobs) > 1:
+                groups[at[s]].append([log_median(j) for j in jobs])
+        sigma, df = pooled_sigma(groups)
+        return {s: (float(sigma[i]), int(df[i])) for i, s in enumerate(sizes)}
+
+    def loses(self, x: tuple[str, int], jobs: list[list[float]], ref: list[list[float]]) -> bool:
+        """``jobs`` slower than ``ref`` (NCCL's plain default) at ``x`` beyond the between-job noise."""
+        if not jobs or not ref:
+            return False
+        sigma, df = self._noise.get(x[0], {}).get(x[1], (0.0, 0))
+        return compare(ref, jobs, sigma, df).verdict == "slower"
 
     # -- proposing ---------------------------------------------------------------------------
     def policy_order(self, coll: int, sizes: list[int], space: list[Key], comm: int) -> list[list[Key]]:
@@ -359,7 +389,8 @@ class Finetuner:
 
     def _guard_job(self, conf: Point, rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> _GuardJob:
         """One job under ``conf``: per size NCCL's default under it and the row when it differs. A
-        row is kept if its 95% interval lies below the default's."""
+        row is kept if its 95% interval lies below the default's (the same job: no between-job
+        noise between the two)."""
         cand = {(r["collective"], r["nbytes"]): r for r in rows if r["key"] != DEFAULT}
         pts, where = [], {}
         for c in self.colls:
@@ -369,12 +400,11 @@ class Finetuner:
                 pts.append(Point(name, s, *DEFAULT, *conf.knobs))
                 if (name, s) in cand:
                     pts.append(Point(name, s, *cand[(name, s)]["key"], *conf.knobs))
-        res = self._measure(conf, pts, self.cfg.guard_samples, "guard")
-        self.used += len(pts)
+        res = self._run(conf, pts, self.cfg.guard_samples, "guard")
         job = _GuardJob()
         for (name, s), i in where.items():
             d = res[i]
-            job.default[(name, s)] = job.final[(name, s)] = d or []
+            job.default[(name, s)] = job.final[(name, s)] = [d] if d else []
             if (name, s) in cand:
                 r, t = cand[(name, s)], res[i + 1]
                 ok = bool(d and t and summarize(t)[2] < summarize(d)[1])
@@ -383,31 +413,43 @@ class Finetuner:
                                "row_us": summarize(t)[0] if t else None, "kept": ok})
                 if ok:
                     job.kept.append(r)
-                    job.final[(name, s)] = t
+                    job.final[(name, s)] = [t]
                 elif t:
-                    job.dropped[(name, s)] = (r, t)
+                    job.dropped[(name, s)] = (r, [t])
         return job
 
     def guard(self, ranked: list[tuple[Point, list[dict[str, Any]]]]) -> dict[str, Any]:
         """Re-measure afresh before anything is exported, every point counted:
 
         1. NCCL's plain defaults with the rows found under them (one job): a row survives only if
-           its 95% interval lies below NCCL's default; what survives is the fallback.
+           its 95% interval lies below NCCL's default in the same job; what survives is the
+           fallback.
         2. Then, best first, up to ``guard_confs`` knob settings with their rows (one job each, the
            same row test against NCCL's default under the setting). A setting qualifies only if
            at no size what the table would run there is slower than NCCL's plain default beyond
-           the two 95% intervals; sizes where it loses (a few) are re-measured once on both sides
-           in fresh jobs and judged on the pooled samples.
+           the between-job noise (:mod:`runners.noise`: the setting's guard jobs against every job
+           of the plain default, with the spread that this run's repeated jobs show); sizes where
+           it loses (a few) are re-measured once on both sides in fresh jobs and judged again.
         3. The qualifying option with the best geometric-mean speedup over the plain default is
            exported; the fallback qualifies by construction.
         """
         checks: list[dict[str, Any]] = []
         base_rows = next((rows for k, rows in ranked if k.knobs == self.base_knobs.knobs), [])
         base = self._guard_job(self.base_knobs, base_rows, checks)
-        plain = base.default
+
+        def plain_jobs() -> dict[tuple[str, int], list[list[float]]]:  # every job of NCCL's plain default
+            return {x: self.jobs.get((self.base_knobs.knobs, *x, DEFAULT), []) for x in base.default}
+
+        plain = plain_jobs()
+        for x in base.final:  # the fallback runs NCCL's plain default where no row survived
+            if not base.final[x] or base.final[x] is base.default[x]:
+                base.final[x] = plain[x]
+
+        def geo(jobs: list[list[float]]) -> float:
+            return float(np.exp(np.mean([log_median(j) for j in jobs])))
 
         def gain(fin: dict) -> float:
-            r = [summarize(plain[x])[0] / summarize(v)[0] for x, v in fin.items() if v and plain[x]]
+            r = [geo(plain[x]) / geo(v) for x, v in fin.items() if v and plain[x]]
             return float(np.exp(np.mean(np.log(r)))) if r else 0.0
 
         options = [(gain(base.final), self.base_knobs, base.kept)]
@@ -419,28 +461,27 @@ class Finetuner:
                 self.log(f"# guard: no budget left to check {knob_label(conf)} ({need} points)")
                 break
             job = self._guard_job(conf, rows, checks)
+            self._noise = {N.COLLECTIVES[c]: self.noise(N.COLLECTIVES[c]) for c in self.colls}
             kept_c, final_c = job.kept, job.final
             # a row not shown faster than NCCL's choice under the setting still beats running that
             # choice where the choice loses to the plain default and the row does not
             for x, (r, t) in job.dropped.items():
-                if _loses(final_c[x], plain[x]) and not _loses(t, plain[x]):
+                if self.loses(x, final_c[x], plain[x]) and not self.loses(x, t, plain[x]):
                     kept_c.append(r)
                     final_c[x] = t
-            slow = [x for x, v in final_c.items() if not v or _loses(v, plain[x])]
-            # Jobs differ more than samples within a job do (2-3x at small sizes on sockets): a
-            # setting that loses at a few sizes gets those sizes re-measured, both sides in fresh
-            # jobs, and is judged on the pooled samples.
+            slow = [x for x, v in final_c.items() if not v or self.loses(x, v, plain[x])]
+            # a setting that loses at a few sizes gets those sizes re-measured, both sides in fresh
+            # jobs, and is judged again on all their jobs
             if slow and len(slow) <= max(2, self.n_sizes // 4) and self.used + 2 * len(slow) <= self.cfg.budget:
                 by_row = {(r["collective"], r["nbytes"]): r["key"] for r in kept_c}
-                again_p = self._measure(self.base_knobs, [Point(n, s) for n, s in slow], self.cfg.guard_samples,
-                                        "guard")
-                again_c = self._measure(conf, [Point(n, s, *by_row.get((n, s), DEFAULT), *conf.knobs)
-                                               for n, s in slow], self.cfg.guard_samples, "guard")
-                self.used += 2 * len(slow)
-                for x, a, c in zip(slow, again_p, again_c, strict=True):
-                    plain[x] = list(plain[x]) + list(a or [])
-                    final_c[x] = list(final_c[x]) + list(c or [])
-                slow = [x for x, v in final_c.items() if not v or _loses(v, plain[x])]
+                self._run(self.base_knobs, [Point(n, s) for n, s in slow], self.cfg.guard_samples, "guard")
+                again = self._run(conf, [Point(n, s, *by_row.get((n, s), DEFAULT), *conf.knobs) for n, s in slow],
+                                  self.cfg.guard_samples, "guard")
+                plain = plain_jobs()
+                for x, c in zip(slow, again, strict=True):
+                    final_c[x] = list(final_c[x]) + ([c] if c else [])
+                self._noise = {N.COLLECTIVES[c]: self.noise(N.COLLECTIVES[c]) for c in self.colls}
+                slow = [x for x, v in final_c.items() if not v or self.loses(x, v, plain[x])]
             slower = [f"{n}:{s}" for n, s in slow]
             g = gain(final_c)
             checks.append({"knobs": knob_label(conf), "collective": "*", "nbytes": 0, "gain": g, "slower": slower,
@@ -455,19 +496,14 @@ class Finetuner:
 
 @dataclass
 class _GuardJob:
-    """What one guard job found, per (collective, size): the samples of what the table would run
-    (``final``) and of NCCL's default under the job's setting, the rows kept, and the rows that
-    were measured but not shown faster than NCCL's choice (``dropped``: row, samples)."""
+    """What one guard job found, per (collective, size), as lists of jobs' samples: what the table
+    would run there (``final``) and NCCL's default under the job's setting, the rows kept, and the
+    rows that were measured but not shown faster than NCCL's choice (``dropped``: row, jobs)."""
 
     kept: list[dict[str, Any]] = field(default_factory=list)
-    final: dict[tuple[str, int], list[float]] = field(default_factory=dict)
-    default: dict[tuple[str, int], list[float]] = field(default_factory=dict)
-    dropped: dict[tuple[str, int], tuple[dict[str, Any], list[float]]] = field(default_factory=dict)
-
-
-def _loses(samples: list[float], ref: list[float]) -> bool:
-    """``samples`` slower than ``ref`` beyond both 95% intervals (False when either is missing)."""
-    return bool(samples and ref) and summarize(samples)[1] > summarize(ref)[2]
+    final: dict[tuple[str, int], list[list[float]]] = field(default_factory=dict)
+    default: dict[tuple[str, int], list[list[float]]] = field(default_factory=dict)
+    dropped: dict[tuple[str, int], tuple[dict[str, Any], list[list[float]]]] = field(default_factory=dict)
 
 
 def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out_dir: Path,

@@ -60,26 +60,36 @@ def parse_args(argv: list[str]) -> dict[str, str]:
 
 
 class ReplayWorkers:
-    """Answers from a recorded sweep: each point's stored samples (the sweep's sample count);
-    a point the sweep did not measure is a failure, like a configuration NCCL could not run."""
+    """Answers from a recorded sweep: each point's stored samples (the sweep's sample count); a
+    point measured again gets the next recorded job of it (the sweep's, then its repeat's, then
+    round again), so repeated jobs differ as they did on the machine; a point the sweep did not
+    measure is a failure, like a configuration NCCL could not run. ``seen`` counts the requests
+    per point across the jobs of one run (share it between them)."""
 
     whole_request = True
 
-    def __init__(self, frame, knobs: Point) -> None:
+    def __init__(self, frame, knobs: Point, seen: dict[tuple, int] | None = None) -> None:
         self.knobs, self.failures, self.last_modes = knobs, {}, []
         self.nccl_version = str(frame["nccl_version"].iloc[0]) if len(frame) else "?"
-        self._by: dict[tuple, list[float]] = {}
-        for r in frame.itertuples(index=False):
-            self._by[(r.collective, int(r.nbytes), r.algo, r.proto, int(r.channels),
-                      *(int(getattr(r, f)) for f in KNOB_FIELDS))] = list(r.samples_us)
+        self._by: dict[tuple, list[list[float]]] = {}
+        for r in frame.itertuples(index=False):  # in the frame's order: a point's first job first
+            self._by.setdefault((r.collective, int(r.nbytes), r.algo, r.proto, int(r.channels),
+                                 *(int(getattr(r, f)) for f in KNOB_FIELDS)), []).append(list(r.samples_us))
         self._timing = str(frame["timing"].iloc[0]) if len(frame) else "eager"
+        self.seen = {} if seen is None else seen
 
     def measure(self, points: list[Point], samples: int = 5) -> list[list[float] | None]:
         out = []
         self.failures = {}
         for i, p in enumerate(points):
-            v = self._by.get((p.collective, int(p.nbytes), p.algo, p.proto, int(p.channels), *map(int, p.knobs)))
-            if v is None:
+            key = (p.collective, int(p.nbytes), p.algo, p.proto, int(p.channels), *map(int, p.knobs))
+            jobs = self._by.get(key)
+            v = None
+            if jobs:
+                n = self.seen.get(key, 0)
+                self.seen[key] = n + 1
+                v = jobs[n % len(jobs)]
+            else:
                 self.failures[i] = "not in the replayed sweep"
             out.append(v)
         self.last_modes = [self._timing] * len(points)
@@ -91,16 +101,20 @@ class ReplayWorkers:
 
 def make_measure(args: dict[str, str], topo: Topology, store: Store, out=sys.stdout):
     """``measure(knobs, points, samples, tag)`` over the chosen backend; every point is stored."""
-    replay = None
-    if args["backend"] == "replay":
+    replay, seen = None, {}
+    if args["backend"] == "replay":  # the sweep's jobs, then its repeat's (a point measured again)
+        import pandas as pd
+
         with Store(Path(args["replay_store"])) as rs:
-            replay = rs.frame(topology=topo.name, status="ok", tag="sweep")
-        if replay.empty:
+            replay = rs.frame(topology=topo.name, status="ok")
+        replay = replay[replay.tag.isin(["sweep", "sweep-repeat"])]
+        if not (replay.tag == "sweep").any():
             raise ConfigError("replay_store", f"no sweep of {topo.name} in {args['replay_store']}")
+        replay = pd.concat([replay[replay.tag == "sweep"], replay[replay.tag == "sweep-repeat"]])
 
     def measure(knobs: Point, points: list[Point], samples: int, tag: str) -> list[list[float] | None]:
         if replay is not None:
-            w = ReplayWorkers(replay, knobs)
+            w = ReplayWorkers(replay, knobs, seen)
         else:
             from runners.table_backend import TableWorkers
 

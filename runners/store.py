@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS measurements (
     median_us REAL,
     ci_lo_us REAL,
     ci_hi_us REAL,
-    error TEXT
+    error TEXT,
+    job TEXT NOT NULL DEFAULT ''  -- one id per job (set of processes); '' in stores from before it
 );
 CREATE INDEX IF NOT EXISTS by_point ON measurements
     (topology, backend, collective, nbytes, algo, proto, channels, comm_channels, buffsize_bytes,
@@ -128,6 +129,8 @@ class Store:
             cols = {r[1] for r in self._db.execute("PRAGMA table_info(measurements)")}
             if "socket_inline_bytes" not in cols:  # a store from before the knob: its rows ran with NCCL's default
                 self._db.execute("ALTER TABLE measurements ADD COLUMN socket_inline_bytes INTEGER NOT NULL DEFAULT 0")
+            if "job" not in cols:  # a store from before job ids: job_ids() infers them from the timestamps
+                self._db.execute("ALTER TABLE measurements ADD COLUMN job TEXT NOT NULL DEFAULT ''")
             self._db.commit()
         except (sqlite3.Error, OSError) as e:
             raise ConfigError("store", f"cannot open {self.path}: {e}") from None
@@ -142,17 +145,17 @@ class Store:
         self.close()
 
     def add(self, point: Point, samples: list[float], *, backend: str, topology: str, nccl_version: str,
-            timing: str, tag: str, status: str = "ok", error: str | None = None) -> None:
+            timing: str, tag: str, status: str = "ok", error: str | None = None, job: str = "") -> None:
         med, lo, hi = summarize(samples) if samples else (None, None, None)
         try:
             self._db.execute(
                 "INSERT INTO measurements (ts, host, backend, topology, nccl_version, collective, nbytes, algo, proto,"
                 " channels, comm_channels, buffsize_bytes, socket_nthreads, nsocks_perthread, socket_inline_bytes,"
-                " timing, tag, status, samples_us, median_us, ci_lo_us, ci_hi_us, error) VALUES"
-                " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " timing, tag, status, samples_us, median_us, ci_lo_us, ci_hi_us, error, job) VALUES"
+                " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (time.time(), self.host, backend, topology, nccl_version, point.collective, int(point.nbytes),
                  point.algo, point.proto, int(point.channels), *map(int, point.knobs), timing, tag, status,
-                 json.dumps([round(float(s), 4) for s in samples]), med, lo, hi, error))
+                 json.dumps([round(float(s), 4) for s in samples]), med, lo, hi, error, job))
             self._db.commit()
         except sqlite3.Error as e:  # a full disk lands here; what was committed before stays
             raise ConfigError("store", f"cannot write to {self.path}: {e}; earlier measurements are kept, "
@@ -191,3 +194,26 @@ class Store:
         df["samples_us"] = df["samples_us"].map(lambda s: " ".join(f"{v:g}" for v in s))
         df.to_csv(out, index=False)
         return Path(out)
+
+
+def job_ids(df, gap_s: float = 3.0):
+    """The job of each row of a :meth:`Store.frame` as a Series: the ``job`` column where it is set;
+    for rows from before job ids, inferred from the order of insertion (a job's rows are written
+    together when it returns): a new job starts after a pause of more than ``gap_s``, at a change of
+    topology, tag or per-process knobs, or when a point repeats."""
+    import pandas as pd
+
+    out, n, last, seen, prev = [], 0, None, set(), None
+    for r in df.sort_values("id").itertuples():
+        if r.job:
+            out.append((r.id, r.job))
+            continue
+        head = (r.topology, r.tag, *(getattr(r, k) for k in KNOB_FIELDS))
+        key = (r.collective, r.nbytes, r.algo, r.proto, r.channels)
+        if last is not None and (r.ts - last > gap_s or head != prev or key in seen):
+            n, seen = n + 1, set()
+        seen.add(key)
+        last, prev = r.ts, head
+        out.append((r.id, f"ts{n}"))
+    ids = dict(out)
+    return pd.Series([ids[i] for i in df["id"]], index=df.index, name="job")

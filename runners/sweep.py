@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,7 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
         print(f"# {topo.name}: {label}: {sum(map(len, todo))} points", file=out, flush=True)
         try:
             workers = workers_factory(topo, knobs, args["timing"], float(args["timeout_s"]))
+            job = uuid.uuid4().hex[:12]
         except WorkerError as e:
             print(f"# workers failed to start: {e}", file=out, flush=True)
             failed += sum(map(len, todo))
@@ -181,14 +183,15 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
                 except WorkerError as e:
                     for p in pts:
                         store.add(p, [], backend=args["backend"], topology=topo.name, nccl_version="?",
-                                  timing=args["timing"], tag=tag, status="failed", error=str(e)[:500])
+                                  timing=args["timing"], tag=tag, status="failed", error=str(e)[:500], job=job)
                     failed += len(pts)
                     print(f"# {pts[0].collective} {pts[0].nbytes} B failed: {e}; restarting workers", file=out)
                     workers = workers_factory(topo, knobs, args["timing"], float(args["timeout_s"]))
+                    job = uuid.uuid4().hex[:12]
                     continue
                 for p, smp, mode in zip(pts, res, workers.last_modes, strict=True):
                     store.add(p, smp, backend=args["backend"], topology=topo.name, nccl_version=workers.nccl_version,
-                              timing=mode, tag=tag)
+                              timing=mode, tag=tag, job=job)
                 measured += len(pts)
         finally:
             workers.close()
@@ -205,11 +208,14 @@ def measure_whole(workers, points: list[Point], store: Store, topology: str, *, 
     job. Returns each point's samples (``None``: failed)."""
     results: list[list[float] | None] = [None] * len(points)
     remaining = list(range(len(points)))
+    job = ""
 
     def add(i: int, smp: list[float], **kw) -> None:
-        store.add(points[i], smp, backend=backend, topology=topology, nccl_version=workers.nccl_version, tag=tag, **kw)
+        store.add(points[i], smp, backend=backend, topology=topology, nccl_version=workers.nccl_version, tag=tag,
+                  job=job, **kw)
 
     while remaining:
+        job = uuid.uuid4().hex[:12]  # one id per set of processes: the unit of between-job noise
         res = workers.measure([points[i] for i in remaining], samples=samples)
         fails = getattr(workers, "failures", {})
         nxt = []

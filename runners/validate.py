@@ -4,11 +4,20 @@ defaults, and say per size whether it is faster, the same or slower.
     ncclrl validate table=nccl_tuner.csv conf=nccl.conf topology=h200-2x2-sock collectives=allreduce
 
 Jobs alternate between NCCL's defaults (no table, no knobs) and the tuned setting (the table
-loaded by our plugin, the ``nccl.conf`` knobs as the process environment), ``rounds`` times each,
-so both see the same machine drift; no training measurement is reused. Every sample goes to the
-store (tags ``validate-base`` and ``validate-tuned``); the report pools a point's samples over the
-rounds and gives the median, its 95% bootstrap interval, the speedup and a verdict: ``faster``
-(the intervals do not overlap, tuned below), ``slower`` (the other way) or ``same``.
+loaded by our plugin, the ``nccl.conf`` knobs as the process environment), ``rounds`` times each
+in the order base, tuned, tuned, base, ... so both see the same machine drift and neither side
+always runs second; no training measurement is reused. Every sample goes to the
+store (tags ``validate-base`` and ``validate-tuned:<table sha256>``, one job id per job).
+
+The two sides always run in different jobs, and jobs differ more than samples within a job do
+(:mod:`runners.noise`), so the unit of comparison is the job: per point, each side's job medians,
+the speedup as the ratio of their geometric means, and its 95% interval from the between-job
+spread that the repeated jobs of both sides show (pooled over neighbouring sizes). The verdict is
+``faster`` (the interval lies above 1), ``slower`` (below 1) or ``same``. With ``rounds=1`` there
+is no between-job spread to estimate and the verdict falls back to within-job intervals, which
+judge NCCL's defaults against themselves "different" at about half the sizes on the H200s: use
+``rounds`` >= 2 (3-4 for small sizes). ``measure=0`` judges the jobs of an earlier validation of
+the same table from the store, without a GPU.
 """
 
 from __future__ import annotations
@@ -18,19 +27,23 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.topology import load_topology
-from runners.store import Point, Store, summarize
+from runners.store import Point, Store, job_ids
 from runners.sweep import measure_whole, parse_kv, script_main, size_grid
 
 DEFAULTS: dict[str, str] = {"table": "", "conf": "", "topology": "", "collectives": "allreduce",
                             "min_bytes": "8", "max_bytes": "256M", "rounds": "2", "samples": "5",
-                            "timing": "eager", "timeout_s": "300", "store": "runs/validate.sqlite", "out": ""}
+                            "timing": "eager", "timeout_s": "300", "store": "runs/validate.sqlite", "out": "",
+                            "measure": "1"}
 CONF_KEYS = {"NCCL_MIN_NCHANNELS": "comm_channels", "NCCL_MAX_NCHANNELS": "comm_channels",
              "NCCL_BUFFSIZE": "buffsize_bytes", "NCCL_SOCKET_NTHREADS": "socket_nthreads",
              "NCCL_NSOCKS_PERTHREAD": "nsocks_perthread", "NCCL_SOCKET_INLINE": "socket_inline_bytes"}
@@ -46,6 +59,9 @@ def parse_args(argv: list[str]) -> dict[str, str]:
             raise ConfigError(k, f"no such file: {args[k]}")
     if args["timing"] not in ("graph", "eager"):
         raise ConfigError("timing", f"unknown value {args['timing']!r}; allowed: graph, eager")
+    if args["measure"] not in ("0", "1"):
+        raise ConfigError("measure", f"unknown value {args['measure']!r}; allowed: 1 (measure afresh), "
+                          "0 (judge an earlier validation of this table from the store)")
     for k in ("rounds", "samples"):
         if not args[k].isdigit() or int(args[k]) < 1:
             raise ConfigError(k, f"must be a whole number >= 1, got {args[k]!r}")
@@ -69,18 +85,36 @@ def read_conf(path: str | Path) -> Point:
     return Point("allreduce", 1, **knobs)
 
 
-def verdict(base: list[float], tuned: list[float]) -> dict[str, Any]:
-    b, blo, bhi = summarize(base)
-    t, tlo, thi = summarize(tuned)
-    v = "faster" if thi < blo else ("slower" if tlo > bhi else "same")
-    return {"base_us": b, "base_lo_us": blo, "base_hi_us": bhi, "tuned_us": t, "tuned_lo_us": tlo,
-            "tuned_hi_us": thi, "speedup": b / t, "verdict": v}
+def judge(topo, points: list[Point], base: list[list[list[float]]], tuned: list[list[list[float]]],
+          digest: str = "") -> pd.DataFrame:
+    """Per point, the tuned jobs against the base jobs under the between-job noise model
+    (:mod:`runners.noise`): sigma from the repeated jobs of both sides, pooled over neighbouring
+    sizes of the same collective. ``base[i]``/``tuned[i]``: point ``i``'s samples, one list per job."""
+    import pandas as pd
+
+    from runners.noise import compare, log_median, pooled_sigma
+
+    rows = []
+    for coll in dict.fromkeys(p.collective for p in points):
+        idx = [i for i, p in enumerate(points) if p.collective == coll and base[i] and tuned[i]]
+        groups = [[[log_median(j) for j in base[i]], [log_median(j) for j in tuned[i]]] for i in idx]
+        sigma, df = pooled_sigma(groups)
+        bf = float(N.bus_factor(N.COLLECTIVES.index(coll), topo.nranks))
+        for k, i in enumerate(idx):
+            c = compare(base[i], tuned[i], float(sigma[k]), int(df[k]))
+            nb = points[i].nbytes
+            rows.append({"topology": topo.name, "collective": coll, "nbytes": nb, "base_us": c.a_us,
+                         "tuned_us": c.b_us, "speedup": c.ratio, "speedup_lo": c.ratio_lo, "speedup_hi": c.ratio_hi,
+                         "verdict": c.verdict, "jobs": min(len(base[i]), len(tuned[i])),
+                         "sigma_between": float(sigma[k]), "df": c.df,
+                         "base_busbw_gbps": nb * bf / c.a_us / 1e3, "tuned_busbw_gbps": nb * bf / c.b_us / 1e3,
+                         "table_sha256_12": digest})
+    return pd.DataFrame(rows)
 
 
 def run_validate(args: dict[str, str], out=sys.stdout, workers_factory=None):
-    """Alternate base and tuned jobs; returns the per-size report as a DataFrame."""
-    import pandas as pd
-
+    """Alternate base and tuned jobs (or, with ``measure=0``, take the jobs of an earlier
+    validation of the same table from the store); returns the per-size report as a DataFrame."""
     from runners.cli import parse_bytes
 
     topo = load_topology(args["topology"])
@@ -89,42 +123,17 @@ def run_validate(args: dict[str, str], out=sys.stdout, workers_factory=None):
     knobs = read_conf(args["conf"]) if args["conf"] else Point("allreduce", 1)
     table = Path(args["table"])
     digest = hashlib.sha256(table.read_bytes()).hexdigest()[:12]
-    if workers_factory is None:
-        from runners.table_backend import TableWorkers
-
-        def workers_factory(knobs, table):
-            return TableWorkers(topo.nranks, topo.nodes, knobs, timing=args["timing"],
-                                timeout_s=float(args["timeout_s"]), table=table)
-
     points = [Point(N.COLLECTIVES[c], s) for c in colls for s in size_grid(lo, hi, topo.nranks, c)]
     store = Store(Path(args["store"]))
-    pooled: dict[str, list[list[float]]] = {"base": [[] for _ in points], "tuned": [[] for _ in points]}
-    t0 = time.time()
-    for r in range(int(args["rounds"])):
-        for which, kn, tab in (("base", None, None), ("tuned", knobs, table)):
-            w = workers_factory(kn, tab)
-            stored = [replace(kn, collective=p.collective, nbytes=p.nbytes) if kn else p for p in points]
-            tag = "validate-base" if which == "base" else f"validate-tuned:{digest}"
-            res = measure_whole(w, stored, store, topo.name, backend="torch", samples=int(args["samples"]), tag=tag,
-                                out=out)
-            done = 0
-            for i, smp in enumerate(res):
-                if smp:
-                    pooled[which][i] += list(smp)
-                    done += 1
-            print(f"# round {r + 1}: {which}: {done}/{len(points)} points, {time.time() - t0:.0f} s", file=out,
-                  flush=True)
-    rows = []
-    for i, p in enumerate(points):
-        if not pooled["base"][i] or not pooled["tuned"][i]:
-            continue
-        c = N.COLLECTIVES.index(p.collective)
-        v = verdict(pooled["base"][i], pooled["tuned"][i])
-        bf = float(N.bus_factor(c, topo.nranks))
-        rows.append({"topology": topo.name, "collective": p.collective, "nbytes": p.nbytes, **v,
-                     "base_busbw_gbps": p.nbytes * bf / v["base_us"] / 1e3,
-                     "tuned_busbw_gbps": p.nbytes * bf / v["tuned_us"] / 1e3, "table_sha256_12": digest})
-    df = pd.DataFrame(rows)
+    if args["measure"] == "0":
+        base, tuned = stored_jobs(store, topo.name, digest, points)
+        if not any(tuned):
+            raise ConfigError("measure", f"no validation of {table} (sha256 {digest}) for {topo.name} in "
+                              f"{args['store']}; run with measure=1")
+        print(f"# {table}: {max(map(len, tuned))} rounds from {args['store']}", file=out)
+    else:
+        base, tuned = measure_rounds(args, topo, knobs, table, digest, points, store, out, workers_factory)
+    df = judge(topo, points, base, tuned, digest)
     print_report(df, out)
     if args["out"]:
         df.to_csv(args["out"], index=False)
@@ -133,22 +142,86 @@ def run_validate(args: dict[str, str], out=sys.stdout, workers_factory=None):
     return df
 
 
+def measure_rounds(args, topo, knobs, table, digest, points, store, out, workers_factory):
+    """``rounds`` x (a base job, a tuned job), the order swapped every other round (base, tuned,
+    tuned, base, ...): the job that runs second in a pair is not always the same side. Every sample
+    stored. Returns per point its samples per job, for each side."""
+    if workers_factory is None:
+        from runners.table_backend import TableWorkers
+
+        def workers_factory(knobs, table):
+            return TableWorkers(topo.nranks, topo.nodes, knobs, timing=args["timing"],
+                                timeout_s=float(args["timeout_s"]), table=table)
+
+    jobs: dict[str, list[list[list[float]]]] = {"base": [[] for _ in points], "tuned": [[] for _ in points]}
+    t0 = time.time()
+    sides = (("base", None, None), ("tuned", knobs, table))
+    for r in range(int(args["rounds"])):
+        for which, kn, tab in sides if r % 2 == 0 else sides[::-1]:  # ABBA: an order effect cancels
+            w = workers_factory(kn, tab)
+            stored = [replace(kn, collective=p.collective, nbytes=p.nbytes) if kn else p for p in points]
+            tag = "validate-base" if which == "base" else f"validate-tuned:{digest}"
+            res = measure_whole(w, stored, store, topo.name, backend="torch", samples=int(args["samples"]), tag=tag,
+                                out=out)
+            done = 0
+            for i, smp in enumerate(res):
+                if smp:
+                    jobs[which][i].append(list(smp))
+                    done += 1
+            print(f"# round {r + 1}: {which}: {done}/{len(points)} points, {time.time() - t0:.0f} s", file=out,
+                  flush=True)
+    return jobs["base"], jobs["tuned"]
+
+
+def stored_jobs(store: Store, topology: str, digest: str, points: list[Point]):
+    """The jobs of earlier validations of the table ``digest``: each tuned job with the base job
+    that ran next to it (just before, else just after: validate alternates them). Per point,
+    samples per job, each side."""
+    df = store.frame(topology=topology, status="ok")
+    base: list[list[list[float]]] = [[] for _ in points]
+    tuned: list[list[list[float]]] = [[] for _ in points]
+    df = df[(df.tag == "validate-base") | (df.tag == f"validate-tuned:{digest}")].copy()
+    if df.empty:
+        return base, tuned
+    df["job"] = job_ids(df)
+    where = {(p.collective, p.nbytes): i for i, p in enumerate(points)}
+    order = df.groupby("job", sort=False).agg(first=("id", "min"), tag=("tag", "first")).sort_values("first")
+    jobs, tags = list(order.index), list(order.tag)
+    used: set[int] = set()
+    for i, tag in enumerate(tags):
+        if tag == "validate-base":
+            continue
+        mate = next((j for j in (i - 1, i + 1) if 0 <= j < len(tags) and tags[j] == "validate-base"
+                     and j not in used), None)
+        if mate is None:
+            continue
+        used.add(mate)
+        for side, j in ((base, jobs[mate]), (tuned, jobs[i])):
+            for row in df[df.job == j].itertuples():
+                if (row.collective, row.nbytes) in where and row.algo == "default":
+                    side[where[(row.collective, row.nbytes)]].append(list(row.samples_us))
+    return base, tuned
+
+
 def print_report(df, out=sys.stdout) -> None:
     if df.empty:
         print("# nothing measured", file=out)
         return
     for coll, g in df.groupby("collective", sort=False):
-        print(f"\n# {coll}: NCCL defaults vs table (median us [95% CI], pooled over rounds)", file=out)
-        print(f"{'nbytes':>10} {'base_us':>22} {'tuned_us':>22} {'speedup':>8}  verdict", file=out)
+        print(f"\n# {coll}: NCCL defaults vs table (geometric mean of job medians, us; speedup [95% CI "
+              "with between-job noise])", file=out)
+        print(f"{'nbytes':>10} {'base_us':>10} {'tuned_us':>10} {'speedup':>8} {'95% CI':>13} jobs  verdict", file=out)
         for _, r in g.iterrows():
-            print(f"{r['nbytes']:>10} {r.base_us:>9.1f} [{r.base_lo_us:>5.1f}-{r.base_hi_us:<5.1f}] "
-                  f"{r.tuned_us:>9.1f} [{r.tuned_lo_us:>5.1f}-{r.tuned_hi_us:<5.1f}] {r.speedup:>7.2f}x  {r.verdict}",
-                  file=out)
+            print(f"{r['nbytes']:>10} {r.base_us:>10.1f} {r.tuned_us:>10.1f} {r.speedup:>7.2f}x "
+                  f"[{r.speedup_lo:>5.2f}-{r.speedup_hi:<5.2f}] {r.jobs:>4}  {r.verdict}", file=out)
         gm = float(np.exp(np.mean(np.log(g.speedup))))
         big = g[(g.nbytes >= 64 << 20) & (g.nbytes <= 256 << 20)]
         gm_big = f", {float(np.exp(np.mean(np.log(big.speedup)))):.2f}x at 64-256 MiB" if len(big) else ""
         print(f"# {coll}: geometric-mean speedup {gm:.2f}x over {len(g)} sizes{gm_big}; "
               f"{int((g.verdict == 'faster').sum())} faster, {int((g.verdict == 'slower').sum())} slower", file=out)
+        if int(g.df.min()) == 0:
+            print(f"# {coll}: one job per side at some sizes: their verdicts use within-job intervals only, "
+                  "which do not cover between-job noise (rounds >= 2)", file=out)
 
 
 def plot_scurves(df, path: str | Path, title: str = "") -> Path:

@@ -1,0 +1,110 @@
+"""Between-job noise: judging "faster" or "slower" when the two sides ran in different jobs.
+
+On the lent H200s the same configuration measured in two consecutive jobs differs far more than
+the samples within one job do: over 464 recorded A/A pairs (NCCL's defaults on both sides, two
+jobs of one validation about 30 s apart), the standard deviation of the log ratio of the job
+medians is 0.1-0.6, 3-6x the within-job standard error, and 47% of the pairs had disjoint
+within-job 95% intervals (docs/live.md, "Between-job noise"). Part of it is a shift of the whole
+job (every latency-bound size 20-30% slower), part is per point.
+
+The model here: the log of a point's job median is ``mu + e`` with ``e ~ N(0, sigma^2)`` per job,
+``sigma`` a smooth function of the size. ``sigma`` is estimated from repeated jobs of one
+configuration (the spread of their log medians), pooled over neighbouring sizes of the same
+collective, so a comparison of ``n_a`` and ``n_b`` jobs has the standard error
+``sigma * sqrt(1/n_a + 1/n_b)`` and a Student-t quantile with the pooled degrees of freedom. The
+interval is never narrower than the within-job one (the two sides' pooled-sample 95% intervals
+must not overlap). Without repeated jobs there is nothing to estimate ``sigma`` from, and the
+comparison is the within-job one (and says so: ``df == 0``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from runners.store import summarize
+
+#: neighbouring sizes (each side) whose repeated jobs are pooled into one size's sigma
+WINDOW = 2
+
+
+def log_median(samples: Sequence[float]) -> float:
+    return float(np.log(summarize(samples)[0]))
+
+
+def pooled_sigma(groups: Sequence[Sequence[Sequence[float]]], window: int = WINDOW) -> tuple[np.ndarray, np.ndarray]:
+    """Between-job sigma (log scale) and its degrees of freedom per size.
+
+    :param groups: per size (in size order, one collective), a list of log-job-median arrays, each
+        the repeated jobs of one configuration at that size (an array of one job adds nothing)
+    :param window: sizes pooled on each side
+    :return: ``(sigma, df)``, one entry per size; ``df == 0`` where no size in the window has a
+        repeated job (``sigma`` is 0 there)
+    """
+    n = len(groups)
+    ss, df = np.zeros(n), np.zeros(n)
+    for i, gs in enumerate(groups):
+        for g in gs:
+            y = np.asarray(g, dtype=float)
+            y = y[np.isfinite(y)]
+            if y.size >= 2:
+                ss[i] += float(((y - y.mean()) ** 2).sum())
+                df[i] += y.size - 1
+    sig, dof = np.zeros(n), np.zeros(n, dtype=int)
+    for i in range(n):
+        lo, hi = max(0, i - window), min(n, i + window + 1)
+        d = df[lo:hi].sum()
+        if d > 0:
+            sig[i] = float(np.sqrt(ss[lo:hi].sum() / d))
+            dof[i] = int(d)
+    return sig, dof
+
+
+def t_quantile(df: int, q: float = 0.975) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(q, df))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """``b`` against ``a``: ``ratio`` = a / b (> 1: b is faster), its 95% interval, the verdict."""
+
+    a_us: float  # geometric mean of a's job medians
+    b_us: float
+    ratio: float
+    ratio_lo: float
+    ratio_hi: float
+    verdict: str  # "faster" (b faster than a beyond the noise), "slower" or "same"
+    df: int  # degrees of freedom of the between-job sigma (0: within-job intervals only)
+
+
+def compare(a_jobs: Sequence[Sequence[float]], b_jobs: Sequence[Sequence[float]], sigma: float, df: int,
+            q: float = 0.975) -> Comparison:
+    """Compare the jobs of ``b`` with the jobs of ``a`` (each a list of samples) at one point.
+
+    The log ratio of the geometric means of the job medians, with the half-width
+    ``t_q(df) * sigma * sqrt(1/n_a + 1/n_b)`` (at least the two sides' within-job half-widths).
+    "faster"/"slower" when that interval of the ratio excludes 1 and the two sides' pooled-sample
+    95% intervals do not overlap either; with no between-job estimate (``df == 0``) the latter
+    alone decides.
+    """
+    a = [list(j) for j in a_jobs if len(j)]
+    b = [list(j) for j in b_jobs if len(j)]
+    if not a or not b:
+        raise ValueError("compare: both sides need at least one job with samples")
+    la, lb = np.array([log_median(j) for j in a]), np.array([log_median(j) for j in b])
+    d = float(la.mean() - lb.mean())  # log(a / b)
+
+    _, alo, ahi = summarize([x for j in a for x in j])
+    _, blo, bhi = summarize([x for j in b for x in j])
+    within = "faster" if bhi < alo else ("slower" if blo > ahi else "same")  # pooled 95% intervals apart
+    half = float(np.log(ahi / alo) + np.log(bhi / blo)) / 2 if min(alo, blo) > 0 else 0.0
+    if df > 0:
+        half = max(half, t_quantile(df, q) * sigma * float(np.sqrt(1 / la.size + 1 / lb.size)))
+    between = "faster" if d - half > 0 else ("slower" if d + half < 0 else "same")
+    verdict = within if df == 0 else (between if between == within else "same")
+    return Comparison(a_us=float(np.exp(la.mean())), b_us=float(np.exp(lb.mean())), ratio=float(np.exp(d)),
+                      ratio_lo=float(np.exp(d - half)), ratio_hi=float(np.exp(d + half)), verdict=verdict, df=int(df))
