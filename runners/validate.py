@@ -6,7 +6,9 @@ defaults, and say per size whether it is faster, the same or slower.
 Jobs alternate between NCCL's defaults (no table, no knobs) and the tuned setting (the table
 loaded by our plugin, the ``nccl.conf`` knobs as the process environment), ``rounds`` times each
 in the order base, tuned, tuned, base, ... so both see the same machine drift and neither side
-always runs second; no training measurement is reused. Every sample goes to the
+always runs second; a warm-up job of NCCL's defaults comes first (tag ``validate-warmup``, not
+judged: on the H200s the first job of a command ran 15-25% apart from the rest); no training
+measurement is reused. Every sample goes to the
 store (tags ``validate-base`` and ``validate-tuned:<table sha256>``, one job id per job).
 
 The two sides always run in different jobs, and jobs differ more than samples within a job do
@@ -43,7 +45,7 @@ from runners.sweep import measure_whole, parse_kv, script_main, size_grid
 DEFAULTS: dict[str, str] = {"table": "", "conf": "", "topology": "", "collectives": "allreduce",
                             "min_bytes": "8", "max_bytes": "256M", "rounds": "2", "samples": "5",
                             "timing": "eager", "timeout_s": "300", "store": "runs/validate.sqlite", "out": "",
-                            "measure": "1"}
+                            "measure": "1", "warmup": "1"}
 CONF_KEYS = {"NCCL_MIN_NCHANNELS": "comm_channels", "NCCL_MAX_NCHANNELS": "comm_channels",
              "NCCL_BUFFSIZE": "buffsize_bytes", "NCCL_SOCKET_NTHREADS": "socket_nthreads",
              "NCCL_NSOCKS_PERTHREAD": "nsocks_perthread", "NCCL_SOCKET_INLINE": "socket_inline_bytes"}
@@ -59,6 +61,9 @@ def parse_args(argv: list[str]) -> dict[str, str]:
             raise ConfigError(k, f"no such file: {args[k]}")
     if args["timing"] not in ("graph", "eager"):
         raise ConfigError("timing", f"unknown value {args['timing']!r}; allowed: graph, eager")
+    if args["warmup"] not in ("0", "1"):
+        raise ConfigError("warmup", f"unknown value {args['warmup']!r}; allowed: 1 (a first job of NCCL's defaults, "
+                          "stored but not judged), 0 (none)")
     if args["measure"] not in ("0", "1"):
         raise ConfigError("measure", f"unknown value {args['measure']!r}; allowed: 1 (measure afresh), "
                           "0 (judge an earlier validation of this table from the store)")
@@ -155,6 +160,11 @@ def measure_rounds(args, topo, knobs, table, digest, points, store, out, workers
 
     jobs: dict[str, list[list[list[float]]]] = {"base": [[] for _ in points], "tuned": [[] for _ in points]}
     t0 = time.time()
+    if args["warmup"] == "1":  # the first job after a pause runs apart from the rest (1x4: +-25%)
+        w = workers_factory(None, None)
+        measure_whole(w, points, store, topo.name, backend="torch", samples=int(args["samples"]),
+                      tag="validate-warmup", out=out)
+        print(f"# warm-up job (stored, not judged): {time.time() - t0:.0f} s", file=out, flush=True)
     sides = (("base", None, None), ("tuned", knobs, table))
     for r in range(int(args["rounds"])):
         for which, kn, tab in sides if r % 2 == 0 else sides[::-1]:  # ABBA: an order effect cancels

@@ -82,8 +82,8 @@ def _calibration():
 
 def test_recorded_a_a_validations_are_judged_the_same_by_the_between_job_model():
     """The committed H200 store: 4 jobs of NCCL's defaults at a time as A/A validations (2 rounds).
-    Measured (docs/live.md): within-job intervals of one job each call 45% of sizes different,
-    the pooled samples 12%, the between-job model 3%."""
+    Measured (docs/live.md, session 5: 53 validations, 1,375 sizes): within-job intervals of one
+    job each call 47% of sizes different, the pooled samples 17%, the between-job model 2.8%."""
     out = _calibration().main(str(LIVE))
     assert len(out) >= 300
     rate = {rule: float((out[rule] != "same").mean()) for rule in ("one_job_each", "pooled_samples", "between_job")}
@@ -128,8 +128,8 @@ def test_validate_from_the_store_repeats_the_live_report(tmp_path):
 
 
 def test_stored_a_a_validation_on_the_h200s():
-    """The A/A table (no rows) validated on the H200s (3 rounds): every size "same" on
-    h200-2x2-sock, at most 2 of 26 "slower" on h200-1x4 (two windows pooled)."""
+    """The A/A table (no rows) validated on the H200s: every size "same" on h200-2x2-sock (3
+    rounds), at most 2 of 26 different on h200-1x4 (9 rounds in three windows pooled: 0)."""
     from runners.validate import parse_args, run_validate
 
     table = REPO / "docs" / "live" / "noise" / "aa_table.csv"
@@ -137,7 +137,7 @@ def test_stored_a_a_validation_on_the_h200s():
     for topo, most in (("h200-2x2-sock", 0), ("h200-1x4", 2)):
         df = run_validate(parse_args([f"table={table}", f"topology={topo}", f"store={LIVE}", "measure=0"]),
                           out=io.StringIO())
-        assert len(df) == 26 and (df.verdict != "same").sum() <= most and (df.verdict == "faster").sum() == 0
+        assert len(df) == 26 and (df.verdict != "same").sum() <= most
 
 
 def test_replay_gives_a_repeated_point_the_next_recorded_job():

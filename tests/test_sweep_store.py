@@ -270,18 +270,18 @@ def test_validate_alternates_jobs_stores_everything_and_gives_verdicts(tmp_path)
     args = parse_args([f"table={table}", f"conf={conf}", "topology=h200-2x2-sock", "max_bytes=4M",
                        f"store={tmp_path / 's.sqlite'}", "rounds=2", f"out={tmp_path / 'v.csv'}"])
     df = run_validate(args, out=io.StringIO(), workers_factory=factory)
-    assert [c[1] is None for c in calls] == [True, False, False, True]  # base, tuned, tuned, base (ABBA)
-    assert calls[1][0] == (0, 0, 2, 4, 262144)
+    assert [c[1] is None for c in calls] == [True, True, False, False, True]  # warm-up, then base/tuned ABBA
+    assert calls[2][0] == (0, 0, 2, 4, 262144)
     v = df.set_index("nbytes")
     assert v.loc[1 << 20, "verdict"] == "faster" and v.loc[8, "verdict"] == "slower"
     assert v.loc[1 << 20, "speedup"] == pytest.approx(2.0, rel=0.05)
     assert v.loc[4096, "verdict"] == "same"
     with Store(tmp_path / "s.sqlite") as s:  # every job's samples are kept: 2 rounds x 2 settings x sizes
-        assert s.count() == 4 * len(df)
+        assert s.count() == 5 * len(df) and s.count(tag="validate-warmup") == len(df)
         frame = s.frame()
         tuned = frame[frame.tag.str.startswith("validate-tuned:")]
         assert set(tuned.socket_nthreads) == {2} and set(tuned.algo) == {"default"}
-        assert frame.job.nunique() == 4 and frame.groupby("job").tag.nunique().max() == 1  # one id per job
+        assert frame.job.nunique() == 5 and frame.groupby("job").tag.nunique().max() == 1  # one id per job
     assert (tmp_path / "v.csv").exists()
 
 
