@@ -29,13 +29,13 @@ from runners.sweep import knob_grid, measure_whole, parse_kv
 DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "", "collectives": "allreduce", "min_bytes": "8",
                             "max_bytes": "256M", "budget": "200", "wall_s": "1800", "rounds": "3",
                             "confs_per_round": "2", "probe_every": "4", "per_size": "1", "samples": "5",
-                            "guard_samples": "9", "guard_confs": "2",
+                            "guard_samples": "9", "guard_confs": "2", "verify": "8",
                             "ppo_steps": "8192", "seed": "0", "store": "runs/finetune.sqlite",
                             "replay_store": "",
                             "out": "runs/finetune", "timing": "eager", "timeout_s": "120"}
 BASE_KNOBS_KEY = "/".join("0" * len(KNOB_FIELDS))  # NCCL's plain defaults, as sweep_reference keys settings
 INTS = ("budget", "rounds", "confs_per_round", "probe_every", "per_size", "samples", "guard_samples", "guard_confs",
-        "ppo_steps", "seed")
+        "verify", "ppo_steps", "seed")
 
 
 def check_backend_args(args: dict[str, str]) -> None:
@@ -188,7 +188,7 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
                          confs_per_round=int(args["confs_per_round"]),
                          probe_every=int(args["probe_every"]), per_size=int(args["per_size"]),
                          samples=int(args["samples"]), guard_samples=int(args["guard_samples"]),
-                         guard_confs=int(args["guard_confs"]),
+                         guard_confs=int(args["guard_confs"]), verify=int(args["verify"]),
                          ppo_steps=int(args["ppo_steps"]), seed=int(args["seed"]))
     cfg.check()
     model = load_policy(checkpoint)

@@ -190,3 +190,41 @@ def test_guard_keeps_a_faster_setting_through_job_wide_shifts(seed):
     assert verdict["kept"] and verdict["gain"] > 1.5
     _, df = ft.noise("allreduce")[sizes[N.ALLREDUCE][0]]
     assert df > 0
+
+
+def _rows_faster_by(factor: float, seed: int = 0):
+    """Every per-call configuration ``factor`` x NCCL's choice, the same under every knob setting;
+    6% noise per sample: one guard job cannot tell 8% apart, several can."""
+    sim = Simulator("h200-2x2-sock", seed=0)
+    rng = np.random.default_rng(seed)
+
+    def measure(knobs, points, samples, tag):
+        out = []
+        for p in points:
+            t = float(sim.time_us(sim.default_configs(N.COLLECTIVES.index(p.collective), [p.nbytes]))[0])
+            t *= 1.0 if p.is_default else factor
+            out.append((t * (1 + 0.06 * rng.standard_normal(samples))).tolist())
+        return out
+
+    return measure
+
+
+@pytest.mark.parametrize("factor", [0.92, 1.0])
+def test_left_over_budget_verifies_rows_one_guard_job_could_not(factor):
+    """Rows truly 8% faster: one guard job keeps some of them, more guard jobs with the budget left
+    keep (nearly) all; rows truly no faster: the extra looks keep almost none (the 2.5% is spread
+    over them)."""
+    topo = load_topology("h200-2x2-sock")
+    sizes = sizes_for(topo, [N.ALLREDUCE], 8, 1 << 20)
+    kept = {}
+    for verify in (0, 8):
+        ft = Finetuner(topo, [N.ALLREDUCE], sizes, None, _rows_faster_by(factor),
+                       FinetuneConfig(budget=2000, ppo_steps=0, verify=verify), log=lambda m: None)
+        res = ft.run()
+        assert res.measured <= 2000
+        kept[verify] = len(res.rows)
+    n = len(sizes[N.ALLREDUCE])
+    if factor < 1:
+        assert kept[0] <= 0.7 * n and kept[8] >= 0.9 * n  # measured: 11 and 18 of 18
+    else:
+        assert kept[8] <= max(1, n // 10)
