@@ -106,8 +106,9 @@ def test_store_job_ids_are_inferred_for_old_rows():
 
 def test_validate_from_the_store_repeats_the_live_report(tmp_path):
     """``measure=0`` judges the jobs an earlier validation stored: the same report, no workers."""
+    from test_sweep_store import FakeTableWorkers
+
     from runners.validate import parse_args, run_validate
-    from tests.test_sweep_store import FakeTableWorkers
 
     table = tmp_path / "t.csv"
     table.write_text("allreduce,0,max,ring,simple,2,-1,-1\n")
