@@ -42,7 +42,7 @@ from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.simulator import Simulator
 from costmodel.topology import Topology
-from runners.noise import compare, log_median, pooled_sigma
+from runners.noise import compare, log_geomean, log_median, pooled_sigma
 from runners.store import Point, summarize
 from runners.sweep import call_configs, knob_grid, size_grid
 
@@ -163,6 +163,10 @@ class Finetuner:
                 groups[at[s]].append([log_median(j) for j in jobs])
         sigma, df = pooled_sigma(groups)
         return {s: (float(sigma[i]), int(df[i])) for i, s in enumerate(sizes)}
+
+    def _refresh_noise(self) -> None:
+        """The between-job spread per collective and size from every job so far (read by :meth:`loses`)."""
+        self._noise = {N.COLLECTIVES[c]: self.noise(N.COLLECTIVES[c]) for c in self.colls}
 
     def loses(self, x: tuple[str, int], jobs: list[list[float]], ref: list[list[float]]) -> bool:
         """``jobs`` slower than ``ref`` (NCCL's plain default) at ``x`` beyond the between-job noise."""
@@ -445,16 +449,14 @@ class Finetuner:
             return {x: self.jobs.get((self.base_knobs.knobs, *x, DEFAULT), []) for x in base.default}
 
         plain = plain_jobs()
+        with_row = {(r["collective"], r["nbytes"]) for r in base.kept}
         for x in base.final:  # the fallback runs NCCL's plain default where no row survived
-            if not base.final[x] or base.final[x] is base.default[x]:
+            if x not in with_row:
                 base.final[x] = plain[x]
 
-        def geo(jobs: list[list[float]]) -> float:
-            return float(np.exp(np.mean([log_median(j) for j in jobs])))
-
         def gain(fin: dict) -> float:
-            r = [geo(plain[x]) / geo(v) for x, v in fin.items() if v and plain[x]]
-            return float(np.exp(np.mean(np.log(r)))) if r else 0.0
+            r = [log_geomean(plain[x]) - log_geomean(v) for x, v in fin.items() if v and plain[x]]
+            return float(np.exp(np.mean(r))) if r else 0.0
 
         options = [(gain(base.final), self.base_knobs, base.kept, base.dropped)]
         checks.append({"knobs": knob_label(self.base_knobs), "collective": "*", "nbytes": 0, "gain": options[0][0],
@@ -465,7 +467,7 @@ class Finetuner:
                 self.log(f"# guard: no budget left to check {knob_label(conf)} ({need} points)")
                 break
             job = self._guard_job(conf, rows, checks)
-            self._noise = {N.COLLECTIVES[c]: self.noise(N.COLLECTIVES[c]) for c in self.colls}
+            self._refresh_noise()
             kept_c, final_c = job.kept, job.final
             # a row not shown faster than NCCL's choice under the setting still beats running that
             # choice where the choice loses to the plain default and the row does not
@@ -485,7 +487,7 @@ class Finetuner:
                 plain = plain_jobs()
                 for x, c in zip(slow, again, strict=True):
                     final_c[x] = list(final_c[x]) + ([c] if c else [])
-                self._noise = {N.COLLECTIVES[c]: self.noise(N.COLLECTIVES[c]) for c in self.colls}
+                self._refresh_noise()
                 slow = [x for x, v in final_c.items() if not v or self.loses(x, v, plain[x])]
             slower = [f"{n}:{s}" for n, s in slow]
             g = gain(final_c)
@@ -505,10 +507,7 @@ class Finetuner:
         row and NCCL's choice; a row is kept once all its jobs show it faster beyond the between-job
         noise (each look at the 2.5% / ``verify`` level, so that repeated looks do not add up to more
         than the guard's 2.5%), and given up once it no longer measures faster."""
-        def geo(jobs: list[list[float]]) -> float:
-            return float(np.mean([log_median(j) for j in jobs]))
-
-        pend = {x: v for x, v in dropped.items() if geo(v[1]) < geo(v[2])}
+        pend = {x: v for x, v in dropped.items() if log_geomean(v[1]) < log_geomean(v[2])}
         kept: list[dict[str, Any]] = []
         q = 1 - 0.025 / max(1, self.cfg.verify)  # up to ``verify`` looks at a row: 2.5% spread over them
         for _ in range(self.cfg.verify):
@@ -518,7 +517,7 @@ class Finetuner:
             pts = [p for n, s in xs for p in (Point(n, s, *DEFAULT, *conf.knobs),
                                               Point(n, s, *pend[(n, s)][0]["key"], *conf.knobs))]
             res = self._run(conf, pts, self.cfg.guard_samples, "guard")
-            self._noise = {N.COLLECTIVES[c]: self.noise(N.COLLECTIVES[c]) for c in self.colls}
+            self._refresh_noise()
             for i, x in enumerate(xs):
                 r, t, d = pend[x]
                 if res[2 * i]:

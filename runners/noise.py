@@ -34,6 +34,11 @@ def log_median(samples: Sequence[float]) -> float:
     return float(np.log(summarize(samples)[0]))
 
 
+def log_geomean(jobs: Sequence[Sequence[float]]) -> float:
+    """Mean log job median of ``jobs`` (each a list of samples): the log of their geometric mean."""
+    return float(np.mean([log_median(j) for j in jobs]))
+
+
 def pooled_sigma(groups: Sequence[Sequence[Sequence[float]]], window: int = WINDOW) -> tuple[np.ndarray, np.ndarray]:
     """Between-job sigma (log scale) and its degrees of freedom per size.
 
@@ -95,16 +100,15 @@ def compare(a_jobs: Sequence[Sequence[float]], b_jobs: Sequence[Sequence[float]]
     b = [list(j) for j in b_jobs if len(j)]
     if not a or not b:
         raise ValueError("compare: both sides need at least one job with samples")
-    la, lb = np.array([log_median(j) for j in a]), np.array([log_median(j) for j in b])
-    d = float(la.mean() - lb.mean())  # log(a / b)
+    d = log_geomean(a) - log_geomean(b)  # log(a / b)
 
     _, alo, ahi = summarize([x for j in a for x in j])
     _, blo, bhi = summarize([x for j in b for x in j])
     within = "faster" if bhi < alo else ("slower" if blo > ahi else "same")  # pooled 95% intervals apart
     half = float(np.log(ahi / alo) + np.log(bhi / blo)) / 2 if min(alo, blo) > 0 else 0.0
     if df > 0:
-        half = max(half, t_quantile(df, q) * sigma * float(np.sqrt(1 / la.size + 1 / lb.size)))
+        half = max(half, t_quantile(df, q) * sigma * float(np.sqrt(1 / len(a) + 1 / len(b))))
     between = "faster" if d - half > 0 else ("slower" if d + half < 0 else "same")
     verdict = within if df == 0 else (between if between == within else "same")
-    return Comparison(a_us=float(np.exp(la.mean())), b_us=float(np.exp(lb.mean())), ratio=float(np.exp(d)),
+    return Comparison(a_us=float(np.exp(log_geomean(a))), b_us=float(np.exp(log_geomean(b))), ratio=float(np.exp(d)),
                       ratio_lo=float(np.exp(d - half)), ratio_hi=float(np.exp(d + half)), verdict=verdict, df=int(df))

@@ -16,7 +16,8 @@ import sys
 import pandas as pd
 
 from costmodel.topology import load_topology
-from runners.store import Point, Store, job_ids, summarize
+from runners.noise import compare
+from runners.store import Point, Store, job_ids
 from runners.validate import judge
 
 
@@ -37,9 +38,9 @@ def quadruples(df: pd.DataFrame, span_s: float = 1200.0):
 
 
 def old_verdict(a: list[float], b: list[float]) -> str:
-    _, alo, ahi = summarize(a)
-    _, blo, bhi = summarize(b)
-    return "faster" if bhi < alo else ("slower" if blo > ahi else "same")
+    """The within-job verdict: the two sides' 95% intervals apart (``compare`` without a between-job
+    estimate)."""
+    return compare([a], [b], 0.0, 0).verdict
 
 
 def main(path: str) -> pd.DataFrame:
