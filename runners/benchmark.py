@@ -67,6 +67,10 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError("workers", f"must be >= 1, got {cfg.workers}")
     if int(cfg.samples) < 1:
         raise ConfigError("samples", f"must be >= 1, got {cfg.samples}")
+    if int(cfg.rounds) < 1:
+        raise ConfigError("rounds", f"must be >= 1, got {cfg.rounds}")
+    if int(cfg.verify) < 0:
+        raise ConfigError("verify", f"must be >= 0, got {cfg.verify}")
     if any(m.startswith("ncclrl") for m in s.methods) and not Path(str(cfg.checkpoint)).is_file():
         raise ConfigError("checkpoint", f"no policy at {cfg.checkpoint!r}; pass checkpoint=PATH/policy.zip or "
                           "drop the ncclrl methods from suite.methods")
@@ -115,7 +119,8 @@ def run_task(task: dict[str, Any], cfg: dict[str, Any]) -> list[dict[str, Any]]:
             noise = _stable(task["preset"], task["draw"], task["collective"], task["seed"], method, budget)
             ev = Evaluator(problem, sim_measure(Simulator(topo, truth.params, seed=noise)), int(budget),
                            samples=int(cfg["samples"]))
-            kwargs = {"ppo_steps": int(cfg["ppo_steps"])} if method == "ncclrl" else {}
+            kwargs = {"ppo_steps": int(cfg["ppo_steps"]), "rounds": int(cfg["rounds"]),
+                      "verify": int(cfg["verify"])} if method == "ncclrl" else {}
             model = _model(cfg["checkpoint"], fresh=int(cfg["ppo_steps"]) > 0) if method.startswith("ncclrl") \
                 else None
             t0 = time.perf_counter()

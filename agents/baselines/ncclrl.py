@@ -62,13 +62,15 @@ class NcclrlFinetuned(NcclrlPretrained):
 
     :param ppo_steps: policy-gradient steps on the refit model after each round (0: the policy
         stays as pretrained, the refit model still ranks candidates and knob settings)
+    :param rounds: most search rounds
+    :param verify: most extra guard jobs for rows not yet shown faster (``FinetuneConfig.verify``)
     """
 
     name = "ncclrl"
 
-    def __init__(self, model, ppo_steps: int = 0, rounds: int = 8, top_k: int = 3) -> None:
+    def __init__(self, model, ppo_steps: int = 0, rounds: int = 8, top_k: int = 3, verify: int = 8) -> None:
         super().__init__(model, top_k)
-        self.ppo_steps, self.rounds = ppo_steps, rounds
+        self.ppo_steps, self.rounds, self.verify = ppo_steps, rounds, verify
 
     def tune(self, problem: Problem, ev: Evaluator, seed: int) -> Decision:
         n, nk = problem.n_cells, len(problem.knobs)
@@ -76,7 +78,7 @@ class NcclrlFinetuned(NcclrlPretrained):
         if g is None:
             return self._check_rows(problem, ev, seed)
         cfg = FinetuneConfig(budget=ev.budget, rounds=self.rounds, samples=ev.samples, guard_samples=ev.samples,
-                             guard_confs=g, ppo_steps=self.ppo_steps, seed=seed)
+                             guard_confs=g, ppo_steps=self.ppo_steps, verify=self.verify, seed=seed)
         out = self.finetuner(problem, ev, cfg).run()
         rows = {(N.COLLECTIVES.index(r["collective"]), int(r["nbytes"])): tuple(r["key"]) for r in out.rows}
         return Decision(out.conf, {x: k for x, k in rows.items() if k != DEFAULT})
