@@ -24,7 +24,7 @@ from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.topology import Topology, load_topology
 from runners.store import KNOB_FIELDS, Point, Store
-from runners.sweep import knob_grid, measure_whole, parse_kv
+from runners.sweep import check_timing, knob_grid, measure_whole, parse_kv
 
 DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "", "collectives": "allreduce", "min_bytes": "8",
                             "max_bytes": "256M", "budget": "200", "wall_s": "1800", "rounds": "3",
@@ -32,7 +32,7 @@ DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "", "collectives": "
                             "guard_samples": "9", "guard_confs": "2", "verify": "8",
                             "ppo_steps": "8192", "seed": "0", "store": "runs/finetune.sqlite",
                             "replay_store": "",
-                            "out": "runs/finetune", "timing": "eager", "timeout_s": "120"}
+                            "out": "runs/finetune", "timing": "eager", "timeout_s": "120", "launch": "torch"}
 BASE_KNOBS_KEY = "/".join("0" * len(KNOB_FIELDS))  # NCCL's plain defaults, as sweep_reference keys settings
 INTS = ("budget", "rounds", "confs_per_round", "probe_every", "per_size", "samples", "guard_samples", "guard_confs",
         "verify", "ppo_steps", "seed")
@@ -46,6 +46,7 @@ def check_backend_args(args: dict[str, str]) -> None:
         raise ConfigError("topology", "required: the platform the GPUs form (a preset name or YAML)")
     if args["backend"] == "replay" and not Path(args["replay_store"]).is_file():
         raise ConfigError("replay_store", f"backend=replay needs an existing sweep store, got {args['replay_store']!r}")
+    check_timing(args)
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:
@@ -54,8 +55,6 @@ def parse_args(argv: list[str]) -> dict[str, str]:
     for k in INTS:
         if not args[k].lstrip("-").isdigit():
             raise ConfigError(k, f"must be a whole number, got {args[k]!r}")
-    if args["timing"] not in ("graph", "eager"):
-        raise ConfigError("timing", f"unknown value {args['timing']!r}; allowed: graph, eager")
     return args
 
 
@@ -118,7 +117,8 @@ def make_measure(args: dict[str, str], topo: Topology, store: Store, out=sys.std
         else:
             from runners.table_backend import TableWorkers
 
-            w = TableWorkers(topo.nranks, topo.nodes, knobs, timing=args["timing"], timeout_s=float(args["timeout_s"]))
+            w = TableWorkers(topo.nranks, topo.nodes, knobs, timing=args["timing"], timeout_s=float(args["timeout_s"]),
+                             launch=args["launch"])
         return measure_whole(w, points, store, topo.name, backend=args["backend"], samples=samples, tag=tag,
                              out=out)
 

@@ -6,7 +6,9 @@ into the store, resumably, and print nccl-tests-like tables.
 Arguments are ``key=value``: ``backend`` (torch), ``topology`` (preset or YAML), ``collectives``
 (comma list), ``min_bytes``/``max_bytes``, ``grid`` (``default``: NCCL's default only, the S-curve;
 ``full``: every per-call configuration under every per-process knob setting of the grid),
-``store`` (SQLite path), ``samples`` (per point), ``timing`` (graph|eager), ``timeout_s``.
+``store`` (SQLite path), ``samples`` (per point), ``timing`` (graph|eager), ``timeout_s``,
+``launch`` (torch: ``torch.distributed`` calls; nccl: NCCL called directly, no Python overhead
+per call, :mod:`runners.nccl_direct`).
 Every request measures NCCL's default interleaved with its candidates. Points already in the
 store are not measured again, so an interrupted sweep resumes.
 """
@@ -31,7 +33,7 @@ from runners.store import KNOB_FIELDS, Point, Store
 DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "h200-1x4", "collectives": "allreduce",
                             "min_bytes": "8", "max_bytes": "256M", "grid": "default", "store": "runs/store.sqlite",
                             "samples": "7", "timing": "graph", "timeout_s": "300", "tag": "sweep",
-                            "nccltests_dir": "", "launcher": "local"}
+                            "nccltests_dir": "", "launcher": "local", "launch": "torch"}
 # NCCL_SOCKET_INLINE in the knob grid: 256 KiB measured best of 64/256 KiB on h200-2x2-sock
 # (docs/live/probe_socket_inline.py; NCCL's default is 128 B)
 SOCKET_INLINE_BYTES = 256 << 10
@@ -60,6 +62,15 @@ def script_main(run, parse, argv: list[str] | None) -> int:
     return 0
 
 
+def check_timing(args: dict[str, str]) -> None:
+    """``timing`` (graph|eager) and ``launch`` (torch|nccl), shared by every live command."""
+    if args["timing"] not in ("graph", "eager"):
+        raise ConfigError("timing", f"unknown value {args['timing']!r}; allowed: graph, eager")
+    if args.get("launch", "torch") not in ("torch", "nccl"):
+        raise ConfigError("launch", f"unknown value {args['launch']!r}; allowed: torch (torch.distributed calls), "
+                          "nccl (NCCL called directly from the workers)")
+
+
 def parse_args(argv: list[str]) -> dict[str, str]:
     args = parse_kv(argv, DEFAULTS, "sweep")
     if args["backend"] not in ("torch", "nccl-tests"):
@@ -68,8 +79,7 @@ def parse_args(argv: list[str]) -> dict[str, str]:
         raise ConfigError("nccltests_dir", "backend=nccl-tests needs nccltests_dir=<folder with all_reduce_perf ...>")
     if args["grid"] not in ("default", "full"):
         raise ConfigError("grid", f"unknown value {args['grid']!r}; allowed: default, full")
-    if args["timing"] not in ("graph", "eager"):
-        raise ConfigError("timing", f"unknown value {args['timing']!r}; allowed: graph, eager")
+    check_timing(args)
     return args
 
 
@@ -137,7 +147,8 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
             from runners.table_backend import TableWorkers
 
             def workers_factory(topo, knobs, timing, timeout_s):
-                return TableWorkers(topo.nranks, topo.nodes, knobs, timing=timing, timeout_s=timeout_s)
+                return TableWorkers(topo.nranks, topo.nodes, knobs, timing=timing, timeout_s=timeout_s,
+                                    launch=args["launch"])
 
     topo = load_topology(args["topology"])
     colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"].split(",") if c]

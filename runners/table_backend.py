@@ -29,6 +29,9 @@ from runners.plugin_verify import _make_op as make_collective
 from runners.store import Point
 
 QUANTUM = 16
+# repetitions per sample (per captured graph): enough that an 8 B call's launch cost is amortized
+MAX_REPS = 50
+LAUNCHES = ("torch", "nccl")
 
 
 def shifted_sizes(points: list[Point], nranks: int) -> list[int]:
@@ -54,7 +57,7 @@ def table_rows(points: list[Point], sizes: list[int]) -> str:
 
 
 def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, samples: int, budget_us: float,
-         out_dir: str, timing: str = "eager") -> None:
+         out_dir: str, timing: str = "eager", launch: str = "torch") -> None:
     os.environ.update(env)
     if nodes > 1:
         os.environ["NCCL_HOSTID"] = f"ncclrl-node{rank * nodes // world}"
@@ -65,13 +68,26 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
     log = open(Path(out_dir) / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115
     torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
-                            device_id=dev)
-    # Every decision that changes how many collectives a rank issues (repetitions, graph or eager)
-    # is agreed over a CPU (gloo) group, never taken per rank: ranks that time a warm-up differently
-    # and pick different repetition counts issue different numbers of calls, and NCCL hangs.
-    ctrl = dist.new_group(backend="gloo")
-    log.write(f"{time.strftime('%H:%M:%S')} up, {len(items)} items, {timing} timing\n")
+    stream = torch.cuda.Stream()
+    direct = None
+    if launch == "nccl":
+        # a CPU (gloo) group for the rendezvous and agreements; the collectives go straight to NCCL
+        from runners.nccl_direct import DirectComm, Nccl
+
+        dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
+        ctrl = None
+        nccl = Nccl()
+        uid = [nccl.unique_id() if rank == 0 else b""]
+        dist.broadcast_object_list(uid, src=0)
+        direct = DirectComm(nccl, uid[0], rank, world)
+    else:
+        dist.init_process_group("nccl", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
+                                device_id=dev)
+        # Every decision that changes how many collectives a rank issues (repetitions, graph or eager)
+        # is agreed over a CPU (gloo) group, never taken per rank: ranks that time a warm-up differently
+        # and pick different repetition counts issue different numbers of calls, and NCCL hangs.
+        ctrl = dist.new_group(backend="gloo")
+    log.write(f"{time.strftime('%H:%M:%S')} up, {len(items)} items, {timing} timing, {launch} calls\n")
 
     def agree(values: list[float], op) -> list[float]:
         t = torch.tensor(values, dtype=torch.float64)
@@ -79,21 +95,25 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
         return t.tolist()
 
     def make_op(coll: str, nbytes: int):
+        if direct is not None:
+            return direct.make_op(torch, COLL_INDEX[coll], nbytes, dev, stream)
         return make_collective(dist, torch, COLL_INDEX[coll], nbytes, world, dev)
 
+    # direct calls run on `stream` and are timed there; PyTorch's on the current stream
+    on = stream if direct is not None else torch.cuda.current_stream()
     results: list[list[float]] = [[] for _ in items]
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    stream = torch.cuda.Stream()
     groups: dict[tuple[str, int], list[int]] = {}
     for i, (coll, base, _size) in enumerate(items):
         groups.setdefault((coll, base), []).append(i)
     out_file = open(Path(out_dir) / f"result{rank}.jsonl", "a", buffering=1)  # noqa: SIM115
     # warm the process and the connections before the first point (a fresh job's first calls run
     # slow); 4 bytes have no table row, so NCCL decides
-    warm = torch.ones(1, device=dev)
+    warm = make_op("allreduce", 4)
     for _ in range(20):
-        dist.all_reduce(warm)
+        warm()
     torch.cuda.synchronize()
+    prefix = "nccl-" if direct is not None else ""
     for (coll, base), idx in groups.items():  # dict order = item order, identical on every rank
         log.write(f"{time.strftime('%H:%M:%S')} {coll} {base} B: {len(idx)} points\n")
         ops, ests = [], []
@@ -103,15 +123,15 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
             op()
             op()
             torch.cuda.synchronize()
-            start.record()
+            start.record(on)
             op()
-            end.record()
+            end.record(on)
             end.synchronize()
             ests.append(max(start.elapsed_time(end) * 1000.0, 1.0))
             ops.append(op)
         log.write(f"{time.strftime('%H:%M:%S')} warm, agreeing on repetitions\n")
         ests = agree(ests, dist.ReduceOp.MAX)
-        reps = [int(np.clip(budget_us / e, 1, 50)) for e in ests]
+        reps = [int(np.clip(budget_us / e, 1, MAX_REPS)) for e in ests]
         graphs: list = [None] * len(idx)
         if timing == "graph":
             ok = []
@@ -136,21 +156,28 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
         log.write(f"{time.strftime('%H:%M:%S')} sampling\n")
         for _ in range(samples):
             for j, i in enumerate(idx):
-                start.record()
                 if graphs[j] is not None:
-                    graphs[j].replay()
+                    start.record(stream)
+                    with torch.cuda.stream(stream):
+                        graphs[j].replay()
+                    end.record(stream)
                 else:
+                    start.record(on)
                     for _ in range(reps[j]):
                         ops[j]()
-                end.record()
+                    end.record(on)
                 end.synchronize()
                 results[i].append(start.elapsed_time(end) * 1000.0 / reps[j])
-        modes = ["graph" if g is not None else "eager" for g in graphs]
+        if direct is not None:
+            direct.async_error()
+        modes = [prefix + ("graph" if g is not None else "eager") for g in graphs]
         del ops, graphs
         # written per size, so a later hang loses nothing measured before it
         out_file.write(json.dumps({"idx": idx, "samples": [results[i] for i in idx], "modes": modes}) + "\n")
     torch.cuda.synchronize()
     dist.barrier(group=ctrl)
+    if direct is not None:
+        direct.destroy()
     log.write(f"{time.strftime('%H:%M:%S')} done\n")
     dist.destroy_process_group()
 
@@ -215,15 +242,21 @@ class TableWorkers:
     :param timeout_s: a job that writes no progress (log line or result) for this long is hung
     :param table: measure under this exported table as-is (``ncclrl validate``); every point must
         then be NCCL's default (the table decides), none is forced
+    :param launch: ``torch`` (``torch.distributed`` calls) or ``nccl`` (NCCL called directly, on a
+        communicator of the worker's own: :mod:`runners.nccl_direct`; no Python overhead per call,
+        stored with timing ``nccl-eager``/``nccl-graph``)
     """
 
     whole_request = True
 
     def __init__(self, nranks: int, nodes: int = 1, knobs: Point | None = None, timing: str = "eager",
                  timeout_s: float = 300.0, plugin: Path = PLUGIN, log_dir: str | Path | None = None,
-                 table: str | Path | None = None) -> None:
+                 table: str | Path | None = None, launch: str = "torch") -> None:
         if timing not in ("graph", "eager"):
             raise ConfigError("timing", f"allowed: graph, eager; got {timing!r}")
+        if launch not in LAUNCHES:
+            raise ConfigError("launch", f"allowed: {', '.join(LAUNCHES)}; got {launch!r}")
+        self.launch = launch
         if not Path(plugin).exists():
             raise WorkerError(f"plugin not built: {plugin} (run `ncclrl plugin build`)")
         if table is not None and not Path(table).is_file():
@@ -259,7 +292,7 @@ class TableWorkers:
                        **self.knobs.env())
             items = [(p.collective, int(p.nbytes), s) for p, s in zip(points, sizes, strict=True)]
             ctx = mp.spawn(_job, args=(self.nranks, _free_port(), self.nodes, env, items, samples, budget_us,
-                                       str(out_dir), self.timing), nprocs=self.nranks, join=False)
+                                       str(out_dir), self.timing, self.launch), nprocs=self.nranks, join=False)
             started = time.time()
             error = None
             try:

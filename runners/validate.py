@@ -40,12 +40,12 @@ from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.topology import load_topology
 from runners.store import Point, Store, job_ids
-from runners.sweep import measure_whole, parse_kv, script_main, size_grid
+from runners.sweep import check_timing, measure_whole, parse_kv, script_main, size_grid
 
 DEFAULTS: dict[str, str] = {"table": "", "conf": "", "topology": "", "collectives": "allreduce",
                             "min_bytes": "8", "max_bytes": "256M", "rounds": "2", "samples": "5",
                             "timing": "eager", "timeout_s": "300", "store": "runs/validate.sqlite", "out": "",
-                            "measure": "1", "warmup": "1"}
+                            "measure": "1", "warmup": "1", "launch": "torch"}
 CONF_KEYS = {"NCCL_MIN_NCHANNELS": "comm_channels", "NCCL_MAX_NCHANNELS": "comm_channels",
              "NCCL_BUFFSIZE": "buffsize_bytes", "NCCL_SOCKET_NTHREADS": "socket_nthreads",
              "NCCL_NSOCKS_PERTHREAD": "nsocks_perthread", "NCCL_SOCKET_INLINE": "socket_inline_bytes"}
@@ -59,8 +59,7 @@ def parse_args(argv: list[str]) -> dict[str, str]:
     for k in ("table", "conf"):
         if args[k] and not Path(args[k]).is_file():
             raise ConfigError(k, f"no such file: {args[k]}")
-    if args["timing"] not in ("graph", "eager"):
-        raise ConfigError("timing", f"unknown value {args['timing']!r}; allowed: graph, eager")
+    check_timing(args)
     if args["warmup"] not in ("0", "1"):
         raise ConfigError("warmup", f"unknown value {args['warmup']!r}; allowed: 1 (a first job of NCCL's defaults, "
                           "stored but not judged), 0 (none)")
@@ -131,7 +130,7 @@ def run_validate(args: dict[str, str], out=sys.stdout, workers_factory=None):
     points = [Point(N.COLLECTIVES[c], s) for c in colls for s in size_grid(lo, hi, topo.nranks, c)]
     store = Store(Path(args["store"]))
     if args["measure"] == "0":
-        base, tuned = stored_jobs(store, topo.name, digest, points)
+        base, tuned = stored_jobs(store, topo.name, digest, points, args["launch"])
         if not any(tuned):
             raise ConfigError("measure", f"no validation of {table} (sha256 {digest}) for {topo.name} in "
                               f"{args['store']}; run with measure=1")
@@ -156,7 +155,7 @@ def measure_rounds(args, topo, knobs, table, digest, points, store, out, workers
 
         def workers_factory(knobs, table):
             return TableWorkers(topo.nranks, topo.nodes, knobs, timing=args["timing"],
-                                timeout_s=float(args["timeout_s"]), table=table)
+                                timeout_s=float(args["timeout_s"]), table=table, launch=args["launch"])
 
     jobs: dict[str, list[list[list[float]]]] = {"base": [[] for _ in points], "tuned": [[] for _ in points]}
     t0 = time.time()
@@ -183,11 +182,13 @@ def measure_rounds(args, topo, knobs, table, digest, points, store, out, workers
     return jobs["base"], jobs["tuned"]
 
 
-def stored_jobs(store: Store, topology: str, digest: str, points: list[Point]):
-    """The jobs of earlier validations of the table ``digest``: each tuned job with the base job
-    that ran next to it (just before, else just after: validate alternates them). Per point,
-    samples per job, each side."""
+def stored_jobs(store: Store, topology: str, digest: str, points: list[Point], launch: str = "torch"):
+    """The jobs of earlier validations of the table ``digest`` made with ``launch`` (torch or
+    nccl calls time differently, so they are never paired): each tuned job with the base job that
+    ran next to it (just before, else just after: validate alternates them). Per point, samples
+    per job, each side."""
     df = store.frame(topology=topology, status="ok")
+    df = df[df.timing.str.startswith("nccl-") == (launch == "nccl")]
     base: list[list[list[float]]] = [[] for _ in points]
     tuned: list[list[list[float]]] = [[] for _ in points]
     df = df[(df.tag == "validate-base") | (df.tag == f"validate-tuned:{digest}")].copy()

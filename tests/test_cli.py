@@ -68,6 +68,9 @@ def test_predict_without_header(capsys, monkeypatch):
     (["predict", "--topology", "h200-1x4"], "allgather,8,nvls_tree,simple,0\n", "algorithm"),
     (["predict", "--topology", "h200-1x4"], "allreduce,8,ring,ll\n", "line 1"),
     (["predict", "--topology", "h200-1x4"], "collective,nbytes\nallreduce,8\n", "stdin: missing column 'algo'"),
+    (["sweep", "launch=mpi"], None, "launch"),
+    (["finetune", "--checkpoint", "p.zip", "topology=h200-1x4", "timing=graphs"], None, "timing"),
+    (["tune", "method=random", "topology=h200-1x4", "launch=ctypes"], None, "launch"),
 ])
 def test_bad_input_is_one_line(capsys, monkeypatch, argv, stdin, field):
     code, out, err = run(capsys, monkeypatch, argv, stdin)
