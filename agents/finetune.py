@@ -52,7 +52,9 @@ class FinetuneConfig:
     """Budget and search settings.
 
     :param budget: measured points allowed in all (search + guard)
-    :param wall_s: wall-clock budget in seconds (no new round starts after it)
+    :param wall_s: wall-clock budget in seconds for the whole run: no new round starts when the
+        guard (a job per setting it checks, at the median job's duration so far) would not fit
+        in what is left, and ``verify`` stops when a job would not
     :param rounds: most search rounds
     :param confs_per_round: knob settings completed per round after the first
     :param probe_every: the first round probes every other knob setting at every n-th size
@@ -129,6 +131,8 @@ class Finetuner:
         # between-job spread the guard judges cross-job comparisons with (runners.noise)
         self.jobs: dict[tuple[tuple[int, ...], str, int, Key], list[list[float]]] = {}
         self.used = 0
+        self.job_s: list[float] = []  # each job's wall-clock duration
+        self._t0 = time.time()
         self.n_sizes = sum(len(v) for v in sizes.values())
         # the guard: plain defaults + rows, then per checked setting its defaults + rows
         self.reserve = guard_reserve(self.n_sizes, len(self.knobs), cfg.guard_confs)
@@ -142,7 +146,9 @@ class Finetuner:
     def _run(self, k: Point, pts: list[Point], samples: int, tag: str) -> list[list[float] | None]:
         """One job under ``k``, counted; search measurements (``tag`` "finetune") also feed the
         model, guard measurements only the between-job spread."""
+        t = time.time()
         res = self._measure(k, pts, samples, tag)
+        self.job_s.append(time.time() - t)
         self.used += len(pts)
         for p, r in zip(pts, res, strict=True):
             if r:
@@ -151,6 +157,11 @@ class Finetuner:
                 if tag != "guard":
                     self.data.setdefault(key, []).extend(r)
         return res
+
+    def time_left(self, jobs: float) -> bool:
+        """Whether ``jobs`` more jobs of the median duration so far fit in the wall-clock budget."""
+        per = float(np.median(self.job_s)) if self.job_s else 0.0
+        return time.time() - self._t0 + jobs * per <= self.cfg.wall_s
 
     def noise(self, coll: str) -> dict[int, tuple[float, int]]:
         """Per size of ``coll``: the between-job sigma (log scale) and its degrees of freedom, from
@@ -315,12 +326,13 @@ class Finetuner:
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> Outcome:
-        t0 = time.time()
+        t0 = self._t0 = time.time()
         history = []
         r = 0
         for r in range(self.cfg.rounds):
             room = self.cfg.budget - self.reserve - self.used
-            if room <= 0 or time.time() - t0 > self.cfg.wall_s:
+            # a round is at least a job; the guard a job for NCCL's defaults and each setting it checks, + retests
+            if room <= 0 or not self.time_left(1 + 1 + self.cfg.guard_confs + 2):
                 break
             batch: list[tuple[Point, list[Point]]] = []
             if r == 0:
@@ -357,7 +369,11 @@ class Finetuner:
                         room -= len(pts)
             if not batch:
                 break
-            for k, pts in batch:
+            guard_jobs = 1 + self.cfg.guard_confs + 2
+            for j, (k, pts) in enumerate(batch):
+                if j >= 2 and not self.time_left(1 + guard_jobs):  # the reference and the prior always run
+                    self.log(f"# round {r + 1}: wall clock: {len(batch) - j} settings left unmeasured for the guard")
+                    break
                 self.log(f"# round {r + 1}: {knob_label(k)}: {len(pts)} points")
                 self._run(k, pts, self.cfg.samples, "finetune")
             self.refit()
@@ -511,7 +527,7 @@ class Finetuner:
         kept: list[dict[str, Any]] = []
         q = 1 - 0.025 / max(1, self.cfg.verify)  # up to ``verify`` looks at a row: 2.5% spread over them
         for _ in range(self.cfg.verify):
-            if not pend or self.used + 2 * len(pend) > self.cfg.budget:
+            if not pend or self.used + 2 * len(pend) > self.cfg.budget or not self.time_left(1):
                 break
             xs = list(pend)
             pts = [p for n, s in xs for p in (Point(n, s, *DEFAULT, *conf.knobs),

@@ -93,6 +93,31 @@ def test_finetune_respects_the_budget_and_stays_in_the_space(budget):
     assert res.conf.knobs in {k.knobs for k in knob_grid(topo, "full")}
 
 
+def test_wall_clock_bounds_the_whole_run_guard_included(monkeypatch):
+    """Jobs of 10 s on a fake clock, wall_s=120: rounds stop early enough that the guard (and no
+    verification past the limit) finishes within the budget, and it still exports a checked table."""
+    import agents.finetune as F
+
+    clock = [0.0]
+    monkeypatch.setattr(F.time, "time", lambda: clock[0])
+    topo = load_topology("h200-2x2-sock")
+    colls = [N.ALLREDUCE]
+    sizes = sizes_for(topo, colls, 8, 256 << 20)
+    log: list = []
+    inner = sim_measure(Simulator(topo, seed=0), log, guard_noise=0.05)
+
+    def measure(knobs, points, samples, tag):
+        clock[0] += 10.0
+        return inner(knobs, points, samples, tag)
+
+    ft = Finetuner(topo, colls, sizes, None, measure, FinetuneConfig(budget=2000, wall_s=120, ppo_steps=0, verify=8),
+                   log=lambda m: None)
+    res = ft.run()
+    assert clock[0] <= 120.0 + 10.0, clock[0]  # at most one retest job past the estimate
+    assert any(t == "guard" for t, _, _ in log) and res.guard
+    assert res.measured < 2000
+
+
 def test_finetune_finds_the_known_optimum_of_a_noise_free_platform():
     """On a platform whose times are the simulator's (the model is then exact), fine-tuning with
     10% of the exhaustive sweep's measurements reaches >= 95% of the optimum's speedup."""
