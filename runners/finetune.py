@@ -32,7 +32,7 @@ DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "", "collectives": "
                             "guard_samples": "9", "guard_confs": "2", "verify": "8",
                             "ppo_steps": "8192", "seed": "0", "store": "runs/finetune.sqlite",
                             "replay_store": "",
-                            "out": "runs/finetune", "timing": "eager", "timeout_s": "120", "launch": "torch"}
+                            "out": "runs/finetune", "timing": "eager", "timeout_s": "120", "launch": "nccl"}
 BASE_KNOBS_KEY = "/".join("0" * len(KNOB_FIELDS))  # NCCL's plain defaults, as sweep_reference keys settings
 INTS = ("budget", "rounds", "confs_per_round", "probe_every", "per_size", "samples", "guard_samples", "guard_confs",
         "verify", "ppo_steps", "seed")

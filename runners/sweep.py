@@ -33,7 +33,7 @@ from runners.store import KNOB_FIELDS, Point, Store
 DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "h200-1x4", "collectives": "allreduce",
                             "min_bytes": "8", "max_bytes": "256M", "grid": "default", "store": "runs/store.sqlite",
                             "samples": "7", "timing": "graph", "timeout_s": "300", "tag": "sweep",
-                            "nccltests_dir": "", "launcher": "local", "launch": "torch"}
+                            "nccltests_dir": "", "launcher": "local", "launch": "nccl"}
 # NCCL_SOCKET_INLINE in the knob grid: 256 KiB measured best of 64/256 KiB on h200-2x2-sock
 # (docs/live/probe_socket_inline.py; NCCL's default is 128 B)
 SOCKET_INLINE_BYTES = 256 << 10

@@ -28,7 +28,7 @@ from runners.sweep import parse_kv, script_main
 DEFAULTS: dict[str, str] = {"method": "", "backend": "torch", "topology": "", "collectives": "allreduce",
                             "min_bytes": "8", "max_bytes": "256M", "budget": "200", "samples": "5", "seed": "0",
                             "checkpoint": "", "store": "runs/tune.sqlite", "replay_store": "", "out": "runs/tune",
-                            "timing": "eager", "timeout_s": "120", "wall_s": "0", "launch": "torch"}
+                            "timing": "eager", "timeout_s": "120", "wall_s": "0", "launch": "nccl"}
 
 
 def parse_args(argv: list[str]) -> dict[str, str]:

@@ -45,7 +45,7 @@ from runners.sweep import check_timing, measure_whole, parse_kv, script_main, si
 DEFAULTS: dict[str, str] = {"table": "", "conf": "", "topology": "", "collectives": "allreduce",
                             "min_bytes": "8", "max_bytes": "256M", "rounds": "2", "samples": "5",
                             "timing": "eager", "timeout_s": "300", "store": "runs/validate.sqlite", "out": "",
-                            "measure": "1", "warmup": "1", "launch": "torch"}
+                            "measure": "1", "warmup": "1", "launch": "nccl"}
 CONF_KEYS = {"NCCL_MIN_NCHANNELS": "comm_channels", "NCCL_MAX_NCHANNELS": "comm_channels",
              "NCCL_BUFFSIZE": "buffsize_bytes", "NCCL_SOCKET_NTHREADS": "socket_nthreads",
              "NCCL_NSOCKS_PERTHREAD": "nsocks_perthread", "NCCL_SOCKET_INLINE": "socket_inline_bytes"}
@@ -182,7 +182,7 @@ def measure_rounds(args, topo, knobs, table, digest, points, store, out, workers
     return jobs["base"], jobs["tuned"]
 
 
-def stored_jobs(store: Store, topology: str, digest: str, points: list[Point], launch: str = "torch"):
+def stored_jobs(store: Store, topology: str, digest: str, points: list[Point], launch: str = "nccl"):
     """The jobs of earlier validations of the table ``digest`` made with ``launch`` (torch or
     nccl calls time differently, so they are never paired): each tuned job with the base job that
     ran next to it (just before, else just after: validate alternates them). Per point, samples

@@ -122,6 +122,8 @@ def test_validate_from_the_store_repeats_the_live_report(tmp_path):
     for col in ("speedup", "speedup_lo", "speedup_hi"):  # the store keeps samples to 4 decimals
         assert np.allclose(live[col], again[col], rtol=1e-4)
     assert set(again.jobs) == {3}
+    with pytest.raises(Exception, match="measure"):  # jobs timed through torch.distributed are never paired
+        run_validate(parse_args(common + ["measure=0", "launch=torch"]), out=io.StringIO())
     with pytest.raises(Exception, match="measure"):
         other = tmp_path / "other.csv"
         other.write_text("allreduce,0,max,tree,ll,2,-1,-1\n")
@@ -130,13 +132,16 @@ def test_validate_from_the_store_repeats_the_live_report(tmp_path):
 
 def test_stored_a_a_validation_on_the_h200s():
     """The A/A table (no rows) validated on the H200s: every size "same" on h200-2x2-sock (3
-    rounds), at most 2 of 26 different on h200-1x4 (9 rounds in three windows pooled: 0)."""
+    rounds), at most 2 of 26 different on h200-1x4 (9 rounds in three windows pooled: 0); with
+    NCCL called directly (session 6, 3 rounds each), every size "same" on both."""
     from runners.validate import parse_args, run_validate
 
     table = REPO / "docs" / "live" / "noise" / "aa_table.csv"
     assert hashlib.sha256(table.read_bytes()).hexdigest()[:12] == "ccd1ca9cdf15"
-    for topo, most in (("h200-2x2-sock", 0), ("h200-1x4", 2)):
-        df = run_validate(parse_args([f"table={table}", f"topology={topo}", f"store={LIVE}", "measure=0"]),
+    for topo, launch, most in (("h200-2x2-sock", "torch", 0), ("h200-1x4", "torch", 2), ("h200-2x2-sock", "nccl", 0),
+                               ("h200-1x4", "nccl", 0)):
+        df = run_validate(parse_args([f"table={table}", f"topology={topo}", f"store={LIVE}", "measure=0",
+                                      f"launch={launch}"]),
                           out=io.StringIO())
         assert len(df) == 26 and (df.verdict != "same").sum() <= most
 

@@ -237,8 +237,8 @@ class FakeTableWorkers:
     """What ``ncclrl validate`` drives: NCCL's default (no table) or an exported table under knobs,
     replayed by the simulator; the table makes AllReduce 2x faster at 1 MiB and slower at 8 B."""
 
-    def __init__(self, knobs, table, sim):
-        self.knobs, self.table, self.sim = knobs, table, sim
+    def __init__(self, knobs, table, sim, launch="nccl"):
+        self.knobs, self.table, self.sim, self.launch = knobs, table, sim, launch
         self.nccl_version, self.last_modes, self.failures = "2.28.9", [], {}
 
     def measure(self, points, samples=5):
@@ -249,7 +249,7 @@ class FakeTableWorkers:
             if self.table is not None:
                 t = t / 2 if p.nbytes == 1 << 20 else (t * 1.5 if p.nbytes == 8 else t)
             out.append((t * (1 + 0.01 * rng.standard_normal(samples))).tolist())
-        self.last_modes = ["eager"] * len(points)
+        self.last_modes = [("nccl-" if self.launch == "nccl" else "") + "eager"] * len(points)
         return out
 
 

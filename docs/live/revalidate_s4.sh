@@ -8,6 +8,6 @@ live_setup
 step 60 make -C plugin
 for d in docs/live/bench/afnfa docs/live/bench/ncclrl docs/live/bench/autoccl docs/live/finetuned-s3/h200-2x2-sock; do
   n=$(echo "$d" | tr / -)
-  step 75 python3 -m runners.validate table=$d/nccl_tuner.csv conf=$d/nccl.conf topology=h200-2x2-sock rounds=3 store=$S out=$OUT/revalidate-$n.csv
+  step 75 python3 -m runners.validate launch=torch table=$d/nccl_tuner.csv conf=$d/nccl.conf topology=h200-2x2-sock rounds=3 store=$S out=$OUT/revalidate-$n.csv
 done
 echo "## $(date +%T) done" >> "$L"

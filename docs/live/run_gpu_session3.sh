@@ -17,16 +17,16 @@ END=$((SECONDS + ${BUDGET_S:-560}))
 P=docs/live/pretrained/policy.zip
 step 60 make -C plugin
 if [ "${PART:-1}" = 3 ]; then
-  step 330 python3 -m runners.cli finetune --checkpoint $P backend=torch topology=h200-2x2-sock collectives=allreduce budget=473 wall_s=200 timeout_s=30 store=$S out=$OUT/finetuned-h200-2x2-sock
-  step 80 python3 -m runners.validate table=$OUT/finetuned-h200-2x2-sock/nccl_tuner.csv conf=$OUT/finetuned-h200-2x2-sock/nccl.conf topology=h200-2x2-sock collectives=allreduce rounds=2 store=$S out=$OUT/validate-finetuned-h200-2x2-sock.csv
-  step 100 python3 -m runners.cli finetune --checkpoint $P backend=torch topology=h200-1x4 collectives=allreduce budget=200 guard_confs=1 timeout_s=30 store=$S out=$OUT/finetuned-h200-1x4
-  step 60 python3 -m runners.validate table=$OUT/finetuned-h200-1x4/nccl_tuner.csv conf=$OUT/finetuned-h200-1x4/nccl.conf topology=h200-1x4 collectives=allreduce rounds=2 store=$S out=$OUT/validate-finetuned-h200-1x4.csv
+  step 330 python3 -m runners.cli finetune --checkpoint $P launch=torch backend=torch topology=h200-2x2-sock collectives=allreduce budget=473 wall_s=200 timeout_s=30 store=$S out=$OUT/finetuned-h200-2x2-sock
+  step 80 python3 -m runners.validate launch=torch table=$OUT/finetuned-h200-2x2-sock/nccl_tuner.csv conf=$OUT/finetuned-h200-2x2-sock/nccl.conf topology=h200-2x2-sock collectives=allreduce rounds=2 store=$S out=$OUT/validate-finetuned-h200-2x2-sock.csv
+  step 100 python3 -m runners.cli finetune --checkpoint $P launch=torch backend=torch topology=h200-1x4 collectives=allreduce budget=200 guard_confs=1 timeout_s=30 store=$S out=$OUT/finetuned-h200-1x4
+  step 60 python3 -m runners.validate launch=torch table=$OUT/finetuned-h200-1x4/nccl_tuner.csv conf=$OUT/finetuned-h200-1x4/nccl.conf topology=h200-1x4 collectives=allreduce rounds=2 store=$S out=$OUT/validate-finetuned-h200-1x4.csv
 elif [ "${PART:-1}" = 1 ]; then
-  step 280 python3 -m runners.sweep topology=h200-2x2-sock collectives=allreduce grid=full samples=5 timing=eager timeout_s=60 store=$S
-  step 150 python3 -m runners.cli finetune --checkpoint $P backend=torch topology=h200-1x4 collectives=allreduce budget=200 guard_confs=1 timeout_s=60 store=$S out=$OUT/finetuned-h200-1x4
-  step 100 python3 -m runners.validate table=$OUT/finetuned-h200-1x4/nccl_tuner.csv conf=$OUT/finetuned-h200-1x4/nccl.conf topology=h200-1x4 collectives=allreduce rounds=2 store=$S out=$OUT/validate-finetuned-h200-1x4.csv
+  step 280 python3 -m runners.sweep launch=torch topology=h200-2x2-sock collectives=allreduce grid=full samples=5 timing=eager timeout_s=60 store=$S
+  step 150 python3 -m runners.cli finetune --checkpoint $P launch=torch backend=torch topology=h200-1x4 collectives=allreduce budget=200 guard_confs=1 timeout_s=60 store=$S out=$OUT/finetuned-h200-1x4
+  step 100 python3 -m runners.validate launch=torch table=$OUT/finetuned-h200-1x4/nccl_tuner.csv conf=$OUT/finetuned-h200-1x4/nccl.conf topology=h200-1x4 collectives=allreduce rounds=2 store=$S out=$OUT/validate-finetuned-h200-1x4.csv
 else
-  step 420 python3 -m runners.cli finetune --checkpoint $P backend=torch topology=h200-2x2-sock collectives=allreduce budget=473 wall_s=250 timeout_s=30 store=$S out=$OUT/finetuned-h200-2x2-sock
-  step 110 python3 -m runners.validate table=$OUT/finetuned-h200-2x2-sock/nccl_tuner.csv conf=$OUT/finetuned-h200-2x2-sock/nccl.conf topology=h200-2x2-sock collectives=allreduce rounds=2 store=$S out=$OUT/validate-finetuned-h200-2x2-sock.csv
+  step 420 python3 -m runners.cli finetune --checkpoint $P launch=torch backend=torch topology=h200-2x2-sock collectives=allreduce budget=473 wall_s=250 timeout_s=30 store=$S out=$OUT/finetuned-h200-2x2-sock
+  step 110 python3 -m runners.validate launch=torch table=$OUT/finetuned-h200-2x2-sock/nccl_tuner.csv conf=$OUT/finetuned-h200-2x2-sock/nccl.conf topology=h200-2x2-sock collectives=allreduce rounds=2 store=$S out=$OUT/validate-finetuned-h200-2x2-sock.csv
 fi
 echo "## $(date +%T) done" >> "$L"

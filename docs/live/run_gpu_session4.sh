@@ -15,17 +15,17 @@ C=collectives=allgather,reducescatter
 T=topology=h200-2x2-sock
 step 60 make -C plugin
 if [ "${PART:-1}" = 1 ]; then
-  step 300 python3 -m runners.cli finetune --checkpoint $P backend=torch topology=h200-2x2-sock $C budget=700 wall_s=170 timeout_s=30 store=$S out=$OUT/finetuned-h200-2x2-sock
-  step 100 python3 -m runners.validate table=$OUT/finetuned-h200-2x2-sock/nccl_tuner.csv conf=$OUT/finetuned-h200-2x2-sock/nccl.conf topology=h200-2x2-sock $C rounds=2 store=$S out=$OUT/validate-finetuned-h200-2x2-sock.csv
-  step 100 python3 -m runners.cli finetune --checkpoint $P backend=torch topology=h200-1x4 $C budget=350 guard_confs=1 timeout_s=30 store=$S out=$OUT/finetuned-h200-1x4
-  step 70 python3 -m runners.validate table=$OUT/finetuned-h200-1x4/nccl_tuner.csv conf=$OUT/finetuned-h200-1x4/nccl.conf topology=h200-1x4 $C rounds=2 store=$S out=$OUT/validate-finetuned-h200-1x4.csv
+  step 300 python3 -m runners.cli finetune --checkpoint $P launch=torch backend=torch topology=h200-2x2-sock $C budget=700 wall_s=170 timeout_s=30 store=$S out=$OUT/finetuned-h200-2x2-sock
+  step 100 python3 -m runners.validate launch=torch table=$OUT/finetuned-h200-2x2-sock/nccl_tuner.csv conf=$OUT/finetuned-h200-2x2-sock/nccl.conf topology=h200-2x2-sock $C rounds=2 store=$S out=$OUT/validate-finetuned-h200-2x2-sock.csv
+  step 100 python3 -m runners.cli finetune --checkpoint $P launch=torch backend=torch topology=h200-1x4 $C budget=350 guard_confs=1 timeout_s=30 store=$S out=$OUT/finetuned-h200-1x4
+  step 70 python3 -m runners.validate launch=torch table=$OUT/finetuned-h200-1x4/nccl_tuner.csv conf=$OUT/finetuned-h200-1x4/nccl.conf topology=h200-1x4 $C rounds=2 store=$S out=$OUT/validate-finetuned-h200-1x4.csv
 elif [ "${PART}" = 2 ]; then
   for m in afnfa autoccl; do
-    step 230 python3 -m runners.tune method=$m backend=torch $T budget=473 wall_s=190 timeout_s=30 store=$S out=$OUT/tune-$m
-    step 60 python3 -m runners.validate table=$OUT/tune-$m/nccl_tuner.csv conf=$OUT/tune-$m/nccl.conf $T rounds=2 store=$S out=$OUT/validate-tune-$m.csv
+    step 230 python3 -m runners.tune launch=torch method=$m backend=torch $T budget=473 wall_s=190 timeout_s=30 store=$S out=$OUT/tune-$m
+    step 60 python3 -m runners.validate launch=torch table=$OUT/tune-$m/nccl_tuner.csv conf=$OUT/tune-$m/nccl.conf $T rounds=2 store=$S out=$OUT/validate-tune-$m.csv
   done
 else
-  step 260 python3 -m runners.cli finetune --checkpoint $P backend=torch $T budget=473 wall_s=190 timeout_s=30 store=$S out=$OUT/tune-ncclrl
-  step 60 python3 -m runners.validate table=$OUT/tune-ncclrl/nccl_tuner.csv conf=$OUT/tune-ncclrl/nccl.conf $T rounds=2 store=$S out=$OUT/validate-tune-ncclrl.csv
+  step 260 python3 -m runners.cli finetune --checkpoint $P launch=torch backend=torch $T budget=473 wall_s=190 timeout_s=30 store=$S out=$OUT/tune-ncclrl
+  step 60 python3 -m runners.validate launch=torch table=$OUT/tune-ncclrl/nccl_tuner.csv conf=$OUT/tune-ncclrl/nccl.conf $T rounds=2 store=$S out=$OUT/validate-tune-ncclrl.csv
 fi
 echo "## $(date +%T) done" >> "$L"

@@ -19,22 +19,22 @@ set -uo pipefail
 live_setup
 P=docs/live/pretrained/policy.zip
 T=topology=h200-2x2-sock
-V="python3 -m runners.validate rounds=3 store=$S"
+V="python3 -m runners.validate launch=torch rounds=3 store=$S"
 step 60 make -C plugin
 if [ "${PART:-1}" = 1 ]; then
-  step 260 python3 -m runners.cli finetune --checkpoint $P backend=torch $T budget=473 wall_s=190 timeout_s=30 store=$S out=$OUT/tune-ncclrl
+  step 260 python3 -m runners.cli finetune --checkpoint $P launch=torch backend=torch $T budget=473 wall_s=190 timeout_s=30 store=$S out=$OUT/tune-ncclrl
   step 75 $V table=$OUT/tune-ncclrl/nccl_tuner.csv conf=$OUT/tune-ncclrl/nccl.conf $T out=$OUT/validate-tune-ncclrl.csv
   for d in docs/live/finetuned-s3/h200-2x2-sock docs/live/bench/afnfa; do
     step 75 $V table=$d/nccl_tuner.csv conf=$d/nccl.conf $T out=$OUT/validate-$(echo "$d" | tr / -).csv
   done
 elif [ "${PART}" = 3 ]; then
-  step 260 python3 -m runners.cli finetune --checkpoint $P backend=torch $T budget=473 wall_s=190 timeout_s=30 store=$S out=$OUT/tune-ncclrl-2
+  step 260 python3 -m runners.cli finetune --checkpoint $P launch=torch backend=torch $T budget=473 wall_s=190 timeout_s=30 store=$S out=$OUT/tune-ncclrl-2
   step 75 $V table=$OUT/tune-ncclrl-2/nccl_tuner.csv conf=$OUT/tune-ncclrl-2/nccl.conf $T out=$OUT/validate-tune-ncclrl-2.csv
   d=docs/live/finetuned-s5/h200-2x2-sock
   step 75 $V table=$d/nccl_tuner.csv conf=$d/nccl.conf $T out=$OUT/validate-s5-again.csv
   step 75 $V table=docs/live/noise/aa_table.csv topology=h200-1x4 out=$OUT/validate-aa-h200-1x4-abba.csv
 elif [ "${PART}" = 4 ]; then
-  step 230 python3 -m runners.tune method=afnfa backend=torch $T budget=473 wall_s=190 timeout_s=30 store=$S out=$OUT/tune-afnfa
+  step 230 python3 -m runners.tune launch=torch method=afnfa backend=torch $T budget=473 wall_s=190 timeout_s=30 store=$S out=$OUT/tune-afnfa
   step 75 $V table=$OUT/tune-afnfa/nccl_tuner.csv conf=$OUT/tune-afnfa/nccl.conf $T out=$OUT/validate-tune-afnfa.csv
   d=docs/live/finetuned-s5/h200-2x2-sock-2
   step 75 $V table=$d/nccl_tuner.csv conf=$d/nccl.conf $T out=$OUT/validate-s5-2-again.csv

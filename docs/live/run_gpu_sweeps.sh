@@ -16,13 +16,13 @@ if [ -n "${NCCLTESTS:-}" ]; then  # 8 B AllReduce latency: nccl-tests plain and 
   step 60 "$NCCLTESTS/all_reduce_perf" -g 4 -b 8 -e 8 -n 200 -w 200 -c 0 -G 10
 fi
 for t in graph eager; do
-  step 90 python3 -m runners.sweep topology=h200-1x4 grid=default min_bytes=8 max_bytes=8 samples=20 timing=$t tag=lat-$t store=$S
+  step 90 python3 -m runners.sweep launch=torch topology=h200-1x4 grid=default min_bytes=8 max_bytes=8 samples=20 timing=$t tag=lat-$t store=$S
 done
 # exhaustive sweeps (resumable)
-step ${SWEEP_S:-240} python3 -m runners.sweep topology=h200-2x2-sock collectives=allreduce grid=full samples=5 timing=eager timeout_s=60 store=$S
+step ${SWEEP_S:-240} python3 -m runners.sweep launch=torch topology=h200-2x2-sock collectives=allreduce grid=full samples=5 timing=eager timeout_s=60 store=$S
 # the tables the pretrained policy exported (simulation only), measured afresh against NCCL's defaults
-step 150 python3 -m runners.validate table=docs/live/pretrained/h200-2x2-sock.csv conf=docs/live/pretrained/h200-2x2-sock.conf topology=h200-2x2-sock collectives=allreduce,allgather,reducescatter rounds=2 timing=eager store=$S out=$OUT/validate-pretrained-h200-2x2-sock.csv
-step 100 python3 -m runners.sweep topology=h200-1x4 collectives=allreduce,allgather,reducescatter grid=full samples=5 timing=graph timeout_s=60 store=$S
-step 90 python3 -m runners.validate table=docs/live/pretrained/h200-1x4.csv conf=docs/live/pretrained/h200-1x4.conf topology=h200-1x4 collectives=allreduce,allgather,reducescatter rounds=2 timing=graph store=$S out=$OUT/validate-pretrained-h200-1x4.csv
-step ${SWEEP2_S:-120} python3 -m runners.sweep topology=h200-2x2-sock collectives=allgather,reducescatter grid=full samples=5 timing=eager timeout_s=60 store=$S
+step 150 python3 -m runners.validate launch=torch table=docs/live/pretrained/h200-2x2-sock.csv conf=docs/live/pretrained/h200-2x2-sock.conf topology=h200-2x2-sock collectives=allreduce,allgather,reducescatter rounds=2 timing=eager store=$S out=$OUT/validate-pretrained-h200-2x2-sock.csv
+step 100 python3 -m runners.sweep launch=torch topology=h200-1x4 collectives=allreduce,allgather,reducescatter grid=full samples=5 timing=graph timeout_s=60 store=$S
+step 90 python3 -m runners.validate launch=torch table=docs/live/pretrained/h200-1x4.csv conf=docs/live/pretrained/h200-1x4.conf topology=h200-1x4 collectives=allreduce,allgather,reducescatter rounds=2 timing=graph store=$S out=$OUT/validate-pretrained-h200-1x4.csv
+step ${SWEEP2_S:-120} python3 -m runners.sweep launch=torch topology=h200-2x2-sock collectives=allgather,reducescatter grid=full samples=5 timing=eager timeout_s=60 store=$S
 echo "## $(date +%T) done" >> "$L"

@@ -95,7 +95,7 @@ def no_row_sizes(path: str) -> pd.DataFrame:
         digest = hashlib.sha256(Path(t).read_bytes()).hexdigest()[:12]
         colls = sorted({r[0] for r in rows})
         pts = [Point(c, s) for c in colls for s in size_grid(8, 256 << 20, topo.nranks, N.COLLECTIVES.index(c))]
-        base, tuned = stored_jobs(Store(path), topo.name, digest, pts)
+        base, tuned = stored_jobs(Store(path), topo.name, digest, pts, "torch")
         rep = judge(topo, pts, base, tuned)
         for r in rep.itertuples():
             if not any(x[0] == r.collective and int(x[1]) <= r.nbytes <= int(x[2]) for x in rows):

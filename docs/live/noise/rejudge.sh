@@ -10,7 +10,7 @@ ALL=collectives=allreduce,allgather,reducescatter
 AGRS=collectives=allgather,reducescatter
 while read -r name table topo colls; do
   echo "## $name"
-  python3 -m runners.validate measure=0 store=$S table=$table topology=$topo $colls out=$O/$name.csv \
+  python3 -m runners.validate launch=torch measure=0 store=$S table=$table topology=$topo $colls out=$O/$name.csv \
     | grep "rounds from\|geometric-mean"
 done <<LIST
 pretrained-h200-2x2-sock docs/live/pretrained/h200-2x2-sock.csv h200-2x2-sock $ALL
