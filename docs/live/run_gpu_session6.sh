@@ -13,6 +13,8 @@
 #    then its table validated with launch=nccl.
 #  4 Part 3's table (docs/live/finetuned-s6) validated again with launch=nccl, then with
 #    launch=torch (the timing sessions 1-5 used).
+#  5 Issue 6 with direct calls: AFNFA's session-5 table (same budget as ncclrl's, tuned with
+#    torch timing), part 3's ncclrl table and AFNFA's session-4 table validated one after the other.
 # DEPS: folder with the Python packages the GPU image lacks (gymnasium, stable-baselines3, sb3-contrib, scipy).
 set -uo pipefail
 . "$(dirname "$0")/step.sh"
@@ -41,5 +43,9 @@ elif [ "${PART}" = 4 ]; then
   d=docs/live/finetuned-s6/h200-2x2-sock
   step 90 $V table=$d/nccl_tuner.csv conf=$d/nccl.conf $T out=$OUT/validate-s6-again.csv
   step 100 $V launch=torch table=$d/nccl_tuner.csv conf=$d/nccl.conf $T out=$OUT/validate-s6-torch.csv
+elif [ "${PART}" = 5 ]; then
+  for d in docs/live/bench-s5/afnfa docs/live/finetuned-s6/h200-2x2-sock docs/live/bench/afnfa; do
+    step 75 $V table=$d/nccl_tuner.csv conf=$d/nccl.conf $T out=$OUT/validate-p5-$(echo "$d" | tr / - | cut -d- -f3-).csv
+  done
 fi
 echo "## $(date +%T) done" >> "$L"
