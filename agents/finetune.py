@@ -282,6 +282,21 @@ class Finetuner:
                 pts += [Point(name, s, *key, *k.knobs) for key in want]
         return pts[:room]
 
+    def remeasure(self, k: Point, room: int, top: int = 2) -> list[Point]:
+        """Under ``k``, per (collective, size) NCCL's default and the ``top`` candidates with the
+        lowest pooled median so far, to be measured again (all of them, or nothing when ``room``
+        is short): with budget to spare, the leaders are compared on more samples before one is
+        picked, since the best of many single measurements is partly the luckiest."""
+        pts: list[Point] = []
+        for c in self.colls:
+            name = N.COLLECTIVES[c]
+            for s in self.sizes[c]:
+                meds = {key: m for key in [DEFAULT] + call_configs(self.topo, c, k, "full")
+                        if (m := self.median(k, name, s, key)) is not None}
+                lead = [key for key in sorted(meds, key=meds.get) if key != DEFAULT][:top]
+                pts += [Point(name, s, *key, *k.knobs) for key in ([DEFAULT] if DEFAULT in meds else []) + lead]
+        return pts if len(pts) <= room else []
+
     # -- learning ----------------------------------------------------------------------------
     def refit(self) -> None:
         import pandas as pd
@@ -364,6 +379,12 @@ class Finetuner:
                     if len(batch) >= self.cfg.confs_per_round or room <= 0:
                         break
                     pts = self.propose(k, room, False, 1, per)
+                    if pts:
+                        batch.append((k, pts))
+                        room -= len(pts)
+            if not batch and r > 0:  # nothing left to measure in the best settings: measure their leaders again
+                for k, _rows, _g in self.ranked()[: self.cfg.confs_per_round]:
+                    pts = self.remeasure(k, room)
                     if pts:
                         batch.append((k, pts))
                         room -= len(pts)

@@ -118,6 +118,36 @@ def test_wall_clock_bounds_the_whole_run_guard_included(monkeypatch):
     assert res.measured < 2000
 
 
+def test_budget_to_spare_measures_the_leaders_again():
+    """Once every candidate is measured, search rounds measure NCCL's default and the two best
+    candidates per size again (the best of many single measurements is partly luck); nothing when
+    the room cannot hold them all."""
+    topo = load_topology("h200-1x4")
+    colls = [N.ALLREDUCE]
+    sizes = {N.ALLREDUCE: [1 << 20]}
+    ft = Finetuner(topo, colls, sizes, None, lambda *a: [], FinetuneConfig(budget=10, ppo_steps=0), log=lambda m: None)
+    k = ft.base_knobs
+    space = call_configs(topo, N.ALLREDUCE, k, "full")
+    for i, key in enumerate(space):
+        ft.data[(k.knobs, "allreduce", 1 << 20, key)] = [100.0 + i]
+    ft.data[(k.knobs, "allreduce", 1 << 20, DEFAULT)] = [150.0]
+    ft.data[(k.knobs, "allreduce", 1 << 20, space[5])] = [50.0]  # a lucky single measurement
+    pts = ft.remeasure(k, room=3)
+    assert [(p.algo, p.proto, p.channels) for p in pts] == [DEFAULT, space[5], space[0]]
+    assert ft.remeasure(k, room=2) == []
+
+    inner, searched = sim_measure(Simulator(topo, seed=0), [], guard_noise=0.05), []
+
+    def measure(knobs, points, samples, tag):
+        searched.extend(p for p in points if tag == "finetune")
+        return inner(knobs, points, samples, tag)
+
+    big = Finetuner(topo, colls, sizes_for(topo, colls, 8, 1 << 20), None, measure,
+                    FinetuneConfig(budget=3000, rounds=8, ppo_steps=0), log=lambda m: None)
+    res = big.run()
+    assert len(searched) > len(set(searched)) and res.measured <= 3000  # search measured points again
+
+
 def test_finetune_finds_the_known_optimum_of_a_noise_free_platform():
     """On a platform whose times are the simulator's (the model is then exact), fine-tuning with
     10% of the exhaustive sweep's measurements reaches >= 95% of the optimum's speedup."""
