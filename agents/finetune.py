@@ -344,10 +344,10 @@ class Finetuner:
         t0 = self._t0 = time.time()
         history = []
         r = 0
+        guard_jobs = 1 + self.cfg.guard_confs + 2  # NCCL's defaults, each setting it checks, retests
         for r in range(self.cfg.rounds):
             room = self.cfg.budget - self.reserve - self.used
-            # a round is at least a job; the guard a job for NCCL's defaults and each setting it checks, + retests
-            if room <= 0 or not self.time_left(1 + 1 + self.cfg.guard_confs + 2):
+            if room <= 0 or not self.time_left(1 + guard_jobs):  # a round is at least a job
                 break
             batch: list[tuple[Point, list[Point]]] = []
             if r == 0:
@@ -390,7 +390,6 @@ class Finetuner:
                         room -= len(pts)
             if not batch:
                 break
-            guard_jobs = 1 + self.cfg.guard_confs + 2
             for j, (k, pts) in enumerate(batch):
                 if j >= 2 and not self.time_left(1 + guard_jobs):  # the reference and the prior always run
                     self.log(f"# round {r + 1}: wall clock: {len(batch) - j} settings left unmeasured for the guard")

@@ -1,5 +1,6 @@
 """What every live PyTorch backend shares: the plugin's path, the environment every GPU job runs
-with, the worker error, a free TCP port for the rendezvous."""
+with, how collectives are launched and how that is recorded, the worker error, a free TCP port for
+the rendezvous."""
 
 from __future__ import annotations
 
@@ -10,6 +11,21 @@ REPO = Path(__file__).resolve().parent.parent
 PLUGIN = REPO / "plugin" / "build" / "libnccl-tuner-ncclrl.so"
 # NVLink multicast off: it can take the shared GPUs down
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+# how the workers issue collectives: torch.distributed calls, or NCCL called directly (runners.nccl_direct)
+LAUNCHES = ("torch", "nccl")
+NCCL_PREFIX = "nccl-"  # the store's timing of a direct-call measurement: nccl-eager, nccl-graph
+
+
+def timing_label(launch: str, mode: str) -> str:
+    """The store's ``timing`` of a measurement taken in ``mode`` (eager|graph) with ``launch``."""
+    return NCCL_PREFIX + mode if launch == "nccl" else mode
+
+
+def launch_of(timing: str) -> str:
+    """The launch a stored ``timing`` was measured with (inverse of :func:`timing_label`)."""
+    return "nccl" if timing.startswith(NCCL_PREFIX) else "torch"
 
 
 class WorkerError(RuntimeError):

@@ -28,6 +28,7 @@ from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.replica import eligible_mask
 from costmodel.topology import Topology, load_topology
+from runners.live_common import LAUNCHES
 from runners.store import KNOB_FIELDS, Point, Store
 
 DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "h200-1x4", "collectives": "allreduce",
@@ -66,7 +67,7 @@ def check_timing(args: dict[str, str]) -> None:
     """``timing`` (graph|eager) and ``launch`` (torch|nccl), shared by every live command."""
     if args["timing"] not in ("graph", "eager"):
         raise ConfigError("timing", f"unknown value {args['timing']!r}; allowed: graph, eager")
-    if args.get("launch", "torch") not in ("torch", "nccl"):
+    if args["launch"] not in LAUNCHES:
         raise ConfigError("launch", f"unknown value {args['launch']!r}; allowed: torch (torch.distributed calls), "
                           "nccl (NCCL called directly from the workers)")
 

@@ -24,14 +24,13 @@ import numpy as np
 
 from costmodel.errors import ConfigError
 from costmodel.nccl import COLL_INDEX
-from runners.live_common import PLUGIN, SAFE_ENV, WorkerError, _free_port
+from runners.live_common import LAUNCHES, PLUGIN, SAFE_ENV, WorkerError, _free_port, timing_label
 from runners.plugin_verify import _make_op as make_collective
 from runners.store import Point
 
 QUANTUM = 16
 # repetitions per sample (per captured graph): enough that an 8 B call's launch cost is amortized
 MAX_REPS = 50
-LAUNCHES = ("torch", "nccl")
 
 
 def shifted_sizes(points: list[Point], nranks: int) -> list[int]:
@@ -80,6 +79,7 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
         uid = [nccl.unique_id() if rank == 0 else b""]
         dist.broadcast_object_list(uid, src=0)
         direct = DirectComm(nccl, uid[0], rank, world)
+        log.write(f"{time.strftime('%H:%M:%S')} NCCL {nccl.version()} at {nccl.path}\n")
     else:
         dist.init_process_group("nccl", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
                                 device_id=dev)
@@ -113,7 +113,6 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
     for _ in range(20):
         warm()
     torch.cuda.synchronize()
-    prefix = "nccl-" if direct is not None else ""
     for (coll, base), idx in groups.items():  # dict order = item order, identical on every rank
         log.write(f"{time.strftime('%H:%M:%S')} {coll} {base} B: {len(idx)} points\n")
         ops, ests = [], []
@@ -170,7 +169,7 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
                 results[i].append(start.elapsed_time(end) * 1000.0 / reps[j])
         if direct is not None:
             direct.async_error()
-        modes = [prefix + ("graph" if g is not None else "eager") for g in graphs]
+        modes = [timing_label(launch, "graph" if g is not None else "eager") for g in graphs]
         del ops, graphs
         # written per size, so a later hang loses nothing measured before it
         out_file.write(json.dumps({"idx": idx, "samples": [results[i] for i in idx], "modes": modes}) + "\n")

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.topology import load_topology
+from runners.live_common import launch_of
 from runners.store import Point, Store, job_ids
 from runners.sweep import check_timing, measure_whole, parse_kv, script_main, size_grid
 
@@ -188,7 +189,7 @@ def stored_jobs(store: Store, topology: str, digest: str, points: list[Point], l
     ran next to it (just before, else just after: validate alternates them). Per point, samples
     per job, each side."""
     df = store.frame(topology=topology, status="ok")
-    df = df[df.timing.str.startswith("nccl-") == (launch == "nccl")]
+    df = df[df.timing.map(launch_of) == launch]
     base: list[list[list[float]]] = [[] for _ in points]
     tuned: list[list[list[float]]] = [[] for _ in points]
     df = df[(df.tag == "validate-base") | (df.tag == f"validate-tuned:{digest}")].copy()

@@ -12,7 +12,7 @@ from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.simulator import Configs, Simulator
 from costmodel.topology import load_topology
-from runners.live_common import WorkerError
+from runners.live_common import WorkerError, timing_label
 from runners.store import Point, Store, summarize
 from runners.sweep import knob_grid, parse_args, run_sweep
 
@@ -249,7 +249,7 @@ class FakeTableWorkers:
             if self.table is not None:
                 t = t / 2 if p.nbytes == 1 << 20 else (t * 1.5 if p.nbytes == 8 else t)
             out.append((t * (1 + 0.01 * rng.standard_normal(samples))).tolist())
-        self.last_modes = [("nccl-" if self.launch == "nccl" else "") + "eager"] * len(points)
+        self.last_modes = [timing_label(self.launch, "eager")] * len(points)
         return out
 
 

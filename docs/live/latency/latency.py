@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from costmodel import nccl as N  # noqa: E402
 from costmodel.topology import load_topology  # noqa: E402
-from runners.live_common import SAFE_ENV  # noqa: E402
+from runners.live_common import NCCL_PREFIX, SAFE_ENV  # noqa: E402
 from runners.nccltests import parse_stdout  # noqa: E402
 from runners.store import Point, Store  # noqa: E402
 from runners.sweep import size_grid  # noqa: E402
@@ -59,7 +59,7 @@ def ours(out: Path, store: Store, launch: str, timing: str, samples: int = 9) ->
             continue
         store.add(p, smp, backend="torch", topology=TOPO, nccl_version=w.nccl_version, timing=mode,
                   tag=f"latency:{launch}-{timing}", job=job)
-        rows.append({"variant": f"ours {launch}-{mode.removeprefix('nccl-')}", "nbytes": p.nbytes,
+        rows.append({"variant": f"ours {launch}-{mode.removeprefix(NCCL_PREFIX)}", "nbytes": p.nbytes,
                      "time_us": float(np.median(smp))})
     print(f"# ours launch={launch} timing={timing}: {len(rows)}/{len(points)} sizes, {time.time() - t0:.0f} s, "
           f"modes {sorted(set(w.last_modes))}, failures {w.failures}", flush=True)
