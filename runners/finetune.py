@@ -5,7 +5,8 @@ budget, guard its decisions, export the table (see :mod:`agents.finetune`).
 
 ``backend=torch`` measures on the GPUs of this machine (one job per knob setting, our plugin
 selecting each configuration); ``backend=replay replay_store=SWEEP.sqlite`` answers every
-measurement from an earlier exhaustive sweep instead (the same points, counted the same way), which
+measurement from an earlier exhaustive sweep instead (the same points, counted the same way; the
+sweep measured with ``launch``), which
 is how the budget study in docs/live.md compares fine-tuning with the sweep. Every measurement goes
 to ``store`` (tags ``finetune`` and ``guard``).
 """
@@ -98,18 +99,29 @@ class ReplayWorkers:
         pass
 
 
+def recorded_sweep(path: str | Path, topo: Topology, launch: str, tags: tuple[str, ...] = ("sweep",),
+                   **where: Any):
+    """The rows of the exhaustive sweep of ``topo`` in the store at ``path`` measured with ``launch``
+    (tags in ``tags``, in that order); a one-line error when there is none, naming the launches
+    the store has."""
+    import pandas as pd
+
+    with Store(Path(path)) as rs:
+        frames = [rs.frame(launch, topology=topo.name, tag=t, **where) for t in tags]
+        if frames[0].empty:
+            from runners.live_common import launch_of
+
+            have = sorted({launch_of(t) for t in rs.frame(topology=topo.name, tag=tags[0]).timing})
+            hint = f"; it has launch={' and launch='.join(have)}" if have else ""
+            raise ConfigError("replay_store", f"no sweep of {topo.name} measured with launch={launch} in {path}{hint}")
+    return pd.concat(frames)
+
+
 def make_measure(args: dict[str, str], topo: Topology, store: Store, out=sys.stdout):
     """``measure(knobs, points, samples, tag)`` over the chosen backend; every point is stored."""
     replay, seen = None, {}
     if args["backend"] == "replay":  # the sweep's jobs, then its repeat's (a point measured again)
-        import pandas as pd
-
-        with Store(Path(args["replay_store"])) as rs:
-            replay = rs.frame(topology=topo.name, status="ok")
-        replay = replay[replay.tag.isin(["sweep", "sweep-repeat"])]
-        if not (replay.tag == "sweep").any():
-            raise ConfigError("replay_store", f"no sweep of {topo.name} in {args['replay_store']}")
-        replay = pd.concat([replay[replay.tag == "sweep"], replay[replay.tag == "sweep-repeat"]])
+        replay = recorded_sweep(args["replay_store"], topo, args["launch"], ("sweep", "sweep-repeat"), status="ok")
 
     def measure(knobs: Point, points: list[Point], samples: int, tag: str) -> list[list[float] | None]:
         if replay is not None:
@@ -202,8 +214,7 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
     t0 = time.time()
     knobs = None
     if args["backend"] == "replay":
-        with Store(Path(args["replay_store"])) as rs:
-            knobs = replay_knobs(rs.frame(topology=topo.name, status="ok", tag="sweep"), topo)
+        knobs = replay_knobs(recorded_sweep(args["replay_store"], topo, args["launch"], status="ok"), topo)
     ft = Finetuner(topo, colls, sizes, model, make_measure(args, topo, store, out), cfg, log=log, knobs=knobs)
     if cfg.budget < ft.reserve + ft.n_sizes:
         raise ConfigError("budget", f"{cfg.budget} points cannot cover {ft.n_sizes} sizes: the guard alone "
@@ -220,10 +231,8 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
     summary: dict[str, Any] = {"measured": res.measured, "rows": len(res.rows), "conf": res.conf.env(),
                                "paths": {k: str(v) for k, v in paths.items()}}
     if args["backend"] == "replay":
-        with Store(Path(args["replay_store"])) as rs:
-            ref = sweep_reference(rs.frame(topology=topo.name, tag="sweep",
-                                           collective=N.COLLECTIVES[colls[0]]) if len(colls) == 1 else
-                                  rs.frame(topology=topo.name, tag="sweep"), topo, sizes)
+        one = {"collective": N.COLLECTIVES[colls[0]]} if len(colls) == 1 else {}
+        ref = sweep_reference(recorded_sweep(args["replay_store"], topo, args["launch"], **one), topo, sizes)
         got = table_speedup_on_sweep(ref, res.conf, res.rows, sizes)
         summary.update(sweep_points=ref["points"], optimum=ref["optimum"], optimum_conf=ref["optimum_conf"],
                        speedup_on_sweep=got, fraction=got / ref["optimum"])

@@ -28,6 +28,16 @@ def launch_of(timing: str) -> str:
     return "nccl" if timing.startswith(NCCL_PREFIX) else "torch"
 
 
+# in the error of every point a job hung on (runners.table_backend, runners.nccltests_backend) and of
+# the points a sweep skipped after it (after_hang=skip)
+HANG = "NCCL hung"
+
+
+def is_hang(error: str | None) -> bool:
+    """Whether a stored failure is a hang (or a point skipped after one), not a crash or a start failure."""
+    return bool(error) and HANG in error
+
+
 class WorkerError(RuntimeError):
     """A worker failed (NCCL error, dead rank) or did not answer in time."""
 

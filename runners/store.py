@@ -161,14 +161,24 @@ class Store:
             raise ConfigError("store", f"cannot write to {self.path}: {e}; earlier measurements are kept, "
                               "free space and rerun to resume") from None
 
-    def has(self, point: Point, *, backend: str, topology: str, tag: str) -> bool:
-        cur = self._db.execute(
-            "SELECT 1 FROM measurements WHERE topology=? AND backend=? AND collective=? AND nbytes=? AND algo=? AND"
-            " proto=? AND channels=? AND comm_channels=? AND buffsize_bytes=? AND socket_nthreads=? AND"
-            " nsocks_perthread=? AND socket_inline_bytes=? AND tag=? AND status='ok' LIMIT 1",
-            (topology, backend, point.collective, int(point.nbytes), point.algo, point.proto, int(point.channels),
-             *map(int, point.knobs), tag))
-        return cur.fetchone() is not None
+    def has(self, point: Point, *, backend: str, topology: str, tag: str, launch: str | None = None,
+            hung: bool = False) -> bool:
+        """Whether ``point`` has a measurement (``status='ok'``) under ``tag``; only one taken with
+        ``launch`` (torch|nccl) when given; with ``hung``, a recorded hang counts too."""
+        from runners.live_common import HANG, timing_label
+
+        q = ("SELECT 1 FROM measurements WHERE topology=? AND backend=? AND collective=? AND nbytes=? AND algo=? AND"
+             " proto=? AND channels=? AND comm_channels=? AND buffsize_bytes=? AND socket_nthreads=? AND"
+             " nsocks_perthread=? AND socket_inline_bytes=? AND tag=?")
+        args: list[Any] = [topology, backend, point.collective, int(point.nbytes), point.algo, point.proto,
+                           int(point.channels), *map(int, point.knobs), tag]
+        if launch is not None:
+            q += " AND timing IN (?, ?)"
+            args += [timing_label(launch, "eager"), timing_label(launch, "graph")]
+        q += " AND (status='ok'" + (" OR (status='failed' AND instr(error, ?) > 0))" if hung else ")")
+        if hung:
+            args.append(HANG)
+        return self._db.execute(q + " LIMIT 1", args).fetchone() is not None
 
     def count(self, **where: Any) -> int:
         q, args = self._where(where)
@@ -180,11 +190,17 @@ class Store:
         cols = [f"{k}=?" for k in where]
         return " WHERE " + " AND ".join(cols), list(where.values())
 
-    def frame(self, **where: Any):
-        """All matching rows as a pandas DataFrame (samples as lists)."""
+    def frame(self, launch: str | None = None, **where: Any):
+        """All matching rows as a pandas DataFrame (samples as lists); only those measured with
+        ``launch`` (torch|nccl) when given."""
         import pandas as pd
 
+        from runners.live_common import timing_label
+
         q, args = self._where(where)
+        if launch is not None:
+            q += (" AND" if q else " WHERE") + " timing IN (?, ?)"
+            args += [timing_label(launch, "eager"), timing_label(launch, "graph")]
         df = pd.read_sql_query(f"SELECT * FROM measurements{q} ORDER BY id", self._db, params=args)
         df["samples_us"] = df["samples_us"].map(json.loads)
         return df

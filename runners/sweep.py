@@ -8,9 +8,13 @@ Arguments are ``key=value``: ``backend`` (torch), ``topology`` (preset or YAML),
 ``full``: every per-call configuration under every per-process knob setting of the grid),
 ``store`` (SQLite path), ``samples`` (per point), ``timing`` (graph|eager), ``timeout_s``,
 ``launch`` (torch: ``torch.distributed`` calls; nccl: NCCL called directly, no Python overhead
-per call, :mod:`runners.nccl_direct`).
+per call, :mod:`runners.nccl_direct`), ``wall_s`` (0: none; no job starts after that many seconds,
+what is left is measured by the next run), ``after_hang`` (``skip``: once NCCL hangs on an
+algorithm/protocol at some size, that algorithm/protocol is not tried again at that size or larger
+under the same knobs, and a rerun does not retry them; ``retry``: measure every point, retrying
+recorded hangs).
 Every request measures NCCL's default interleaved with its candidates. Points already in the
-store are not measured again, so an interrupted sweep resumes.
+store (measured with the same ``launch``) are not measured again, so an interrupted sweep resumes.
 """
 
 from __future__ import annotations
@@ -28,13 +32,14 @@ from costmodel import nccl as N
 from costmodel.errors import ConfigError
 from costmodel.replica import eligible_mask
 from costmodel.topology import Topology, load_topology
-from runners.live_common import LAUNCHES
+from runners.live_common import HANG, LAUNCHES, is_hang, timing_label
 from runners.store import KNOB_FIELDS, Point, Store
 
 DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "h200-1x4", "collectives": "allreduce",
                             "min_bytes": "8", "max_bytes": "256M", "grid": "default", "store": "runs/store.sqlite",
                             "samples": "7", "timing": "graph", "timeout_s": "300", "tag": "sweep",
-                            "nccltests_dir": "", "launcher": "local", "launch": "nccl"}
+                            "nccltests_dir": "", "launcher": "local", "launch": "nccl", "wall_s": "0",
+                            "after_hang": "skip"}
 # NCCL_SOCKET_INLINE in the knob grid: 256 KiB measured best of 64/256 KiB on h200-2x2-sock
 # (docs/live/probe_socket_inline.py; NCCL's default is 128 B)
 SOCKET_INLINE_BYTES = 256 << 10
@@ -80,6 +85,11 @@ def parse_args(argv: list[str]) -> dict[str, str]:
         raise ConfigError("nccltests_dir", "backend=nccl-tests needs nccltests_dir=<folder with all_reduce_perf ...>")
     if args["grid"] not in ("default", "full"):
         raise ConfigError("grid", f"unknown value {args['grid']!r}; allowed: default, full")
+    if args["after_hang"] not in ("skip", "retry"):
+        raise ConfigError("after_hang", f"unknown value {args['after_hang']!r}; allowed: skip (do not try an "
+                          "algorithm/protocol again at a size or larger after NCCL hung on it), retry")
+    if not args["wall_s"].isdigit():
+        raise ConfigError("wall_s", f"must be a whole number of seconds >= 0 (0: no limit), got {args['wall_s']!r}")
     check_timing(args)
     return args
 
@@ -155,8 +165,10 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
     colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"].split(",") if c]
     lo, hi = parse_bytes(args["min_bytes"], "min_bytes"), parse_bytes(args["max_bytes"], "max_bytes")
     samples, grid, tag = int(args["samples"]), args["grid"], args["tag"]
+    skip_hung = args["after_hang"] == "skip"
+    deadline = time.time() + float(args["wall_s"]) if int(args["wall_s"]) else None
     store = Store(Path(args["store"]))
-    measured, skipped, failed = 0, 0, 0
+    measured, skipped, failed, left = 0, 0, 0, 0
     t0 = time.time()
     for knobs in knob_grid(topo, grid):
         todo = []
@@ -164,11 +176,18 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
             for s in size_grid(lo, hi, topo.nranks, c):
                 pts = [Point(N.COLLECTIVES[c], s, *key, *knobs.knobs)
                        for key in [("default", "default", 0)] + call_configs(topo, c, knobs, grid)]
-                if all(store.has(p, backend=args["backend"], topology=topo.name, tag=tag) for p in pts):
+                done = [store.has(p, backend=args["backend"], topology=topo.name, tag=tag, launch=args["launch"],
+                                  hung=skip_hung) for p in pts]
+                if all(done):
                     skipped += len(pts)
                     continue
-                todo.append(pts)
+                # NCCL's default is measured with every request (interleaved), even when stored already
+                todo.append([pts[0]] + [p for p, d in zip(pts[1:], done[1:], strict=True) if not d])
+                skipped += sum(done[1:])
         if not todo:
+            continue
+        if deadline is not None and time.time() > deadline:
+            left += sum(map(len, todo))
             continue
         label = " ".join(f"{k}={v}" for k, v in knobs.env().items()) or "NCCL defaults"
         print(f"# {topo.name}: {label}: {sum(map(len, todo))} points", file=out, flush=True)
@@ -180,13 +199,15 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
             failed += sum(map(len, todo))
             continue
         if getattr(workers, "whole_request", False):  # one job per setting; a hang costs one point
+            cut: list[int] = []
             try:
                 res = measure_whole(workers, [p for pts in todo for p in pts], store, topo.name,
-                                    backend=args["backend"], samples=samples, tag=tag, out=out)
+                                    backend=args["backend"], samples=samples, tag=tag, out=out,
+                                    after_hang=args["after_hang"], deadline=deadline, unmeasured=cut)
             finally:
                 workers.close()
             got = sum(r is not None for r in res)
-            measured, failed = measured + got, failed + len(res) - got
+            measured, failed, left = measured + got, failed + len(res) - got - len(cut), left + len(cut)
             continue
         try:
             for pts in todo:
@@ -195,7 +216,8 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
                 except WorkerError as e:
                     for p in pts:
                         store.add(p, [], backend=args["backend"], topology=topo.name, nccl_version="?",
-                                  timing=args["timing"], tag=tag, status="failed", error=str(e)[:500], job=job)
+                                  timing=timing_label(args["launch"], args["timing"]), tag=tag, status="failed",
+                                  error=str(e)[:500], job=job)
                     failed += len(pts)
                     print(f"# {pts[0].collective} {pts[0].nbytes} B failed: {e}; restarting workers", file=out)
                     workers = workers_factory(topo, knobs, args["timing"], float(args["timeout_s"]))
@@ -209,50 +231,79 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
             workers.close()
     print(f"# measured {measured} points, {skipped} already in {args['store']}, {failed} failed, "
           f"{time.time() - t0:.0f} s", file=out, flush=True)
-    print_tables(store, topo, colls, tag, out)
-    return {"measured": measured, "skipped": skipped, "failed": failed}
+    if left:
+        print(f"# wall_s={args['wall_s']} reached: {left} points not measured; run the same command again to "
+              "measure them", file=out, flush=True)
+    print_tables(store, topo, colls, tag, out, args["launch"])
+    return {"measured": measured, "skipped": skipped, "failed": failed, "left": left}
 
 
 def measure_whole(workers, points: list[Point], store: Store, topology: str, *, backend: str, samples: int,
-                  tag: str, out=sys.stdout) -> list[list[float] | None]:
+                  tag: str, out=sys.stdout, after_hang: str = "retry", deadline: float | None = None,
+                  unmeasured: list[int] | None = None) -> list[list[float] | None]:
     """Measure ``points`` in as many jobs as it takes and store every one: each job keeps what it
     finished; a point NCCL hung on (or that failed) is stored as failed and left out of the next
-    job. Returns each point's samples (``None``: failed)."""
+    job. With ``after_hang="skip"``, once NCCL hangs on an algorithm/protocol at some size, that
+    algorithm/protocol is stored as failed without measuring at that size and larger (same
+    collective; the knobs are the job's). No job starts after ``deadline`` (``time.time()``); the
+    points it leaves are neither measured nor stored, and their indices go to ``unmeasured``.
+    Returns each point's samples (``None``: failed or left)."""
     results: list[list[float] | None] = [None] * len(points)
     remaining = list(range(len(points)))
     job = ""
+    launch = getattr(workers, "launch", "torch")
 
     def add(i: int, smp: list[float], **kw) -> None:
         store.add(points[i], smp, backend=backend, topology=topology, nccl_version=workers.nccl_version, tag=tag,
                   job=job, **kw)
 
+    def fail(i: int, error: str) -> None:
+        add(i, [], timing=timing_label(launch, "eager"), status="failed", error=error[:500])
+
     while remaining:
+        if deadline is not None and time.time() > deadline and job:  # the first job always runs
+            if unmeasured is not None:
+                unmeasured.extend(remaining)
+            break
         job = uuid.uuid4().hex[:12]  # one id per set of processes: the unit of between-job noise
         res = workers.measure([points[i] for i in remaining], samples=samples)
         fails = getattr(workers, "failures", {})
-        nxt = []
+        nxt, hung = [], []
         for j, (i, r) in enumerate(zip(remaining, res, strict=True)):
             if r is not None:
                 add(i, r, timing=workers.last_modes[j])
                 results[i] = r
             elif j in fails:
-                add(i, [], timing="eager", status="failed", error=fails[j][:500])
+                fail(i, fails[j])
                 p = points[i]
                 print(f"# {p.collective} {p.nbytes} B {p.algo}/{p.proto}/{p.channels}: {fails[j]}", file=out,
                       flush=True)
+                if after_hang == "skip" and is_hang(fails[j]):
+                    hung.append(p)
             else:
                 nxt.append(i)
         if len(nxt) == len(remaining):  # no progress and nothing to blame: give up on these
             for i in nxt:
-                add(i, [], timing="eager", status="failed", error="job made no progress")
+                fail(i, "job made no progress")
             break
+        for h in hung:
+            same = [i for i in nxt if (points[i].collective, points[i].algo, points[i].proto) ==
+                    (h.collective, h.algo, h.proto) and points[i].nbytes >= h.nbytes]
+            for i in same:
+                fail(i, f"not measured: {HANG} on {h.algo}/{h.proto} at {h.nbytes} B with these knobs "
+                     "(after_hang=retry measures it)")
+            if same:
+                print(f"# {h.collective} {h.algo}/{h.proto}: {len(same)} points at >= {h.nbytes} B not measured "
+                      "after the hang", file=out, flush=True)
+            nxt = [i for i in nxt if i not in same]
         remaining = nxt
     return results
 
 
-def best_table(store: Store, topo: Topology, coll: str, tag: str = "sweep"):
-    """Per size: NCCL's default (under NCCL's per-process defaults) and the best measured point."""
-    df = store.frame(topology=topo.name, collective=coll, tag=tag, status="ok")
+def best_table(store: Store, topo: Topology, coll: str, tag: str = "sweep", launch: str | None = None):
+    """Per size: NCCL's default (under NCCL's per-process defaults) and the best measured point
+    (of those measured with ``launch`` when given)."""
+    df = store.frame(launch, topology=topo.name, collective=coll, tag=tag, status="ok")
     if df.empty:
         return df
     knob_cols = list(KNOB_FIELDS)
@@ -275,10 +326,11 @@ def best_table(store: Store, topo: Topology, coll: str, tag: str = "sweep"):
     return pd.DataFrame(rows)
 
 
-def print_tables(store: Store, topo: Topology, colls: list[int], tag: str, out=sys.stdout) -> None:
+def print_tables(store: Store, topo: Topology, colls: list[int], tag: str, out=sys.stdout,
+                 launch: str | None = None) -> None:
     for c in colls:
         name = N.COLLECTIVES[c]
-        t = best_table(store, topo, name, tag)
+        t = best_table(store, topo, name, tag, launch)
         if t.empty:
             continue
         bf = float(N.bus_factor(c, topo.nranks))

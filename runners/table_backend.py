@@ -65,6 +65,7 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
     import torch.distributed as dist
 
     log = open(Path(out_dir) / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115
+    log.write(f"{time.strftime('%H:%M:%S')} started\n")
     torch.cuda.set_device(rank)
     dev = torch.device("cuda", rank)
     stream = torch.cuda.Stream()
@@ -153,7 +154,8 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
                     g.replay()
             torch.cuda.synchronize()
         log.write(f"{time.strftime('%H:%M:%S')} sampling\n")
-        for _ in range(samples):
+        for k in range(samples):
+            log.write(f"{time.strftime('%H:%M:%S')} sample {k}\n")  # progress: a hang is told apart sooner
             for j, i in enumerate(idx):
                 if graphs[j] is not None:
                     start.record(stream)

@@ -8,7 +8,8 @@ seconds, whatever is left of ``budget``.
 
 Every measurement goes to ``store`` (tag ``tune:<method>``); ``ncclrl validate`` then measures the
 exported ``nccl_tuner.csv`` + ``nccl.conf`` afresh through the plugin. ``backend=replay
-replay_store=SWEEP.sqlite`` answers from a recorded sweep instead (a point it lacks is a failure).
+replay_store=SWEEP.sqlite`` answers from a recorded sweep instead, the one measured with ``launch`` (a
+point it lacks is a failure).
 """
 
 from __future__ import annotations
@@ -60,10 +61,9 @@ def run_tune(args: dict[str, str], out=sys.stdout) -> dict[str, Any]:
                            parse_bytes(args["max_bytes"], "max_bytes"))
     sweep = None
     if args["backend"] == "replay":  # the space the recorded sweep covered
-        from runners.finetune import replay_knobs
+        from runners.finetune import recorded_sweep, replay_knobs
 
-        with Store(Path(args["replay_store"])) as rs:
-            sweep = rs.frame(topology=topo.name, tag="sweep")
+        sweep = recorded_sweep(args["replay_store"], topo, args["launch"])
         problem = Problem(topo, colls, problem.sizes, replay_knobs(sweep[sweep.status == "ok"], topo))
     store = Store(Path(args["store"]))
     measure = make_measure(args, topo, store, out)

@@ -180,8 +180,9 @@ def test_tune_replays_a_recorded_sweep(method, tmp_path):
     plugin's format, judged on the sweep's own data (never beyond its optimum)."""
     from runners.tune import parse_args, run_tune
 
-    s = run_tune(parse_args([f"method={method}", "backend=replay", f"replay_store={STORE}", "topology=h200-2x2-sock",
-                             "budget=150", f"store={tmp_path / 's.sqlite'}", f"out={tmp_path / 'out'}"]))
+    s = run_tune(parse_args([f"method={method}", "backend=replay", f"replay_store={STORE}", "launch=torch",
+                             "topology=h200-2x2-sock", "budget=150", f"store={tmp_path / 's.sqlite'}",
+                             f"out={tmp_path / 'out'}"]))
     assert s["measured"] <= 150 and 0.5 < s["fraction"] <= 1.0
     lines = (tmp_path / "out" / "nccl_tuner.csv").read_text().splitlines()
     assert lines[1].startswith("# collective,min_bytes") and all(len(x.split(",")) == 8 for x in lines[2:])

@@ -249,7 +249,7 @@ def test_finetune_replaying_the_h200_sweep(tmp_path):
     topo = load_topology("h200-2x2-sock")
     sizes = sizes_for(topo, [N.ALLREDUCE], 8, 256 << 20)
     with Store(LIVE) as s:
-        frame = s.frame(topology=topo.name, tag="sweep", status="ok", collective="allreduce")
+        frame = s.frame("torch", topology=topo.name, tag="sweep", status="ok", collective="allreduce")
     ref = sweep_reference(frame, topo, sizes)
     assert ref["points"] >= 2366 and len(replay_knobs(frame, topo)) >= 9
 
@@ -267,7 +267,7 @@ def test_finetune_replaying_the_h200_sweep(tmp_path):
 
 
 def test_finetune_cli_end_to_end_with_a_policy(tmp_path, tiny_policy):
-    args = parse_args(["backend=replay", f"replay_store={LIVE}", "topology=h200-2x2-sock", "budget=236",
+    args = parse_args(["backend=replay", f"replay_store={LIVE}", "launch=torch", "topology=h200-2x2-sock", "budget=236",
                        "ppo_steps=256", f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'out'}"])
     summary = run_finetune(str(tiny_policy), args, out=io.StringIO())
     assert summary["measured"] <= 236
@@ -291,7 +291,31 @@ def test_finetune_bad_arguments_name_the_field(argv, field):
 
 
 def test_finetune_budget_too_small_is_one_line(tmp_path, tiny_policy):
-    args = parse_args(["backend=replay", f"replay_store={LIVE}", "topology=h200-2x2-sock", "budget=20",
+    args = parse_args(["backend=replay", f"replay_store={LIVE}", "launch=torch", "topology=h200-2x2-sock", "budget=20",
                        f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'out'}"])
     with pytest.raises(ConfigError, match="budget"):
         run_finetune(str(tiny_policy), args, out=io.StringIO())
+
+
+
+@pytest.mark.parametrize("launch", ["torch", "nccl"])
+def test_replay_takes_the_sweep_of_its_launch_only(tmp_path, launch):
+    """A store can hold sweeps of both launches: replay takes the one measured with ``launch``
+    (never a mix of the two timings), and without one names the launches the store has."""
+    from runners.finetune import recorded_sweep
+    from runners.live_common import timing_label
+
+    path = tmp_path / "s.sqlite"
+    with Store(path) as s:
+        for lc, t in (("torch", 50.0), ("torch", 51.0), ("nccl", 10.0)):
+            s.add(Point("allreduce", 8), [t], backend="torch", topology="h200-2x2-sock", nccl_version="2.28.9",
+                  timing=timing_label(lc, "eager"), tag="sweep")
+    topo = load_topology("h200-2x2-sock")
+    df = recorded_sweep(path, topo, launch)
+    assert len(df) == (2 if launch == "torch" else 1) and set(df.timing) == {timing_label(launch, "eager")}
+    with Store(path) as s:
+        s._db.execute("DELETE FROM measurements WHERE timing=?", (timing_label(launch, "eager"),))
+        s._db.commit()
+    other = "nccl" if launch == "torch" else "torch"
+    with pytest.raises(ConfigError, match=f"launch={launch} .* it has launch={other}"):
+        recorded_sweep(path, topo, launch)

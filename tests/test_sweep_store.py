@@ -20,8 +20,9 @@ from runners.sweep import knob_grid, parse_args, run_sweep
 class FakeWorkers:
     """Measures with the simulator's noise; can fail a request or refuse to start."""
 
-    def __init__(self, topo, knobs, timing, timeout_s, fail_on=None, log=None):
+    def __init__(self, topo, knobs, timing, timeout_s, fail_on=None, log=None, launch="nccl"):
         self.sim = Simulator(topo, seed=1)
+        self.timing, self.launch = timing, launch
         self.knobs, self.nccl_version, self.fail_on, self.log = knobs, "2.28.9", fail_on, log
         self.last_modes = []
 
@@ -41,7 +42,7 @@ class FakeWorkers:
             cfg.socket_nthreads[:] = p.socket_nthreads
             cfg.nsocks_perthread[:] = p.nsocks_perthread
             out.append(self.sim.sample(cfg, samples)[0].tolist())
-        self.last_modes = ["graph"] * len(points)
+        self.last_modes = [timing_label(self.launch, self.timing)] * len(points)
         return out
 
     def close(self):
@@ -207,7 +208,7 @@ class HangingWholeWorkers(FakeWorkers):
 def test_a_hanging_configuration_costs_one_point_not_the_sweep(tmp_path):
     jobs = []
     out = io.StringIO()
-    args = sweep_args(tmp_path, grid="full", max_bytes="4K")
+    args = sweep_args(tmp_path, grid="full", max_bytes="4K", after_hang="retry")
     r = run_sweep(args, out, lambda *a: HangingWholeWorkers(*a, jobs=jobs))
     with Store(tmp_path / "s.sqlite") as s:
         bad = s.frame(status="failed")
@@ -217,6 +218,65 @@ def test_a_hanging_configuration_costs_one_point_not_the_sweep(tmp_path):
     assert "NCCL hung" in out.getvalue() and len(good) == r["measured"] > 0
     assert r["measured"] + r["failed"] == sum(1 for _ in good.itertuples()) + len(bad)
     assert len(jobs) > 7  # the jobs after a hang carried on without the hung point
+    # a rerun retries the hangs, and measures nothing else but NCCL's default next to them
+    with Store(tmp_path / "s.sqlite") as s:
+        n_ok = s.count(status="ok")
+    r2 = run_sweep(args, io.StringIO(), lambda *a: HangingWholeWorkers(*a, jobs=jobs))
+    with Store(tmp_path / "s.sqlite") as s:
+        new = s.frame(status="ok").iloc[n_ok:]
+    assert r2["failed"] == r["failed"] and len(new) == r2["measured"] > 0 and (new.algo == "default").all()
+
+
+def test_after_a_hang_the_sweep_skips_that_algorithm_at_larger_sizes_and_does_not_retry(tmp_path):
+    """after_hang=skip (the default): NCCL hangs on Tree/LL with 1 channel at the smallest size;
+    every Tree/LL point of that setting at that size and above is stored as failed without a job of
+    its own, so a hang costs one job per knob setting; a rerun does not retry them."""
+    jobs = []
+    out = io.StringIO()
+    args = sweep_args(tmp_path, grid="full", max_bytes="4K")
+    r = run_sweep(args, out, lambda *a: HangingWholeWorkers(*a, jobs=jobs))
+    settings = len(knob_grid(load_topology("h200-2x2-sock"), "full"))
+    with Store(tmp_path / "s.sqlite") as s:
+        bad = s.frame(status="failed")
+        good = s.frame(status="ok")
+    assert set(zip(bad.algo, bad.proto, strict=True)) == {("tree", "ll")} and len(bad) == r["failed"]
+    assert bad.error.str.contains("NCCL hung").all() and (bad.error.str.startswith("not measured")).sum() > 0
+    tl = good[(good.algo == "tree") & (good.proto == "ll")]  # only those the job ran before the hang
+    assert set(zip(tl.nbytes, tl.channels, strict=True)) == {(good.nbytes.min(), 0)} and len(good) == r["measured"]
+    assert len(jobs) == 2 * settings  # one hang per setting, then one job for the rest
+    r2 = run_sweep(args, io.StringIO(), lambda *a: HangingWholeWorkers(*a, jobs=jobs))
+    assert r2["measured"] == 0 and r2["failed"] == 0 and len(jobs) == 2 * settings
+
+
+def test_wall_s_stops_starting_jobs_and_a_rerun_measures_the_rest(tmp_path, monkeypatch):
+    import runners.sweep as sweep
+
+    clock = [0.0]
+    monkeypatch.setattr(sweep.time, "time", lambda: clock[0])
+
+    def factory(*a):
+        clock[0] += 100.0  # each knob setting's job takes 100 s
+        return FakeWorkers(*a)
+
+    args = sweep_args(tmp_path, wall_s="250", max_bytes="64K")
+    out = io.StringIO()
+    r = run_sweep(args, out, factory)
+    assert r["left"] > 0 and r["measured"] > 0 and "wall_s=250 reached" in out.getvalue()
+    with Store(tmp_path / "s.sqlite") as s:
+        n = s.count()
+    assert n == r["measured"]  # what was left is not stored as failed
+    r2 = run_sweep(sweep_args(tmp_path, max_bytes="64K"), io.StringIO(), factory)
+    assert r2["measured"] >= r["left"] and r2["left"] == 0 and r2["failed"] == 0
+
+
+def test_a_sweep_with_the_other_launch_measures_again(tmp_path):
+    """Resuming pairs measurements of one launch only: a direct-call sweep does not count the points
+    a torch.distributed sweep stored."""
+    r1 = run_sweep(sweep_args(tmp_path, grid="default", launch="torch"), io.StringIO(),
+                   lambda *a: FakeWorkers(*a, launch="torch"))
+    r2 = run_sweep(sweep_args(tmp_path, grid="default"), io.StringIO(), lambda *a: FakeWorkers(*a))
+    r3 = run_sweep(sweep_args(tmp_path, grid="default"), io.StringIO(), lambda *a: FakeWorkers(*a))
+    assert r1["measured"] == r2["measured"] > 0 and r2["skipped"] == 0 and r3["measured"] == 0
 
 
 def test_collect_keeps_finished_sizes_and_names_the_stuck_point(tmp_path):
