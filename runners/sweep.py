@@ -10,9 +10,9 @@ Arguments are ``key=value``: ``backend`` (torch), ``topology`` (preset or YAML),
 ``launch`` (torch: ``torch.distributed`` calls; nccl: NCCL called directly, no Python overhead
 per call, :mod:`runners.nccl_direct`), ``wall_s`` (0: none; no job starts after that many seconds,
 what is left is measured by the next run), ``after_hang`` (``skip``: once NCCL hangs on an
-algorithm/protocol at some size, that algorithm/protocol is not tried again at that size or larger
-under the same knobs, and a rerun does not retry them; ``retry``: measure every point, retrying
-recorded hangs).
+algorithm/protocol at some size, that algorithm/protocol is not tried again at larger sizes (nor at
+that size after the hung point) under the same knobs, and a rerun does not retry them; ``retry``:
+measure every point, retrying recorded hangs).
 Every request measures NCCL's default interleaved with its candidates. Points already in the
 store (measured with the same ``launch``) are not measured again, so an interrupted sweep resumes.
 """
@@ -244,8 +244,9 @@ def measure_whole(workers, points: list[Point], store: Store, topology: str, *, 
     """Measure ``points`` in as many jobs as it takes and store every one: each job keeps what it
     finished; a point NCCL hung on (or that failed) is stored as failed and left out of the next
     job. With ``after_hang="skip"``, once NCCL hangs on an algorithm/protocol at some size, that
-    algorithm/protocol is stored as failed without measuring at that size and larger (same
-    collective; the knobs are the job's). No job starts after ``deadline`` (``time.time()``); the
+    algorithm/protocol is stored as failed without measuring at larger sizes, and at that size
+    for the points after the hung one (same collective; the knobs are the job's; the job ran the
+    points before it). No job starts after ``deadline`` (``time.time()``); the
     points it leaves are neither measured nor stored, and their indices go to ``unmeasured``.
     Returns each point's samples (``None``: failed or left)."""
     results: list[list[float] | None] = [None] * len(points)
@@ -279,16 +280,17 @@ def measure_whole(workers, points: list[Point], store: Store, topology: str, *, 
                 print(f"# {p.collective} {p.nbytes} B {p.algo}/{p.proto}/{p.channels}: {fails[j]}", file=out,
                       flush=True)
                 if after_hang == "skip" and is_hang(fails[j]):
-                    hung.append(p)
+                    hung.append(i)
             else:
                 nxt.append(i)
         if len(nxt) == len(remaining):  # no progress and nothing to blame: give up on these
             for i in nxt:
                 fail(i, "job made no progress")
             break
-        for h in hung:
+        for hi in hung:  # the job warmed the points before the hung one (item order): those ran
+            h = points[hi]
             same = [i for i in nxt if (points[i].collective, points[i].algo, points[i].proto) ==
-                    (h.collective, h.algo, h.proto) and points[i].nbytes >= h.nbytes]
+                    (h.collective, h.algo, h.proto) and (points[i].nbytes, i) > (h.nbytes, hi)]
             for i in same:
                 fail(i, f"not measured: {HANG} on {h.algo}/{h.proto} at {h.nbytes} B with these knobs "
                      "(after_hang=retry measures it)")

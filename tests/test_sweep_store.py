@@ -14,7 +14,7 @@ from costmodel.simulator import Configs, Simulator
 from costmodel.topology import load_topology
 from runners.live_common import WorkerError, timing_label
 from runners.store import Point, Store, summarize
-from runners.sweep import knob_grid, parse_args, run_sweep
+from runners.sweep import call_configs, knob_grid, measure_whole, parse_args, run_sweep
 
 
 class FakeWorkers:
@@ -190,15 +190,18 @@ class HangingWholeWorkers(FakeWorkers):
 
     whole_request = True
 
-    def __init__(self, *a, hang=("tree", "ll", 1), jobs=None, **k):
+    def __init__(self, *a, hang=("tree", "ll", 1), jobs=None, lose_size=False, **k):
         super().__init__(*a, **k)
-        self.hang, self.jobs = hang, jobs
+        self.hang, self.jobs, self.lose_size = hang, jobs, lose_size
 
     def measure(self, points, samples=10, budget_us=2000.0):
         self.jobs.append(len(points))
         self.failures = {}
         stop = next((i for i, p in enumerate(points) if (p.algo, p.proto, p.channels) == self.hang), None)
-        done = super().measure(points[:stop] if stop is not None else points, samples)
+        end = stop
+        if stop is not None and self.lose_size:  # as a real job: the hung size's samples are lost
+            end = next(i for i, p in enumerate(points) if p.nbytes == points[stop].nbytes)
+        done = super().measure(points[:end] if end is not None else points, samples)
         out = done + [None] * (len(points) - len(done))
         if stop is not None:
             self.failures[stop] = "no answer within 150 s (NCCL hung?); workers killed"
@@ -246,6 +249,26 @@ def test_after_a_hang_the_sweep_skips_that_algorithm_at_larger_sizes_and_does_no
     assert len(jobs) == 2 * settings  # one hang per setting, then one job for the rest
     r2 = run_sweep(args, io.StringIO(), lambda *a: HangingWholeWorkers(*a, jobs=jobs))
     assert r2["measured"] == 0 and r2["failed"] == 0 and len(jobs) == 2 * settings
+
+
+def test_after_a_hang_the_points_the_job_ran_before_it_are_measured_again(tmp_path):
+    """The real job loses the whole size it hung at; of the hung algorithm/protocol, the points
+    before the hung one at that size (warmed by the job: they ran) are measured in the next job,
+    those after it and at larger sizes are not."""
+    args = sweep_args(tmp_path, grid="default", max_bytes="4K")
+    topo = load_topology("h200-2x2-sock")
+    knobs = knob_grid(topo, "full")[1]
+    pts = [Point("allreduce", s, *key, *knobs.knobs) for s in (1024, 2048)
+           for key in [("default", "default", 0)] + call_configs(topo, N.ALLREDUCE, knobs, "full")]
+    w = HangingWholeWorkers(topo, knobs, "eager", 15, hang=("ring", "simple", 1), jobs=[], lose_size=True)
+    with Store(tmp_path / "s.sqlite") as s:
+        res = measure_whole(w, pts, s, topo.name, backend="torch", samples=3, tag="sweep", out=io.StringIO(),
+                            after_hang="skip")
+    got = {(p.nbytes, p.algo, p.proto, p.channels) for p, r in zip(pts, res, strict=True) if r is not None}
+    rs = sorted((n, ch) for n, a, q, ch in got if (a, q) == ("ring", "simple"))
+    assert rs == [(1024, 0)]  # ran before the hung 1-channel point; the 4-channel one and 2 KiB not
+    assert (1024, "tree", "simple", 4) in got and (2048, "tree", "ll", 1) in got  # other configurations
+    assert len(w.jobs) == 2 and args["after_hang"] == "skip"
 
 
 def test_wall_s_stops_starting_jobs_and_a_rerun_measures_the_rest(tmp_path, monkeypatch):
