@@ -10,7 +10,11 @@
 #    measured point per size under the best setting: `ncclrl tune method=exhaustive`, replayed) and
 #    ncclrl's fine-tuning replayed on it with 10% of its points; then the session-6 fine-tuned table
 #    and the sweep's table measured afresh, one after the other (3 rounds each), and the replayed
-#    fine-tuning's table when time is left.
+#    fine-tuning's table when time is left. (The replayed fine-tuning overran its 60 s step on the
+#    device's CPU and wrote no table; it ran on CPU afterwards, 21 s, see docs/live.md.)
+#  3 Fine-tuning live with direct calls (session 6's budget: 473 points = 10% of the sweep's 4,732,
+#    wall_s=230), then its table, the sweep's table and session 6's table measured afresh one after
+#    the other (3 rounds each): "95% of the sweep's best" judged in one window.
 # DEPS: folder with the Python packages the GPU image lacks (gymnasium, stable-baselines3, sb3-contrib).
 set -uo pipefail
 . "$(dirname "$0")/step.sh"
@@ -30,5 +34,13 @@ elif [ "${PART}" = 2 ]; then
   step 90 $V table=$d/nccl_tuner.csv conf=$d/nccl.conf $T out=$OUT/validate-s7-s6table.csv
   step 90 $V table=$OUT/sweep-best/nccl_tuner.csv conf=$OUT/sweep-best/nccl.conf $T out=$OUT/validate-s7-sweepbest.csv
   step 90 $V table=$OUT/replay-ft/nccl_tuner.csv conf=$OUT/replay-ft/nccl.conf $T out=$OUT/validate-s7-replayft.csv
+elif [ "${PART}" = 3 ]; then
+  P=docs/live/pretrained/policy.zip
+  step 290 python3 -m runners.cli finetune --checkpoint $P backend=torch launch=nccl $T budget=473 wall_s=230 timeout_s=30 store=$S out=$OUT/tune-s7
+  step 90 $V table=$OUT/tune-s7/nccl_tuner.csv conf=$OUT/tune-s7/nccl.conf $T out=$OUT/validate-s7-tuned.csv
+  d=docs/live/sweep-best-s7/h200-2x2-sock
+  step 90 $V table=$d/nccl_tuner.csv conf=$d/nccl.conf $T out=$OUT/validate-s7-sweepbest-2.csv
+  d=docs/live/finetuned-s6/h200-2x2-sock
+  step 90 $V table=$d/nccl_tuner.csv conf=$d/nccl.conf $T out=$OUT/validate-s7-s6table-2.csv
 fi
 echo "## $(date +%T) done" >> "$L"
