@@ -15,6 +15,7 @@
 #  3 Fine-tuning live with direct calls (session 6's budget: 473 points = 10% of the sweep's 4,732,
 #    wall_s=230), then its table, the sweep's table and session 6's table measured afresh one after
 #    the other (3 rounds each): "95% of the sweep's best" judged in one window.
+#  4 Part 3's table and the sweep's table measured afresh again (the session's last device minutes).
 # DEPS: folder with the Python packages the GPU image lacks (gymnasium, stable-baselines3, sb3-contrib).
 set -uo pipefail
 . "$(dirname "$0")/step.sh"
@@ -42,5 +43,9 @@ elif [ "${PART}" = 3 ]; then
   step 90 $V table=$d/nccl_tuner.csv conf=$d/nccl.conf $T out=$OUT/validate-s7-sweepbest-2.csv
   d=docs/live/finetuned-s6/h200-2x2-sock
   step 90 $V table=$d/nccl_tuner.csv conf=$d/nccl.conf $T out=$OUT/validate-s7-s6table-2.csv
+elif [ "${PART}" = 4 ]; then  # the last minutes of device time: part 3's table and the sweep's again
+  for d in docs/live/finetuned-s7/h200-2x2-sock docs/live/sweep-best-s7/h200-2x2-sock; do
+    step 85 $V table=$d/nccl_tuner.csv conf=$d/nccl.conf $T out=$OUT/validate-p4-$(echo "$d" | cut -d/ -f3).csv
+  done
 fi
 echo "## $(date +%T) done" >> "$L"
