@@ -117,8 +117,13 @@ class Finetuner:
     def __init__(self, topo: Topology, collectives: list[int], sizes: dict[int, list[int]], model,
                  measure: Callable[[Point, list[Point], int, str], list[list[float] | None]],
                  cfg: FinetuneConfig, log: Callable[[str], None] = print, sim: Simulator | None = None,
-                 knobs: list[Point] | None = None) -> None:
+                 knobs: list[Point] | None = None,
+                 noise_prior: dict[str, dict[int, tuple[float, int]]] | None = None) -> None:
         cfg.check()
+        # the between-job spread to judge by, per collective and size, instead of the run's own
+        # repeated jobs (a replayed sweep with one job per point answers a repeat with the same
+        # samples: its spread would be zero)
+        self.noise_prior = noise_prior
         self.topo, self.colls, self.sizes, self.model, self.cfg = topo, collectives, sizes, model, cfg
         self._measure, self.log = measure, log
         self.sim = sim or Simulator(topo, seed=cfg.seed)
@@ -178,6 +183,9 @@ class Finetuner:
     def _refresh_noise(self) -> None:
         """The between-job spread per collective and size from every job so far (read by :meth:`loses`)."""
         self._noise = {N.COLLECTIVES[c]: self.noise(N.COLLECTIVES[c]) for c in self.colls}
+        for name, per_size in (self.noise_prior or {}).items():
+            if name in self._noise:
+                self._noise[name].update(per_size)
 
     def loses(self, x: tuple[str, int], jobs: list[list[float]], ref: list[list[float]]) -> bool:
         """``jobs`` slower than ``ref`` (NCCL's plain default) at ``x`` beyond the between-job noise."""
@@ -382,7 +390,8 @@ class Finetuner:
                     if pts:
                         batch.append((k, pts))
                         room -= len(pts)
-            if not batch and r > 0:  # nothing left to measure in the best settings: measure their leaders again
+            again = not batch and r > 0
+            if again:  # nothing left to measure in the best settings: measure their leaders again
                 for k, _rows, _g in self.ranked()[: self.cfg.confs_per_round]:
                     pts = self.remeasure(k, room)
                     if pts:
@@ -396,8 +405,9 @@ class Finetuner:
                     break
                 self.log(f"# round {r + 1}: {knob_label(k)}: {len(pts)} points")
                 self._run(k, pts, self.cfg.samples, "finetune")
-            self.refit()
-            self.train_policy()
+            if not again:  # re-measured leaders teach the model nothing new about the space
+                self.refit()
+                self.train_policy()
             history.append({"round": r + 1, "measured": self.used, "wall_s": round(time.time() - t0, 1),
                             "confs": [knob_label(k) for k, _ in batch],
                             "predicted_best": round(max(self.conf_value(k) for k in self.knobs), 3)})

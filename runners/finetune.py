@@ -117,6 +117,28 @@ def recorded_sweep(path: str | Path, topo: Topology, launch: str, tags: tuple[st
     return pd.concat(frames)
 
 
+def replay_noise(path: str | Path, topo: Topology, launch: str, colls: list[int],
+                 sizes: dict[int, list[int]]) -> dict[str, dict[int, tuple[float, int]]] | None:
+    """The between-job spread a replay judges with: from the store's recorded validations (NCCL's
+    plain defaults in many jobs, :func:`runners.noise.aa_noise`), per collective; ``None`` when the
+    store has no repeated job of them. A replayed run's own repeats are not independent jobs: a
+    point the sweep measured once answers every repeat with the same samples."""
+    from runners.noise import aa_noise
+    from runners.store import job_ids
+
+    out = {}
+    with Store(Path(path)) as rs:
+        for c in colls:
+            f = rs.frame(launch, topology=topo.name, tag="validate-base", status="ok", collective=N.COLLECTIVES[c])
+            if f.empty:
+                continue
+            f["job"] = job_ids(f)
+            n = aa_noise(f, sizes[c])
+            if any(df for _s, df in n.values()):
+                out[N.COLLECTIVES[c]] = n
+    return out or None
+
+
 def make_measure(args: dict[str, str], topo: Topology, store: Store, out=sys.stdout):
     """``measure(knobs, points, samples, tag)`` over the chosen backend; every point is stored."""
     replay, seen = None, {}
@@ -212,10 +234,14 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
         print(msg, file=out, flush=True)
 
     t0 = time.time()
-    knobs = None
+    knobs, noise = None, None
     if args["backend"] == "replay":
         knobs = replay_knobs(recorded_sweep(args["replay_store"], topo, args["launch"], status="ok"), topo)
-    ft = Finetuner(topo, colls, sizes, model, make_measure(args, topo, store, out), cfg, log=log, knobs=knobs)
+        noise = replay_noise(args["replay_store"], topo, args["launch"], colls, sizes)
+        log("# replay: the guard judges with the between-job spread of the store's validations" if noise else
+            "# replay: the store has no validations to take the between-job spread from; the run's own repeats")
+    ft = Finetuner(topo, colls, sizes, model, make_measure(args, topo, store, out), cfg, log=log, knobs=knobs,
+                   noise_prior=noise)
     if cfg.budget < ft.reserve + ft.n_sizes:
         raise ConfigError("budget", f"{cfg.budget} points cannot cover {ft.n_sizes} sizes: the guard alone "
                           f"reserves {ft.reserve}; use at least {ft.reserve + 2 * ft.n_sizes}")

@@ -112,3 +112,35 @@ def compare(a_jobs: Sequence[Sequence[float]], b_jobs: Sequence[Sequence[float]]
     verdict = within if df == 0 else (between if between == within else "same")
     return Comparison(a_us=float(np.exp(log_geomean(a))), b_us=float(np.exp(log_geomean(b))), ratio=float(np.exp(d)),
                       ratio_lo=float(np.exp(d - half)), ratio_hi=float(np.exp(d + half)), verdict=verdict, df=int(df))
+
+
+def aa_noise(frame, sizes: Sequence[int], span_s: float = 600.0,
+             window: int = WINDOW) -> dict[int, tuple[float, int]]:
+    """The between-job sigma and degrees of freedom per size of one collective from recorded jobs
+    of one configuration (``ncclrl validate``'s jobs of NCCL's plain defaults, tag
+    ``validate-base``): jobs that started within ``span_s`` of the previous one form a group (one
+    device command's validations, minutes apart, the spread a fine-tuning run sees), each group's
+    log job medians one entry of :func:`pooled_sigma`.
+
+    :param frame: rows of :meth:`runners.store.Store.frame` (one collective, one topology, one
+        launch, ``status='ok'``) with a ``job`` column
+    :param sizes: the sizes to estimate for, ascending
+    """
+    if frame.empty:
+        return {s: (0.0, 0) for s in sizes}
+    start = frame.groupby("job").ts.min().sort_values()
+    group, g, last = {}, 0, None
+    for job, t in start.items():
+        if last is not None and t - last > span_s:
+            g += 1
+        group[job], last = g, t
+    med = {(r.job, int(r.nbytes)): log_median(r.samples_us) for r in frame.itertuples(index=False)}
+    per_size: list[list[list[float]]] = []
+    for s in sizes:
+        by: dict[int, list[float]] = {}
+        for (job, n), v in med.items():
+            if n == s:
+                by.setdefault(group[job], []).append(v)
+        per_size.append(list(by.values()))
+    sigma, df = pooled_sigma(per_size, window)
+    return {s: (float(sigma[i]), int(df[i])) for i, s in enumerate(sizes)}

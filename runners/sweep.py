@@ -166,6 +166,8 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
     lo, hi = parse_bytes(args["min_bytes"], "min_bytes"), parse_bytes(args["max_bytes"], "max_bytes")
     samples, grid, tag = int(args["samples"]), args["grid"], args["tag"]
     skip_hung = args["after_hang"] == "skip"
+    # the workers' launch names how their timings were taken; nccl-tests is its own timing
+    launch = args["launch"] if args["backend"] == "torch" else None
     deadline = time.time() + float(args["wall_s"]) if int(args["wall_s"]) else None
     store = Store(Path(args["store"]))
     measured, skipped, failed, left = 0, 0, 0, 0
@@ -176,7 +178,7 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
             for s in size_grid(lo, hi, topo.nranks, c):
                 pts = [Point(N.COLLECTIVES[c], s, *key, *knobs.knobs)
                        for key in [("default", "default", 0)] + call_configs(topo, c, knobs, grid)]
-                done = [store.has(p, backend=args["backend"], topology=topo.name, tag=tag, launch=args["launch"],
+                done = [store.has(p, backend=args["backend"], topology=topo.name, tag=tag, launch=launch,
                                   hung=skip_hung) for p in pts]
                 if all(done):
                     skipped += len(pts)
@@ -216,7 +218,7 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
                 except WorkerError as e:
                     for p in pts:
                         store.add(p, [], backend=args["backend"], topology=topo.name, nccl_version="?",
-                                  timing=timing_label(args["launch"], args["timing"]), tag=tag, status="failed",
+                                  timing=timing_label(launch or "torch", args["timing"]), tag=tag, status="failed",
                                   error=str(e)[:500], job=job)
                     failed += len(pts)
                     print(f"# {pts[0].collective} {pts[0].nbytes} B failed: {e}; restarting workers", file=out)
@@ -234,7 +236,7 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
     if left:
         print(f"# wall_s={args['wall_s']} reached: {left} points not measured; run the same command again to "
               "measure them", file=out, flush=True)
-    print_tables(store, topo, colls, tag, out, args["launch"])
+    print_tables(store, topo, colls, tag, out, launch)
     return {"measured": measured, "skipped": skipped, "failed": failed, "left": left}
 
 

@@ -61,10 +61,11 @@ def run_tune(args: dict[str, str], out=sys.stdout) -> dict[str, Any]:
                            parse_bytes(args["max_bytes"], "max_bytes"))
     sweep = None
     if args["backend"] == "replay":  # the space the recorded sweep covered
-        from runners.finetune import recorded_sweep, replay_knobs
+        from runners.finetune import recorded_sweep, replay_knobs, replay_noise
 
         sweep = recorded_sweep(args["replay_store"], topo, args["launch"])
-        problem = Problem(topo, colls, problem.sizes, replay_knobs(sweep[sweep.status == "ok"], topo))
+        problem = Problem(topo, colls, problem.sizes, replay_knobs(sweep[sweep.status == "ok"], topo),
+                          noise=replay_noise(args["replay_store"], topo, args["launch"], colls, problem.sizes))
     store = Store(Path(args["store"]))
     measure = make_measure(args, topo, store, out)
     tag = f"tune:{args['method']}"

@@ -144,8 +144,13 @@ def test_budget_to_spare_measures_the_leaders_again():
 
     big = Finetuner(topo, colls, sizes_for(topo, colls, 8, 1 << 20), None, measure,
                     FinetuneConfig(budget=3000, rounds=8, ppo_steps=0), log=lambda m: None)
+    refits = []
+    refit = big.refit
+    big.refit = lambda: (refits.append(len(searched)), refit())
     res = big.run()
     assert len(searched) > len(set(searched)) and res.measured <= 3000  # search measured points again
+    # the model is refit after search rounds only: re-measured leaders tell it nothing new
+    assert 0 < len(refits) < res.rounds and refits[-1] == len(set(searched))
 
 
 def test_finetune_finds_the_known_optimum_of_a_noise_free_platform():

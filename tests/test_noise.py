@@ -234,3 +234,48 @@ def test_left_over_budget_verifies_rows_one_guard_job_could_not(factor):
         assert kept[0] <= 0.7 * n and kept[8] >= 0.9 * n  # measured: 11 and 18 of 18
     else:
         assert kept[8] <= max(1, n // 10)
+
+
+def test_aa_noise_groups_jobs_by_time_and_recovers_a_known_spread():
+    """Jobs minutes apart form a group; the spread between groups (a shift of a whole command,
+    hours apart) is not counted. With sigma 0.2 between jobs of a group, the estimate is close."""
+    import pandas as pd
+
+    from runners.noise import aa_noise
+
+    rng = np.random.default_rng(0)
+    rows, sizes = [], [8, 16, 32]
+    for g, shift in enumerate([0.0, 1.0, -1.0]):  # three commands hours apart, far apart in level
+        for j in range(20):
+            e = rng.normal(0.0, 0.2)
+            for s in sizes:
+                rows.append({"job": f"g{g}j{j}", "ts": g * 10_000.0 + 30.0 * j, "nbytes": s,
+                             "samples_us": list(np.exp(3.0 + shift + e + rng.normal(0, 0.01, 5)))})
+    n = aa_noise(pd.DataFrame(rows), sizes)
+    assert all(0.15 < sig < 0.25 and df == 3 * 3 * 19 for sig, df in n.values())
+    assert aa_noise(pd.DataFrame(rows).iloc[:0], sizes) == {s: (0.0, 0) for s in sizes}
+
+
+def test_replay_judges_with_the_spread_of_the_recorded_validations():
+    """The committed store holds many validations of NCCL's plain defaults on h200-2x2-sock with
+    both launches: replay takes the between-job spread from them (a replayed run's repeats are the
+    same samples again), and the fine-tuner's guard uses it instead of its own zero spread."""
+    from runners.finetune import replay_noise
+
+    topo = load_topology("h200-2x2-sock")
+    sizes = sizes_for(topo, [N.ALLREDUCE], 8, 256 << 20)
+    for launch in ("nccl", "torch"):
+        n = replay_noise(LIVE, topo, launch, [N.ALLREDUCE], sizes)["allreduce"]
+        assert set(n) == set(sizes[N.ALLREDUCE]) and all(0.05 < sig < 0.6 and df > 50 for sig, df in n.values())
+    assert replay_noise(LIVE, topo, "nccl", [N.BROADCAST], sizes_for(topo, [N.BROADCAST], 8, 1 << 20)) is None
+    ft = Finetuner(topo, [N.ALLREDUCE], sizes, None, lambda *a: [], FinetuneConfig(budget=10, ppo_steps=0),
+                   log=lambda m: None, noise_prior={"allreduce": n})
+    x = ("allreduce", 1024)
+    same = [[10.0, 10.1, 10.0]]
+    ft.jobs[(ft.base_knobs.knobs, *x, ("default", "default", 0))] = same * 2  # identical "repeats"
+    ft._refresh_noise()
+    assert ft._noise["allreduce"][1024] == n[1024]
+    assert not ft.loses(x, [[11.0, 11.1, 11.0]] * 2, same * 2)  # 10% slower: within the recorded spread
+    ft.noise_prior = None
+    ft._refresh_noise()
+    assert ft._noise["allreduce"][1024][0] == 0.0 and ft.loses(x, [[11.0, 11.1, 11.0]] * 2, same * 2)

@@ -40,6 +40,9 @@ class Problem:
     colls: list[int]
     sizes: dict[int, list[int]]
     knobs: list[Point] = field(default_factory=list)
+    #: the platform's between-job spread per collective name and size, (sigma, df), when known from
+    #: recorded repeated jobs (a replayed platform); tuners that judge across jobs use it
+    noise: dict[str, dict[int, tuple[float, int]]] | None = None
 
     def __post_init__(self) -> None:
         if not self.knobs:

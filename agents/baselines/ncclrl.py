@@ -24,7 +24,8 @@ class NcclrlPretrained:
 
     def finetuner(self, problem: Problem, ev: Evaluator, cfg: FinetuneConfig) -> Finetuner:
         return Finetuner(problem.topo, problem.colls, problem.sizes, self.model, ev.measure_fn(), cfg,
-                         log=lambda _m: None, sim=Simulator(problem.topo, seed=cfg.seed), knobs=problem.knobs)
+                         log=lambda _m: None, sim=Simulator(problem.topo, seed=cfg.seed), knobs=problem.knobs,
+                         noise_prior=problem.noise)
 
     def zero_shot(self, ft: Finetuner, problem: Problem) -> tuple[Decision, dict]:
         """The decision, and per (collective, size) the model's predicted gain of its row."""
