@@ -181,7 +181,9 @@ class AfnfaTuner:
             if d < 0 or rng.random() < math.exp(-d / temp):
                 cur = nxt
                 visited.add(cur)
-        return sorted(visited, key=lambda x: pred[x])
+        # ties (a forest predicts equal times for many points) broken by the point, not by the set's
+        # iteration order, which follows string hashes and so changes with PYTHONHASHSEED
+        return sorted(visited, key=lambda x: (pred[x], x))
 
 
 class TpeTuner:
