@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from costmodel.errors import ConfigError
+from runners.live_common import HANG, timing_label
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS measurements (
@@ -165,42 +166,31 @@ class Store:
             hung: bool = False) -> bool:
         """Whether ``point`` has a measurement (``status='ok'``) under ``tag``; only one taken with
         ``launch`` (torch|nccl) when given; with ``hung``, a recorded hang counts too."""
-        from runners.live_common import HANG, timing_label
-
-        q = ("SELECT 1 FROM measurements WHERE topology=? AND backend=? AND collective=? AND nbytes=? AND algo=? AND"
-             " proto=? AND channels=? AND comm_channels=? AND buffsize_bytes=? AND socket_nthreads=? AND"
-             " nsocks_perthread=? AND socket_inline_bytes=? AND tag=?")
-        args: list[Any] = [topology, backend, point.collective, int(point.nbytes), point.algo, point.proto,
-                           int(point.channels), *map(int, point.knobs), tag]
-        if launch is not None:
-            q += " AND timing IN (?, ?)"
-            args += [timing_label(launch, "eager"), timing_label(launch, "graph")]
+        where = dict(zip(KNOB_FIELDS, map(int, point.knobs), strict=True))
+        q, args = self._where(dict(topology=topology, backend=backend, collective=point.collective,
+                                   nbytes=int(point.nbytes), algo=point.algo, proto=point.proto,
+                                   channels=int(point.channels), tag=tag, **where), launch)
         q += " AND (status='ok'" + (" OR (status='failed' AND instr(error, ?) > 0))" if hung else ")")
-        if hung:
-            args.append(HANG)
-        return self._db.execute(q + " LIMIT 1", args).fetchone() is not None
+        return self._db.execute(f"SELECT 1 FROM measurements{q} LIMIT 1", args + [HANG] * hung).fetchone() is not None
 
     def count(self, **where: Any) -> int:
         q, args = self._where(where)
         return int(self._db.execute(f"SELECT COUNT(*) FROM measurements{q}", args).fetchone()[0])
 
-    def _where(self, where: dict[str, Any]) -> tuple[str, list]:
-        if not where:
-            return "", []
-        cols = [f"{k}=?" for k in where]
-        return " WHERE " + " AND ".join(cols), list(where.values())
+    def _where(self, where: dict[str, Any], launch: str | None = None) -> tuple[str, list]:
+        """The SQL ``WHERE`` clause of column equalities, and of the timings of ``launch`` when given."""
+        cols, args = [f"{k}=?" for k in where], list(where.values())
+        if launch is not None:
+            cols.append("timing IN (?, ?)")
+            args += [timing_label(launch, "eager"), timing_label(launch, "graph")]
+        return (" WHERE " + " AND ".join(cols), args) if cols else ("", [])
 
     def frame(self, launch: str | None = None, **where: Any):
         """All matching rows as a pandas DataFrame (samples as lists); only those measured with
         ``launch`` (torch|nccl) when given."""
         import pandas as pd
 
-        from runners.live_common import timing_label
-
-        q, args = self._where(where)
-        if launch is not None:
-            q += (" AND" if q else " WHERE") + " timing IN (?, ?)"
-            args += [timing_label(launch, "eager"), timing_label(launch, "graph")]
+        q, args = self._where(where, launch)
         df = pd.read_sql_query(f"SELECT * FROM measurements{q} ORDER BY id", self._db, params=args)
         df["samples_us"] = df["samples_us"].map(json.loads)
         return df

@@ -291,9 +291,9 @@ def measure_whole(workers, points: list[Point], store: Store, topology: str, *, 
             break
         for hi in hung:  # the job warmed the points before the hung one (item order): those ran
             h = points[hi]
-            same = [i for i in nxt if (points[i].collective, points[i].algo, points[i].proto) ==
-                    (h.collective, h.algo, h.proto) and (points[i].nbytes, i) > (h.nbytes, hi)]
-            for i in same:
+            same = {i for i in nxt if (points[i].collective, points[i].algo, points[i].proto) ==
+                    (h.collective, h.algo, h.proto) and (points[i].nbytes, i) > (h.nbytes, hi)}
+            for i in sorted(same):
                 fail(i, f"not measured: {HANG} on {h.algo}/{h.proto} at {h.nbytes} B with these knobs "
                      "(after_hang=retry measures it)")
             if same:
