@@ -66,6 +66,9 @@ class FinetuneConfig:
     :param verify: at most this many more guard jobs, with the budget left at the end, for the rows
         of the exported setting that measured faster than NCCL's choice but not beyond the noise
         (kept once their pooled jobs show it)
+    :param verify_reserve: the search stops early enough to leave wall-clock time for this many of
+        those jobs (at most ``verify``): NCCL's own choice can measure fast in one job and slow in
+        most others, so a row first judged against a fast job needs a few more jobs to be kept
     """
 
     budget: int = 200
@@ -79,13 +82,14 @@ class FinetuneConfig:
     guard_confs: int = 2
     ppo_steps: int = 8192
     verify: int = 8
+    verify_reserve: int = 3
     seed: int = 0
 
     def check(self) -> None:
         for name in ("budget", "rounds", "samples", "guard_samples", "per_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
-        for name in ("confs_per_round", "ppo_steps", "guard_confs", "verify"):
+        for name in ("confs_per_round", "ppo_steps", "guard_confs", "verify", "verify_reserve"):
             if getattr(self, name) < 0:
                 raise ConfigError(name, f"must be >= 0, got {getattr(self, name)}")
 
@@ -352,7 +356,8 @@ class Finetuner:
         t0 = self._t0 = time.time()
         history = []
         r = 0
-        guard_jobs = 1 + self.cfg.guard_confs + 2  # NCCL's defaults, each setting it checks, retests
+        # NCCL's defaults, each setting it checks, retests, and the verification's reserved jobs
+        guard_jobs = 1 + self.cfg.guard_confs + 2 + min(self.cfg.verify, self.cfg.verify_reserve)
         for r in range(self.cfg.rounds):
             room = self.cfg.budget - self.reserve - self.used
             if room <= 0 or not self.time_left(1 + guard_jobs):  # a round is at least a job

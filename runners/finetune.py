@@ -30,13 +30,13 @@ from runners.sweep import check_timing, knob_grid, measure_whole, parse_kv
 DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "", "collectives": "allreduce", "min_bytes": "8",
                             "max_bytes": "256M", "budget": "200", "wall_s": "1800", "rounds": "3",
                             "confs_per_round": "2", "probe_every": "4", "per_size": "1", "samples": "5",
-                            "guard_samples": "9", "guard_confs": "2", "verify": "8",
+                            "guard_samples": "9", "guard_confs": "2", "verify": "8", "verify_reserve": "3",
                             "ppo_steps": "8192", "seed": "0", "store": "runs/finetune.sqlite",
                             "replay_store": "",
                             "out": "runs/finetune", "timing": "eager", "timeout_s": "120", "launch": "nccl"}
 BASE_KNOBS_KEY = "/".join("0" * len(KNOB_FIELDS))  # NCCL's plain defaults, as sweep_reference keys settings
 INTS = ("budget", "rounds", "confs_per_round", "probe_every", "per_size", "samples", "guard_samples", "guard_confs",
-        "verify", "ppo_steps", "seed")
+        "verify", "verify_reserve", "ppo_steps", "seed")
 
 
 def check_backend_args(args: dict[str, str]) -> None:
@@ -223,7 +223,7 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
                          probe_every=int(args["probe_every"]), per_size=int(args["per_size"]),
                          samples=int(args["samples"]), guard_samples=int(args["guard_samples"]),
                          guard_confs=int(args["guard_confs"]), verify=int(args["verify"]),
-                         ppo_steps=int(args["ppo_steps"]), seed=int(args["seed"]))
+                         verify_reserve=int(args["verify_reserve"]), ppo_steps=int(args["ppo_steps"]), seed=int(args["seed"]))
     cfg.check()
     model = load_policy(checkpoint)
     model.set_random_seed(cfg.seed)
