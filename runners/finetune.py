@@ -223,7 +223,8 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
                          probe_every=int(args["probe_every"]), per_size=int(args["per_size"]),
                          samples=int(args["samples"]), guard_samples=int(args["guard_samples"]),
                          guard_confs=int(args["guard_confs"]), verify=int(args["verify"]),
-                         verify_reserve=int(args["verify_reserve"]), ppo_steps=int(args["ppo_steps"]), seed=int(args["seed"]))
+                         verify_reserve=int(args["verify_reserve"]), ppo_steps=int(args["ppo_steps"]),
+                         seed=int(args["seed"]))
     cfg.check()
     model = load_policy(checkpoint)
     model.set_random_seed(cfg.seed)
