@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# GPU session 8 (4 x H200): fine-tuning h200-2x2-sock AllReduce live again, now that the search
+# leaves wall-clock time for the verification (verify_reserve=3; session 7's run had time for one
+# verification job and dropped the 32 B row against a fast job of NCCL's bimodal choice there),
+# and every table measured afresh next to the others in the same device command.
+#  1 Fine-tuning live with direct calls (session 6-7's budget: 473 points = 10% of the exhaustive
+#    sweep's 4,732; wall_s=260), then its table, the sweep's table (NVIDIA's recipe on session 7's
+#    exhaustive sweep) and session 6's table measured afresh one after the other (3 rounds each).
+#  2, 3 The three tables again in other orders (other device commands, possibly other hosts).
+# DEPS: folder with the Python packages the GPU image lacks (gymnasium, stable-baselines3, sb3-contrib).
+set -uo pipefail
+. "$(dirname "$0")/step.sh"
+live_setup
+T=topology=h200-2x2-sock
+V="python3 -m runners.validate rounds=3 store=$S launch=nccl $T"
+S8=docs/live/finetuned-s8/h200-2x2-sock
+S7=docs/live/sweep-best-s7/h200-2x2-sock
+S6=docs/live/finetuned-s6/h200-2x2-sock
+val() { step 85 $V table=$1/nccl_tuner.csv conf=$1/nccl.conf out=$OUT/validate-p${PART}-$2.csv; }
+step 60 make -C plugin
+if [ "${PART:-1}" = 1 ]; then
+  P=docs/live/pretrained/policy.zip
+  step 320 python3 -m runners.cli finetune --checkpoint $P backend=torch launch=nccl $T budget=473 wall_s=260 timeout_s=30 store=$S out=$OUT/tune-s8
+  val $OUT/tune-s8 finetuned-s8
+  val $S7 sweep-best-s7
+  val $S6 finetuned-s6
+elif [ "${PART}" = 2 ]; then
+  val $S7 sweep-best-s7
+  val $S6 finetuned-s6
+  val $S8 finetuned-s8
+elif [ "${PART}" = 3 ]; then
+  val $S6 finetuned-s6
+  val $S8 finetuned-s8
+  val $S7 sweep-best-s7
+fi
+echo "## $(date +%T) done" >> "$L"
