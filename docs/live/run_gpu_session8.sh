@@ -7,6 +7,9 @@
 #    sweep's 4,732; wall_s=260), then its table, the sweep's table (NVIDIA's recipe on session 7's
 #    exhaustive sweep) and session 6's table measured afresh one after the other (3 rounds each).
 #  2, 3 The three tables again in other orders (other device commands, possibly other hosts).
+#  4 Fine-tuning again with wall_s=330 (part 1 stopped after 2 of 3 rounds on the clock), then its
+#    table and the sweep's table measured afresh.
+#  5 Both fine-tuned tables of this session again.
 # DEPS: folder with the Python packages the GPU image lacks (gymnasium, stable-baselines3, sb3-contrib).
 set -uo pipefail
 . "$(dirname "$0")/step.sh"
@@ -32,5 +35,13 @@ elif [ "${PART}" = 3 ]; then
   val $S6 finetuned-s6
   val $S8 finetuned-s8
   val $S7 sweep-best-s7
+elif [ "${PART}" = 4 ]; then  # fine-tuning with more wall clock (part 1 stopped after 2 rounds), then its table and the sweep's
+  P=docs/live/pretrained/policy.zip
+  step 390 python3 -m runners.cli finetune --checkpoint $P backend=torch launch=nccl $T budget=473 wall_s=330 timeout_s=30 store=$S out=$OUT/tune-s8b
+  val $OUT/tune-s8b finetuned-s8b
+  val $S7 sweep-best-s7
+elif [ "${PART}" = 5 ]; then  # the session's last device minutes: both fine-tuned tables again
+  val docs/live/finetuned-s8b/h200-2x2-sock finetuned-s8b
+  val $S8 finetuned-s8
 fi
 echo "## $(date +%T) done" >> "$L"
