@@ -21,7 +21,8 @@ measurements, and learns between rounds from a model refit to what was measured:
    setting: a row survives only if its 95% interval lies below NCCL's in the same job (else NCCL
    decides), and a setting only if at no size it is slower than NCCL's plain default beyond the
    between-job noise (:meth:`Finetuner.guard`, :mod:`runners.noise`). NCCL's plain defaults with
-   their surviving rows are the fallback.
+   their surviving rows are the fallback. Budget left re-measures the exported setting's dropped
+   rows next to NCCL's choice, and each is judged once more on all its jobs.
 
 Every measurement counts against the budget, the guard's included.
 """
@@ -64,8 +65,8 @@ class FinetuneConfig:
     :param guard_confs: knob settings (besides NCCL's defaults) the guard re-measures, best first
     :param ppo_steps: PPO steps on the refit simulator after each round (0: no policy update)
     :param verify: at most this many more guard jobs, with the budget left at the end, for the rows
-        of the exported setting that measured faster than NCCL's choice but not beyond the noise
-        (kept once their pooled jobs show it)
+        of the exported setting the guard dropped (not shown faster than NCCL's choice in their
+        job): each row is judged once, on all its jobs, when they end (:meth:`Finetuner._verify`)
     :param verify_reserve: the search stops early enough to leave wall-clock time for this many of
         those jobs (at most ``verify``): NCCL's own choice can measure fast in one job and slow in
         most others, so a row first judged against a fast job needs a few more jobs to be kept
