@@ -10,7 +10,6 @@
 #  4 Fine-tuning again with wall_s=330 (part 1 stopped after 2 of 3 rounds on the clock), then its
 #    table and the sweep's table measured afresh.
 #  5 Both fine-tuned tables of this session again.
-#  6 Part 4's table once more.
 # DEPS: folder with the Python packages the GPU image lacks (gymnasium, stable-baselines3, sb3-contrib).
 set -uo pipefail
 . "$(dirname "$0")/step.sh"
@@ -44,7 +43,5 @@ elif [ "${PART}" = 4 ]; then  # fine-tuning with more wall clock (part 1 stopped
 elif [ "${PART}" = 5 ]; then  # the session's last device minutes: both fine-tuned tables again
   val docs/live/finetuned-s8b/h200-2x2-sock finetuned-s8b
   val $S8 finetuned-s8
-elif [ "${PART}" = 6 ]; then  # the last device minutes: part 4's table once more
-  val docs/live/finetuned-s8b/h200-2x2-sock finetuned-s8b
 fi
 echo "## $(date +%T) done" >> "$L"
