@@ -134,13 +134,8 @@ def aa_noise(frame, sizes: Sequence[int], span_s: float = 600.0,
         if last is not None and t - last > span_s:
             g += 1
         group[job], last = g, t
-    med = {(r.job, int(r.nbytes)): log_median(r.samples_us) for r in frame.itertuples(index=False)}
-    per_size: list[list[list[float]]] = []
-    for s in sizes:
-        by: dict[int, list[float]] = {}
-        for (job, n), v in med.items():
-            if n == s:
-                by.setdefault(group[job], []).append(v)
-        per_size.append(list(by.values()))
-    sigma, df = pooled_sigma(per_size, window)
+    f = frame.assign(group=frame.job.map(group), med=[log_median(v) for v in frame.samples_us])
+    by_size = {int(n): [list(g.med) for _, g in rows.groupby("group", sort=False)]
+               for n, rows in f.groupby("nbytes", sort=False)}
+    sigma, df = pooled_sigma([by_size.get(s, []) for s in sizes], window)
     return {s: (float(sigma[i]), int(df[i])) for i, s in enumerate(sizes)}
