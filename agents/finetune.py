@@ -360,6 +360,7 @@ class Finetuner:
         # NCCL's defaults, each setting it checks, retests, and the verification's reserved jobs
         guard_jobs = 1 + self.cfg.guard_confs + 2 + min(self.cfg.verify, self.cfg.verify_reserve)
         for r in range(self.cfg.rounds):
+            t_round = time.time()
             room = self.cfg.budget - self.reserve - self.used
             if room <= 0 or not self.time_left(1 + guard_jobs):  # a round is at least a job
                 break
@@ -405,16 +406,25 @@ class Finetuner:
                         room -= len(pts)
             if not batch:
                 break
+            t_jobs = time.time()
             for j, (k, pts) in enumerate(batch):
                 if j >= 2 and not self.time_left(1 + guard_jobs):  # the reference and the prior always run
                     self.log(f"# round {r + 1}: wall clock: {len(batch) - j} settings left unmeasured for the guard")
                     break
                 self.log(f"# round {r + 1}: {knob_label(k)}: {len(pts)} points")
                 self._run(k, pts, self.cfg.samples, "finetune")
+            t_refit = time.time()
             if not again:  # re-measured leaders teach the model nothing new about the space
                 self.refit()
+            t_ppo = time.time()
+            if not again:
                 self.train_policy()
-            history.append({"round": r + 1, "measured": self.used, "wall_s": round(time.time() - t0, 1),
+            t_end = time.time()
+            # where a round's wall clock goes: choosing what to measure, the jobs, refit, PPO
+            took = {"propose_s": round(t_jobs - t_round, 1), "jobs_s": round(t_refit - t_jobs, 1),
+                    "refit_s": round(t_ppo - t_refit, 1), "ppo_s": round(t_end - t_ppo, 1)}
+            self.log(f"# round {r + 1}: " + ", ".join(f"{k[:-2]} {v} s" for k, v in took.items()))
+            history.append({"round": r + 1, "measured": self.used, "wall_s": round(time.time() - t0, 1), **took,
                             "confs": [knob_label(k) for k, _ in batch],
                             "predicted_best": round(max(self.conf_value(k) for k in self.knobs), 3)})
         guard = self.guard([(k, rows) for k, rows, _ in self.ranked()])
