@@ -118,6 +118,33 @@ def test_wall_clock_bounds_the_whole_run_guard_included(monkeypatch):
     assert res.measured < 2000
 
 
+def test_history_says_where_each_rounds_wall_clock_goes(monkeypatch):
+    """Jobs of 10 s on a fake clock that only jobs advance: each round's history has its jobs' time
+    (10 s per setting measured) and nothing in the other parts, and the parts add up to the round."""
+    import agents.finetune as F
+
+    clock = [0.0]
+    monkeypatch.setattr(F.time, "time", lambda: clock[0])
+    topo = load_topology("h200-2x2-sock")
+    colls = [N.ALLREDUCE]
+    inner = sim_measure(Simulator(topo, seed=0), [])
+
+    def measure(knobs, points, samples, tag):
+        clock[0] += 10.0
+        return inner(knobs, points, samples, tag)
+
+    ft = Finetuner(topo, colls, sizes_for(topo, colls, 8, 256 << 20), None, measure,
+                   FinetuneConfig(budget=473, ppo_steps=0), log=lambda m: None)
+    hist = ft.run().history
+    assert len(hist) >= 2
+    prev = 0.0
+    for h in hist:
+        assert h["jobs_s"] == 10.0 * len(h["confs"])
+        assert h["propose_s"] == h["refit_s"] == h["ppo_s"] == 0.0
+        assert h["wall_s"] - prev == pytest.approx(h["propose_s"] + h["jobs_s"] + h["refit_s"] + h["ppo_s"])
+        prev = h["wall_s"]
+
+
 def _bimodal_choice_platform(sim, at: int, clock: list[float], log: list, noise_seed: int = 2):
     """The simulator's times with between-job noise (sigma 0.2 in log, about what the H200 box
     shows at small sizes), 10 s per job on a fake clock, except at ``at`` bytes under every knob
