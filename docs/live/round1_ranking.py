@@ -11,11 +11,15 @@
    whether the probes alone (no between-job spread: each point is the sweep's one job) rank the
    sweep's best setting first.
 
+Between the two (1b): each setting's probes averaged over the runs, with and without 8 MiB, where
+the probe (the policy's Ring/Simple) runs about 1x under the 4-channel + inline settings.
+
     python docs/live/round1_ranking.py [STORE]
 """
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -36,6 +40,15 @@ POLICY = "docs/live/pretrained/policy.zip"
 def label(k: tuple[int, ...]) -> str:
     ch, _buf, th, so, inl = k
     return f"{ch or 'NCCL'}ch {th or '-'}x{so or '-'}{' +inline' if inl else ''}"
+
+
+def truth_8m(sweep, k: tuple[int, ...]) -> float:
+    """The sweep's speedup over NCCL's plain default of Ring/Simple (NCCL's channels) at 8 MiB under ``k``."""
+    at = sweep[sweep.nbytes == 8 << 20]
+    knobs = at[list(KNOB_FIELDS)].astype(int).apply(tuple, axis=1)
+    base = at[(knobs == (0,) * len(KNOB_FIELDS)) & (at.algo == "default")].median_us.iloc[0]
+    row = at[(knobs == k) & (at.algo == "ring") & (at.proto == "simple") & (at.channels == 0)]
+    return float(base / row.median_us.iloc[0]) if len(row) else float("nan")
 
 
 def main() -> int:
@@ -68,6 +81,32 @@ def main() -> int:
               f"({ft.measured_value(ranked[order.index(best)]):.2f}x measured); round 2 completes "
               + ", ".join(f"{label(k)} ({ft.measured_value(r):.2f}x measured, {truth[k]:.2f}x in the sweep)"
                           for k, r in zip(order[:2], ranked[:2], strict=True)))
+
+    print("# 1b. the probes averaged over the runs (mean log speedup per probed size, then over sizes)")
+    probes: dict[tuple[int, ...], dict[int, list[float]]] = {}
+    for i in plain:
+        fr = f[f.job.isin(jobs.index[i:i + 14])]
+        knobs = fr[list(KNOB_FIELDS)].astype(int).apply(tuple, axis=1)
+        base = fr[(knobs == (0,) * len(KNOB_FIELDS)) & (fr.algo == "default")].groupby("nbytes").median_us.min()
+        for k, g in fr[knobs != (0,) * len(KNOB_FIELDS)].groupby(knobs):
+            for s, v in g.groupby("nbytes").median_us.min().items():
+                probes.setdefault(k, {}).setdefault(int(s), []).append(float(np.log(base[s] / v)))
+    common = set.intersection(*(set(v) for v in probes.values()))  # the probed sizes (the prior has all)
+    mib8 = 8 << 20
+    for k, v in sorted(probes.items(), key=lambda kv: -np.mean([np.mean(kv[1][s]) for s in common])):
+        allv = np.exp(np.mean([np.mean(v[s]) for s in common]))
+        no8 = np.exp(np.mean([np.mean(v[s]) for s in common if s != mib8]))
+        print(f"{label(k):22s} {allv:.2f}x at the {len(common)} probed sizes, {no8:.2f}x without 8 MiB, "
+              f"8 MiB: {np.exp(np.mean(v[mib8])):.2f}x (sweep's job: "
+              f"{truth_8m(sweep, k):.2f}x)")
+
+    for m in (1, 2, 3):  # the first rounds of m runs averaged: where the sweep's best ranks
+        ranks = []
+        for runs in itertools.combinations(range(len(plain)), m):
+            val = {k: np.mean([np.mean([v[s][r] for r in runs]) for s in common]) for k, v in probes.items()}
+            ranks.append(sorted(val, key=val.get, reverse=True).index(best) + 1)
+        print(f"{m} run(s) averaged: the sweep's best ranks {ranks}, top two in {sum(r <= 2 for r in ranks)} "
+              f"of {len(ranks)}")
 
     print("# 2. the probes on the sweep's data (one job per point)")
     med = {(int(r.nbytes), r.algo, r.proto, int(r.channels), tuple(int(getattr(r, k)) for k in KNOB_FIELDS)):
