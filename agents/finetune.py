@@ -413,11 +413,10 @@ class Finetuner:
                     break
                 self.log(f"# round {r + 1}: {knob_label(k)}: {len(pts)} points")
                 self._run(k, pts, self.cfg.samples, "finetune")
-            t_refit = time.time()
+            t_refit = t_ppo = time.time()
             if not again:  # re-measured leaders teach the model nothing new about the space
                 self.refit()
-            t_ppo = time.time()
-            if not again:
+                t_ppo = time.time()
                 self.train_policy()
             t_end = time.time()
             # where a round's wall clock goes: choosing what to measure, the jobs, refit, PPO
