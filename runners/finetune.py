@@ -226,6 +226,10 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
                          verify_reserve=int(args["verify_reserve"]), ppo_steps=int(args["ppo_steps"]),
                          seed=int(args["seed"]))
     cfg.check()
+    if args["backend"] == "torch":  # before the policy loads and the store opens
+        from runners.live_common import require_gpus
+
+        require_gpus(topo.nranks)
     model = load_policy(checkpoint)
     model.set_random_seed(cfg.seed)
     sizes = sizes_for(topo, colls, lo, hi)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from costmodel.errors import ConfigError
+
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN = REPO / "plugin" / "build" / "libnccl-tuner-ncclrl.so"
 # NVLink multicast off: it can take the shared GPUs down
@@ -36,6 +38,19 @@ HANG = "NCCL hung"
 def is_hang(error: str | None) -> bool:
     """Whether a stored failure is a hang (or a point skipped after one), not a crash or a start failure."""
     return bool(error) and HANG in error
+
+
+def require_gpus(nranks: int) -> None:
+    """Fail early, in one line, when this machine cannot start ``nranks`` GPU workers (one per GPU):
+    no CUDA build of PyTorch, no GPU visible, or fewer GPUs than the topology's ranks."""
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have < nranks:
+        why = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        raise ConfigError("backend", f"live measurement needs {nranks} CUDA GPUs (one per rank of the topology); "
+                          f"PyTorch {torch.__version__} ({why}) sees {have} here: run it on the GPU machine, or "
+                          "use backend=replay with a recorded sweep")
 
 
 class WorkerError(RuntimeError):

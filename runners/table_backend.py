@@ -24,7 +24,7 @@ import numpy as np
 
 from costmodel.errors import ConfigError
 from costmodel.nccl import COLL_INDEX
-from runners.live_common import LAUNCHES, PLUGIN, SAFE_ENV, WorkerError, _free_port, timing_label
+from runners.live_common import LAUNCHES, PLUGIN, SAFE_ENV, WorkerError, _free_port, require_gpus, timing_label
 from runners.plugin_verify import _make_op as make_collective
 from runners.store import Point
 
@@ -257,6 +257,7 @@ class TableWorkers:
             raise ConfigError("timing", f"allowed: graph, eager; got {timing!r}")
         if launch not in LAUNCHES:
             raise ConfigError("launch", f"allowed: {', '.join(LAUNCHES)}; got {launch!r}")
+        require_gpus(nranks)
         self.launch = launch
         if not Path(plugin).exists():
             raise WorkerError(f"plugin not built: {plugin} (run `ncclrl plugin build`)")

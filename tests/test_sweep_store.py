@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,6 +136,40 @@ def test_workers_that_cannot_start(tmp_path):
     out = io.StringIO()
     r = run_sweep(sweep_args(tmp_path, grid="default"), out, refuse)
     assert r["measured"] == 0 and r["failed"] > 0 and "failed to start" in out.getvalue()
+
+
+@pytest.mark.parametrize("available, count", [(False, 0), (True, 1)])
+def test_too_few_gpus_is_a_config_error_before_any_job(monkeypatch, available, count):
+    """h200-2x1-sock has 2 ranks: no GPU, or one, stops the live backend before it starts a job."""
+    import torch
+
+    from runners.table_backend import TableWorkers
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    with pytest.raises(ConfigError, match=f"^backend: live measurement needs 2 CUDA GPUs.* sees {count} here"):
+        TableWorkers(2, 2)
+
+
+@pytest.mark.parametrize("command", [["runners.sweep"],
+                                     ["runners.cli", "finetune", "--checkpoint", "docs/live/pretrained/policy.zip"]])
+def test_no_gpu_is_one_line_exit_2_and_the_store_keeps_nothing_half_done(tmp_path, command):
+    import os
+    import subprocess
+    import sys
+
+    store = tmp_path / "s.sqlite"
+    r = subprocess.run([sys.executable, "-m", *command, "backend=torch", "launch=nccl", "topology=h200-2x1-sock",
+                        f"store={store}", f"out={tmp_path / 'out'}"][: None if "finetune" in command else -1],
+                       capture_output=True, text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
+                       cwd=Path(__file__).resolve().parent.parent, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("ncclrl: error: backend: live measurement needs 2 CUDA GPUs")
+    if "finetune" in command:  # the check comes before the store opens
+        assert not store.exists()
+    elif store.exists():
+        with Store(store) as s:
+            assert s.count() == 0
 
 
 @pytest.mark.parametrize("argv,field", [(["grid=huge"], "grid"), (["backend=mpi"], "backend"),
