@@ -227,6 +227,9 @@ def match_log(log: str, cases: list[dict], nranks: int) -> list[tuple[str, str, 
 def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters: int = 20,
            plugin: str | None = None) -> int:
     topo = load_topology(topology)
+    from runners.live_common import require_gpus
+
+    require_gpus(topo.nranks)  # a one-line error (ConfigError), not a traceback from a worker
     rows = [r for r in parse_example_rows(Path(table).read_text())
             if r["nNodes"] in (-1, topo.nodes) and r["nRanks"] in (-1, topo.nranks)]
     lib = Path(plugin) if plugin else REPO / "plugin" / "build" / "libnccl-tuner-ncclrl.so"

@@ -152,15 +152,18 @@ def test_too_few_gpus_is_a_config_error_before_any_job(monkeypatch, available, c
 
 
 @pytest.mark.parametrize("command", [["runners.sweep"],
-                                     ["runners.cli", "finetune", "--checkpoint", "docs/live/pretrained/policy.zip"]])
+                                     ["runners.cli", "finetune", "--checkpoint", "docs/live/pretrained/policy.zip"],
+                                     ["runners.cli", "plugin", "verify", "docs/live/finetuned-s10/h200-2x1-sock/"
+                                      "nccl_tuner.csv", "--topology", "h200-2x1-sock"]])
 def test_no_gpu_is_one_line_exit_2_and_the_store_keeps_nothing_half_done(tmp_path, command):
     import os
     import subprocess
     import sys
 
     store = tmp_path / "s.sqlite"
-    r = subprocess.run([sys.executable, "-m", *command, "backend=torch", "launch=nccl", "topology=h200-2x1-sock",
-                        f"store={store}", f"out={tmp_path / 'out'}"][: None if "finetune" in command else -1],
+    live = ["backend=torch", "launch=nccl", "topology=h200-2x1-sock", f"store={store}", f"out={tmp_path / 'out'}"]
+    live = [] if "plugin" in command else live if "finetune" in command else live[:-1]
+    r = subprocess.run([sys.executable, "-m", *command, *live],
                        capture_output=True, text=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
                        cwd=Path(__file__).resolve().parent.parent, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
