@@ -6,38 +6,37 @@ the optimum) and the rows' share (the table over its setting's best).
 
     python docs/live/row_loss.py STORE TOPOLOGY TABLE_DIR   # TABLE_DIR: nccl_tuner.csv + nccl.conf
 
-CPU only; reads the store's direct-call sweep (tag ``sweep``, timing ``nccl-*``).
+CPU only; reads the store's direct-call sweep (tag ``sweep``, ``launch=nccl``). Run from the repository root.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
-KNOBS = ("NCCL_MAX_NCHANNELS", "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_INLINE")
+from runners.store import KNOB_FIELDS, Store
+from runners.table import parse_example_rows
+from runners.validate import read_conf
 
 
 def main(store: str, topology: str, table_dir: str) -> None:
-    with sqlite3.connect(store) as c:
-        f = pd.read_sql("select nbytes, algo, proto, channels, comm_channels, socket_nthreads, nsocks_perthread, "
-                        "socket_inline_bytes, median_us from measurements where tag = 'sweep' and status = 'ok' "
-                        "and topology = ? and timing like 'nccl-%'", c, params=(topology,))
-    knob_cols = ["comm_channels", "socket_nthreads", "nsocks_perthread", "socket_inline_bytes"]
+    import pandas as pd
+
+    with Store(Path(store)) as st:
+        f = st.frame("nccl", topology=topology, tag="sweep", status="ok")
+    knob_cols = list(KNOB_FIELDS)
     d = Path(table_dir)
-    conf = dict(line.split("=", 1) for line in (d / "nccl.conf").read_text().split())
-    knobs = [int(conf.get(k, 0)) for k in KNOBS]
+    knobs = list(read_conf(d / "nccl.conf").knobs)
     under = f[(f[knob_cols] == knobs).all(axis=1)].groupby(["nbytes", "algo", "proto", "channels"]).median_us.median()
     plain = f[(f[knob_cols] == 0).all(axis=1) & (f.algo == "default")].groupby("nbytes").median_us.median()
     all_best = f.groupby(knob_cols + ["nbytes"]).median_us.min()
-    rows = [r.split(",") for r in (d / "nccl_tuner.csv").read_text().splitlines() if r and not r.startswith("#")]
+    rows = parse_example_rows((d / "nccl_tuner.csv").read_text())
     out = []
     for s in plain.index:
-        r = next((r for r in rows if int(r[1]) <= s <= int(r[2])), None)
-        key = ("default", "default", 0) if r is None else (r[3], r[4], 0 if r[5] == "-1" else int(r[5]))
+        r = next((r for r in rows if r["min_bytes"] <= s <= r["max_bytes"]), None)
+        key = ("default", "default", 0) if r is None else (r["algo"], r["proto"], max(r["channels"], 0))
         at = under.xs(s)
         out.append({"nbytes": s, "row": "/".join(map(str, key)), "speedup": plain[s] / at.get(key, np.nan),
                     "best_under_setting": "/".join(map(str, at.idxmin())), "best_speedup": plain[s] / at.min()})
