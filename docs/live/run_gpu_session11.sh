@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# GPU session 11 (4 x H200, lent again after sessions 9-10): fine-tuning on h200-2x2-sock with the
+# verification as it now is (kept rows must replicate in verification jobs; dropped rows judged once
+# on all their jobs), then its table next to session 8's 4-channel table and the exhaustive sweep's.
+#  1 Fine-tuning live (budget 473 = 10% of the 4,732-point sweep, wall_s=380), then its table
+#    measured afresh (3 rounds).
+#  2 Its table, session 8's 4-channel table and the sweep's table, one after the other.
+#  3 The same three in another order.
+# Each part starts from STORE0 (the previous part's store). S11: the fine-tuned table's folder
+# (part 1's output; committed as docs/live/finetuned-s11/h200-2x2-sock).
+# DEPS: folder with the Python packages the GPU image lacks (gymnasium, stable-baselines3, sb3-contrib, scipy).
+set -uo pipefail
+. "$(dirname "$0")/step.sh"
+STORE0=${STORE0:-docs/live/h200x4-2026-11-21.sqlite}
+live_setup
+T=topology=h200-2x2-sock
+V="python3 -m runners.validate rounds=3 store=$S launch=nccl $T"
+S11=${S11:-docs/live/finetuned-s11/h200-2x2-sock}
+S8B=docs/live/finetuned-s8b/h200-2x2-sock
+S7=docs/live/sweep-best-s7/h200-2x2-sock
+val() { step 85 $V table=$1/nccl_tuner.csv conf=$1/nccl.conf out=$OUT/validate-p${PART}-$2.csv; }
+step 60 make -C plugin
+if [ "${PART:-1}" = 1 ]; then
+  P=docs/live/pretrained/policy.zip
+  step 420 python3 -m runners.cli finetune --checkpoint $P backend=torch launch=nccl $T budget=473 wall_s=380 timeout_s=30 store=$S out=$OUT/tune-s11
+  val $OUT/tune-s11 finetuned-s11
+elif [ "${PART}" = 2 ]; then
+  val $S11 finetuned-s11
+  val $S8B finetuned-s8b
+  val $S7 sweep-best-s7
+elif [ "${PART}" = 3 ]; then
+  val $S7 sweep-best-s7
+  val $S11 finetuned-s11
+  val $S8B finetuned-s8b
+fi
+echo "## $(date +%T) done" >> "$L"
