@@ -288,6 +288,18 @@ def test_verification_proves_small_gains_with_enough_jobs():
     assert ft.used == 2 * 24 * 33
 
 
+@pytest.mark.parametrize("options,tie_pct,want", [
+    ([(1.90, 100.0, "2ch"), (1.88, 5000.0, "4ch")], 3.0, "4ch"),  # session 11's guard: a tie, 4ch saves more
+    ([(1.90, 100.0, "2ch"), (1.88, 5000.0, "4ch")], 0.0, "2ch"),  # tie_pct=0: the best geometric mean
+    ([(1.90, 100.0, "2ch"), (1.80, 5000.0, "4ch")], 3.0, "2ch"),  # 5% apart: no tie
+    ([(1.42, 0.0, "plain"), (1.90, 100.0, "2ch"), (1.89, 100.0, "4ch")], 3.0, "2ch"),  # equal time: the first
+])
+def test_pick_option_breaks_ties_on_the_geometric_mean_by_time_saved(options, tie_pct, want):
+    from agents.finetune import pick_option
+
+    assert pick_option(options, tie_pct)[2] == want
+
+
 def test_budget_to_spare_measures_the_leaders_again():
     """Once every candidate is measured, search rounds measure NCCL's default and the two best
     candidates per size again (the best of many single measurements is partly luck); nothing when

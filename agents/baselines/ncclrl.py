@@ -78,8 +78,9 @@ class NcclrlFinetuned(NcclrlPretrained):
         g = next((g for g in (2, 1, 0) if guard_reserve(n, nk, g) + 2 * n <= ev.budget), None)
         if g is None:
             return self._check_rows(problem, ev, seed)
+        # tie_pct=0: every method here is scored on the geometric mean, so that is what it exports
         cfg = FinetuneConfig(budget=ev.budget, rounds=self.rounds, samples=ev.samples, guard_samples=ev.samples,
-                             guard_confs=g, ppo_steps=self.ppo_steps, verify=self.verify, seed=seed)
+                             guard_confs=g, ppo_steps=self.ppo_steps, verify=self.verify, tie_pct=0.0, seed=seed)
         out = self.finetuner(problem, ev, cfg).run()
         rows = {(N.COLLECTIVES.index(r["collective"]), int(r["nbytes"])): tuple(r["key"]) for r in out.rows}
         return Decision(out.conf, {x: k for x, k in rows.items() if k != DEFAULT})

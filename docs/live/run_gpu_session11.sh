@@ -8,6 +8,8 @@
 #  3 The same three in another order.
 #  4 Fine-tuning again with seed=1, then its table and part 1's measured afresh.
 #  5 Part 4's table, the sweep's and part 1's.
+#  6 After tie_pct (the guard's near-ties broken by time saved): fine-tuning with seed 0 again
+#    (wall_s=300: the device time left), its table and the sweep's measured afresh.
 # Each part starts from STORE0 (the previous part's store). S11: the fine-tuned table's folder
 # (part 1's output; committed as docs/live/finetuned-s11/h200-2x2-sock).
 # DEPS: folder with the Python packages the GPU image lacks (gymnasium, stable-baselines3, sb3-contrib, scipy).
@@ -44,5 +46,10 @@ elif [ "${PART}" = 5 ]; then
   val $S11B finetuned-s11b
   val $S7 sweep-best-s7
   val $S11 finetuned-s11
+elif [ "${PART}" = 6 ]; then
+  P=docs/live/pretrained/policy.zip
+  step 330 python3 -m runners.cli finetune --checkpoint $P backend=torch launch=nccl $T budget=473 wall_s=300 timeout_s=30 store=$S out=$OUT/tune-s11c
+  val $OUT/tune-s11c finetuned-s11c
+  val $S7 sweep-best-s7
 fi
 echo "## $(date +%T) done" >> "$L"
