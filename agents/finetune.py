@@ -536,15 +536,16 @@ class Finetuner:
             if x not in with_row:
                 base.final[x] = plain[x]
 
-        def gain(fin: dict) -> float:
-            r = [log_geomean(plain[x]) - log_geomean(v) for x, v in fin.items() if v and plain[x]]
-            return float(np.exp(np.mean(r))) if r else 0.0
+        def score(fin: dict) -> tuple[float, float]:
+            """The geometric-mean gain over NCCL's plain default, and the time saved over one call
+            at each size (NCCL's plain default minus this)."""
+            a = np.array([log_geomean(plain[x]) for x, v in fin.items() if v and plain[x]])
+            b = np.array([log_geomean(v) for x, v in fin.items() if v and plain[x]])
+            if not a.size:
+                return 0.0, 0.0
+            return float(np.exp(np.mean(a - b))), float(np.sum(np.exp(a) - np.exp(b)))
 
-        def saved_us(fin: dict) -> float:  # one call at each size, NCCL's plain default minus this
-            return float(sum(np.exp(log_geomean(plain[x])) - np.exp(log_geomean(v))
-                             for x, v in fin.items() if v and plain[x]))
-
-        options = [(gain(base.final), saved_us(base.final), (self.base_knobs, base.kept, base))]
+        options = [(*score(base.final), (self.base_knobs, base.kept, base))]
         checks.append({"knobs": knob_label(self.base_knobs), "collective": "*", "nbytes": 0, "gain": options[0][0],
                        "saved_us": options[0][1], "slower": [], "kept": True})
         for conf, rows in [(k, r) for k, r in ranked if k.knobs != self.base_knobs.knobs][: self.cfg.guard_confs]:
@@ -576,7 +577,7 @@ class Finetuner:
                 self._refresh_noise()
                 slow = [x for x, v in final_c.items() if not v or self.loses(x, v, plain[x])]
             slower = [f"{n}:{s}" for n, s in slow]
-            g, saved = gain(final_c), saved_us(final_c)
+            g, saved = score(final_c)
             checks.append({"knobs": knob_label(conf), "collective": "*", "nbytes": 0, "gain": g, "saved_us": saved,
                            "slower": slower, "kept": not slower})
             self.log(f"# guard: {knob_label(conf)}: {g:.2f}x over NCCL's plain default, {saved:.0f} us saved over "
@@ -607,7 +608,8 @@ class Finetuner:
           choice alone ran slow (session 10: a 1 MiB row kept against a 1.34x slower job of NCCL's
           choice validated 0.89x); a second job seldom repeats that. Asking for a second
           significant test instead would withdraw most good rows at small sizes on socket
-          networks, where one point's paired ratio spreads 0.25-0.4 (log) between jobs.
+          networks, where one point's paired ratio spreads 0.23-0.48 (log) between jobs
+          (docs/live/paired_spread.py).
 
         When the budget left cannot pay for ``verify`` jobs of them all, the kept rows and the
         dropped ones that measured faster in their guard job, if it pays for three; else the kept
