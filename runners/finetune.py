@@ -31,7 +31,7 @@ DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "", "collectives": "
                             "max_bytes": "256M", "budget": "200", "wall_s": "1800", "rounds": "3",
                             "confs_per_round": "2", "probe_every": "4", "per_size": "1", "samples": "5",
                             "guard_samples": "9", "guard_confs": "2", "verify": "8", "verify_reserve": "3",
-                            "tie_pct": "3",
+                            "tie_pct": "10",
                             "ppo_steps": "8192", "seed": "0", "store": "runs/finetune.sqlite",
                             "replay_store": "",
                             "out": "runs/finetune", "timing": "eager", "timeout_s": "120", "launch": "nccl"}
@@ -199,19 +199,23 @@ def sweep_reference(frame, topo: Topology, sizes: dict[int, list[int]]) -> dict[
     return out
 
 
-def table_speedup_on_sweep(ref: dict[str, Any], conf: Point, rows: list[dict], sizes: dict[int, list[int]]) -> float:
-    """Geometric-mean speedup the fine-tuned table + conf would have had in the sweep's own data."""
+def table_speedup_on_sweep(ref: dict[str, Any], conf: Point, rows: list[dict], sizes: dict[int, list[int]],
+                           lo: int = 0, hi: int | None = None) -> float | None:
+    """Geometric-mean speedup the fine-tuned table + conf would have had in the sweep's own data, over
+    the sizes in [``lo``, ``hi``] (``None`` when the sweep has none there)."""
     med, k = ref["_med"], "/".join(map(str, conf.knobs))
     by = {(r["collective"], r["nbytes"]): r["key"] for r in rows}
     logs = []
     for c, ss in sizes.items():
         for s in ss:
+            if s < lo or (hi is not None and s > hi):
+                continue
             name = N.COLLECTIVES[c]
             base = med.get((name, s, "default", "default", 0, BASE_KNOBS_KEY))
             t = med.get((name, s, *by.get((name, s), ("default", "default", 0)), k))
             if base and t:
                 logs.append(np.log(base / t))
-    return float(np.exp(np.mean(logs)))
+    return float(np.exp(np.mean(logs))) if logs else None
 
 
 def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[str, Any]:
@@ -270,10 +274,11 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
         one = {"collective": N.COLLECTIVES[colls[0]]} if len(colls) == 1 else {}
         ref = sweep_reference(recorded_sweep(args["replay_store"], topo, args["launch"], **one), topo, sizes)
         got = table_speedup_on_sweep(ref, res.conf, res.rows, sizes)
+        big = table_speedup_on_sweep(ref, res.conf, res.rows, sizes, 64 << 20, 256 << 20)
         summary.update(sweep_points=ref["points"], optimum=ref["optimum"], optimum_conf=ref["optimum_conf"],
-                       speedup_on_sweep=got, fraction=got / ref["optimum"])
+                       speedup_on_sweep=got, fraction=got / ref["optimum"], speedup_on_sweep_64_256MiB=big)
         log(f"# on the sweep's own data: {got:.3f}x vs the sweep optimum {ref['optimum']:.3f}x "
             f"({100 * got / ref['optimum']:.1f}%), with {res.measured} of {ref['points']} measurements "
-            f"({100 * res.measured / ref['points']:.1f}%)")
+            f"({100 * res.measured / ref['points']:.1f}%)" + (f"; {big:.2f}x at 64-256 MiB" if big else ""))
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary

@@ -300,6 +300,32 @@ def test_pick_option_breaks_ties_on_the_geometric_mean_by_time_saved(options, ti
     assert pick_option(options, tie_pct)[2] == want
 
 
+@pytest.mark.parametrize("tie_pct,guard_confs,want", [
+    (10.0, 2, ["a", "plain", "most", "b"]),  # the most time saved takes the last checked place
+    (0.0, 2, ["a", "plain", "b", "most"]),  # tie_pct=0 exports the best geometric mean: the search's order
+    (10.0, 1, ["a", "plain", "b", "most"]),  # one setting checked: the best geometric mean
+    (10.0, 3, ["a", "plain", "b", "most"]),  # already among those checked
+])
+def test_guard_checks_the_setting_that_saves_the_most_time(tie_pct, guard_confs, want):
+    """Export picks by time saved among near-ties on the geometric mean, so with ``tie_pct`` > 0 the
+    guard must check the setting whose rows save the most time even when the search ranks it third
+    on the geometric mean (session 11: 4 channels 20-30% faster at 64-256 MiB, a few percent behind)."""
+    topo = load_topology("h200-2x2-sock")
+    ft = Finetuner(topo, [N.ALLREDUCE], {N.ALLREDUCE: [8, 1 << 28]}, None, lambda *a: [],
+                   FinetuneConfig(budget=1000, ppo_steps=0, tie_pct=tie_pct, guard_confs=guard_confs),
+                   log=lambda m: None)
+    knobs = {"plain": ft.knobs[0], "a": ft.knobs[1], "b": ft.knobs[2], "most": ft.knobs[3]}
+
+    def rows(small_us: float, big_us: float) -> list[dict]:  # NCCL's plain default: 20 us and 40,000 us
+        return [{"collective": "allreduce", "nbytes": 8, "key": DEFAULT, "time_us": small_us, "base_us": 20.0},
+                {"collective": "allreduce", "nbytes": 1 << 28, "key": DEFAULT, "time_us": big_us, "base_us": 4e4}]
+
+    ranked = [(knobs["a"], rows(10.0, 1e4), 2.83), (knobs["plain"], rows(20.0, 4e4), 1.0),
+              (knobs["b"], rows(10.5, 1.1e4), 2.70), (knobs["most"], rows(11.0, 8e3), 2.70)]
+    got = [next(n for n, k in knobs.items() if k.knobs == c.knobs) for c, _ in ft.guard_order(ranked)]
+    assert got == want
+
+
 def test_budget_to_spare_measures_the_leaders_again():
     """Once every candidate is measured, search rounds measure NCCL's default and the two best
     candidates per size again (the best of many single measurements is partly luck); nothing when
