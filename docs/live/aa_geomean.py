@@ -13,8 +13,6 @@ would give (the per-size spread over sqrt(sizes)): the rest is a shift of the wh
 
 from __future__ import annotations
 
-import json
-import sqlite3
 import sys
 from itertools import pairwise
 
@@ -22,11 +20,12 @@ import numpy as np
 import pandas as pd
 
 from runners.noise import log_median
+from runners.store import Store
 
 
 def pairs(frame: pd.DataFrame, span_s: float = 600.0) -> pd.DataFrame:
     """Per consecutive pair of full jobs: the mean log ratio over every size and over 64-256 MiB."""
-    frame = frame.assign(lm=[log_median(json.loads(s)) for s in frame.samples_us])
+    frame = frame.assign(lm=[log_median(s) for s in frame.samples_us])
     piv = frame.pivot_table(index="job", columns="nbytes", values="lm")
     start = frame.groupby("job").ts.min().sort_values()
     rows = []
@@ -43,9 +42,9 @@ def main(paths: list[str]) -> None:
     print("store | topology | collective | sizes | pairs | sd(log) | |A/A| median, 90%, 95% | independent-only sd | "
           "64-256 MiB sd")
     for path in paths:
-        with sqlite3.connect(path) as con:
-            df = pd.read_sql("select ts, topology, collective, nbytes, job, samples_us from measurements "
-                             "where tag = 'validate-base' and algo = 'default' and status = 'ok' and job != ''", con)
+        with Store(path) as st:
+            df = st.frame(tag="validate-base", algo="default", status="ok")
+        df = df[df.job != ""]
         for (topo, coll), f in df.groupby(["topology", "collective"]):
             p = pairs(f)
             if len(p) < 5:

@@ -13,16 +13,18 @@ their pooled speedups, and how many were judged slower or faster.
 from __future__ import annotations
 
 import hashlib
-import io
+import os
 import sqlite3
 import sys
-from contextlib import redirect_stdout
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from runners.validate import main as validate_main
+from costmodel.topology import Topology, load_topology
+from runners.table import lookup, parse_example_rows
+from runners.validate import parse_args, run_validate
 
 LIVE = Path(__file__).resolve().parent
 
@@ -31,10 +33,10 @@ def tables() -> dict[str, Path]:
     return {hashlib.sha256(p.read_bytes()).hexdigest()[:12]: p for p in LIVE.rglob("nccl_tuner.csv")}
 
 
-def uncovered(table: Path, sizes: list[int]) -> list[int]:
-    rows = [ln.split(",") for ln in table.read_text().splitlines() if ln and not ln.startswith("#")]
-    lo_hi = [(int(r[1]), int(r[2])) for r in rows if r[0] == "allreduce"]
-    return [s for s in sizes if not any(lo <= s <= hi for lo, hi in lo_hi)]
+def uncovered(table: Path, sizes: list[int], topo: Topology) -> list[int]:
+    """The AllReduce sizes where the plugin finds no row of ``table``: NCCL's own choice runs."""
+    rows = parse_example_rows(table.read_text())
+    return [s for s in sizes if lookup(rows, "allreduce", s, topo.nodes, topo.nranks) is None]
 
 
 def main(store: str, topology: str) -> None:
@@ -42,7 +44,7 @@ def main(store: str, topology: str) -> None:
         tags = [t for (t,) in con.execute("select distinct tag from measurements where topology = ? and collective = "
                                           "'allreduce' and tag like 'validate-tuned:%' and timing like 'nccl-%'",
                                           (topology,))]
-    known, out = tables(), []
+    known, out, topo = tables(), [], load_topology(topology)
     for tag in tags:
         sha = tag.split(":", 1)[1]
         if sha not in known:
@@ -50,12 +52,11 @@ def main(store: str, topology: str) -> None:
         t = known[sha]
         conf = (t.parent / "nccl.conf").read_text().split() if (t.parent / "nccl.conf").exists() else []
         setting = " ".join(c.replace("NCCL_", "") for c in conf if not c.startswith("NCCL_MAX")) or "defaults"
-        csv = Path("/tmp") / f"own-choice-{sha}.csv"
-        with redirect_stdout(io.StringIO()):
-            validate_main([f"table={t}", f"conf={t.parent / 'nccl.conf'}", "measure=0", f"topology={topology}",
-                           f"store={store}", f"out={csv}"])
-        v = pd.read_csv(csv)
-        for s in uncovered(t, sorted(v.nbytes)):
+        with tempfile.TemporaryDirectory() as d, open(os.devnull, "w") as quiet:
+            v = run_validate(parse_args([f"table={t}", f"conf={t.parent / 'nccl.conf'}", "measure=0",
+                                         f"topology={topology}", f"store={store}", f"out={d}/v.csv"]),
+                             out=quiet)
+        for s in uncovered(t, sorted(v.nbytes), topo):
             r = v[v.nbytes == s].iloc[0]
             out.append({"setting": setting, "nbytes": s, "table": str(t.parent.relative_to(LIVE)),
                         "speedup": r.speedup, "verdict": r.verdict, "jobs": r.jobs})
