@@ -243,7 +243,7 @@ class Finetuner:
         for i in range(s.size):
             best: dict[Key, float] = {}
             for key in space:
-                if key == DEFAULT:
+                if key[0] == "default":  # NCCL's own algorithm: no action of the policy's
                     continue
                 ai, pi = N.ALGOS.index(key[0]), N.PROTOS.index(key[1])
                 # the policy knows the communicator's default channels; "the communicator's maximum"
@@ -498,30 +498,69 @@ class Finetuner:
             self.log(f"# guard: also checking {knob_label(out[others[n - 1]][0])}: its rows save the most time")
         return out
 
-    def _guard_job(self, conf: Point, rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> _GuardJob:
-        """One job under ``conf``: per size NCCL's default under it and the row when it differs. A
-        row is kept if its 95% interval lies below the default's (the same job: no between-job
-        noise between the two)."""
+    def own_at_count(self, conf: Point, rows: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+        """Under a setting that raises the communicator's channels above NCCL's count: the sizes
+        where the guard also measures NCCL's own algorithm and protocol at NCCL's count, as a row
+        (``("default", "default", count)``). At each size where NCCL's own per-call choice would
+        use more channels than its count under ``conf`` (:func:`costmodel.replica.default_decisions`),
+        unless the search's row there runs at least twice as fast as NCCL's plain default (the
+        raised count is why: there NCCL's count cannot compete; on the lent 2x2 Ring/Simple with 2
+        channels also hangs at 256 MiB with inline sends)."""
+        count = self.topo.nccl.channels
+        if conf.comm_channels <= count:
+            return {}
+        from costmodel.replica import default_decisions
+
+        key = ("default", "default", count)
+        by = {(r["collective"], r["nbytes"]): r for r in rows}
+        out = {}
+        for c in self.colls:
+            name, sizes = N.COLLECTIVES[c], self.sizes[c]
+            d = default_decisions(self.topo, c, np.asarray(sizes, dtype=np.int64), comm_channels=conf.comm_channels)
+            for s, ch in zip(sizes, d.channels, strict=True):
+                r, plain = by.get((name, s)), self.median(self.base_knobs, name, s, DEFAULT)
+                if ch <= count or (r is not None and r["key"] == key):
+                    continue
+                if r is not None and plain and r["time_us"] * 2 <= plain:
+                    continue
+                out[(name, s)] = {"collective": name, "nbytes": s, "key": key, "time_us": None, "base_us": plain}
+        return out
+
+    def _guard_job(self, conf: Point, rows: list[dict[str, Any]], checks: list[dict[str, Any]],
+                   extra: dict[tuple[str, int], dict[str, Any]] | None = None) -> _GuardJob:
+        """One job under ``conf``: per size NCCL's default under it and the row when it differs
+        (and ``extra``, NCCL's own algorithm at NCCL's channel count where :meth:`own_at_count`
+        says: the faster of the two in the job is the row). A row is kept if its 95% interval lies below the
+        default's (the same job: no between-job noise between the two)."""
         cand = {(r["collective"], r["nbytes"]): r for r in rows if r["key"] != DEFAULT}
+        extra = extra or {}
         pts, where = [], {}
         for c in self.colls:
             name = N.COLLECTIVES[c]
             for s in self.sizes[c]:
                 where[(name, s)] = len(pts)
                 pts.append(Point(name, s, *DEFAULT, *conf.knobs))
-                if (name, s) in cand:
-                    pts.append(Point(name, s, *cand[(name, s)]["key"], *conf.knobs))
+                for r in (cand.get((name, s)), extra.get((name, s))):
+                    if r is not None:
+                        pts.append(Point(name, s, *r["key"], *conf.knobs))
         res = self._run(conf, pts, self.cfg.guard_samples, "guard")
         job = _GuardJob()
         for (name, s), i in where.items():
             d = res[i]
             job.default[(name, s)] = job.final[(name, s)] = [d] if d else []
-            if (name, s) in cand:
-                r, t = cand[(name, s)], res[i + 1]
+            got = [(r, res[j]) for j, r in enumerate([x for x in (cand.get((name, s)), extra.get((name, s)))
+                                                      if x is not None], i + 1)]
+            if got:
+                # the faster of the search's row and NCCL's own algorithm at NCCL's count, in this job
+                r, t = min(got, key=lambda g: summarize(g[1])[0] if g[1] else np.inf)
+                if r["time_us"] is None and t:
+                    r = dict(r, time_us=summarize(t)[0])
                 ok = bool(d and t and summarize(t)[2] < summarize(d)[1])
                 checks.append({"knobs": knob_label(conf), "collective": name, "nbytes": s,
                                "config": "/".join(map(str, r["key"])), "default_us": summarize(d)[0] if d else None,
-                               "row_us": summarize(t)[0] if t else None, "kept": ok})
+                               "row_us": summarize(t)[0] if t else None, "kept": ok,
+                               **({"candidates": {"/".join(map(str, g[0]["key"])): summarize(g[1])[0] if g[1] else None
+                                                  for g in got}} if len(got) > 1 else {})})
                 if ok:
                     job.kept.append(r)
                     job.final[(name, s)] = [t]
@@ -571,12 +610,18 @@ class Finetuner:
         options = [(*score(base.final), (self.base_knobs, base.kept, base))]
         checks.append({"knobs": knob_label(self.base_knobs), "collective": "*", "nbytes": 0, "gain": options[0][0],
                        "saved_us": options[0][1], "slower": [], "kept": True})
-        for conf, rows in [(k, r) for k, r in ranked if k.knobs != self.base_knobs.knobs][: self.cfg.guard_confs]:
+        for j, (conf, rows) in enumerate([(k, r) for k, r in ranked if k.knobs != self.base_knobs.knobs]
+                                         [: self.cfg.guard_confs]):
             need = self.n_sizes + sum(r["key"] != DEFAULT for r in rows)
             if self.used + need > self.cfg.budget:
                 self.log(f"# guard: no budget left to check {knob_label(conf)} ({need} points)")
                 break
-            job = self._guard_job(conf, rows, checks)
+            # NCCL's own algorithm at NCCL's channel count too, from the budget the guard's reserve
+            # leaves over (what the settings still to check need comes first)
+            extra = self.own_at_count(conf, rows)
+            if self.used + need + len(extra) + (self.cfg.guard_confs - j - 1) * 2 * self.n_sizes > self.cfg.budget:
+                extra = {}
+            job = self._guard_job(conf, rows, checks, extra)
             self._refresh_noise()
             kept_c, final_c = job.kept, job.final
             # a row not shown faster than NCCL's choice under the setting still beats running that
@@ -738,6 +783,7 @@ def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out
             lo = 0 if i == 0 else s
             hi = 4294967295 if i == len(ss) - 1 else ss[i + 1] - 1
             a, p, ch = r["key"]
+            a, p = ("-1", "-1") if a == "default" else (a, p)  # NCCL's own algorithm at a channel count
             lines.append(f"{name},{lo},{hi},{a},{p},{ch if ch > 0 else -1},{topo.nodes},{topo.nranks}")
     paths = {"csv": out_dir / "nccl_tuner.csv", "conf": out_dir / "nccl.conf", "json": out_dir / "finetune.json"}
     paths["csv"].write_text("\n".join(lines) + "\n")

@@ -113,17 +113,24 @@ def knob_grid(topo: Topology, grid: str) -> list[Point]:
 
 def call_configs(topo: Topology, coll: int, knobs: Point, grid: str) -> list[tuple[str, str, int]]:
     """Per-call (algorithm, protocol, channels) to try: every protocol of every algorithm NCCL can
-    run for the collective, at NCCL's channel count and at 1 and the communicator's maximum."""
+    run for the collective, at NCCL's channel count and at 1 and the communicator's maximum; and,
+    when the setting raises the communicator's channels above NCCL's count, NCCL's own algorithm
+    and protocol at NCCL's count (``("default", "default", count)``, last). A raised count that
+    wins at large sizes can lose at mid sizes, where NCCL itself would use all of them (on the
+    lent 2x2, NCCL's own choice under 4 channels ran 0.78-0.91x at 1-4 MiB; docs/live.md,
+    session 13)."""
     if grid == "default":
         return []
     comm = knobs.comm_channels or topo.nccl.channels
     m = eligible_mask(topo)[coll]
-    out = []
+    out: list[tuple[str, str, int]] = []
     for a in range(N.NUM_ALGOS):
         for p in range(N.NUM_PROTOS):
             if m[a, p]:
                 for ch in sorted({0, 1, comm}):
                     out.append((N.ALGOS[a], N.PROTOS[p], ch))
+    if comm > topo.nccl.channels:
+        out.append(("default", "default", topo.nccl.channels))
     return out
 
 
@@ -240,6 +247,13 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
     return {"measured": measured, "skipped": skipped, "failed": failed, "left": left}
 
 
+def hang_group(p: Point) -> tuple:
+    """What a hang on ``p`` says NCCL will hang on at larger sizes: its collective, algorithm and
+    protocol; for NCCL's own algorithm (which NCCL picks per size) only at the same channel count,
+    so that a hang of it at NCCL's count never skips NCCL's plain default."""
+    return (p.collective, p.algo, p.proto) + ((p.channels,) if p.algo == "default" else ())
+
+
 def measure_whole(workers, points: list[Point], store: Store, topology: str, *, backend: str, samples: int,
                   tag: str, out=sys.stdout, after_hang: str = "retry", deadline: float | None = None,
                   unmeasured: list[int] | None = None) -> list[list[float] | None]:
@@ -291,8 +305,7 @@ def measure_whole(workers, points: list[Point], store: Store, topology: str, *, 
             break
         for hi in hung:  # the job warmed the points before the hung one (item order): those ran
             h = points[hi]
-            same = {i for i in nxt if (points[i].collective, points[i].algo, points[i].proto) ==
-                    (h.collective, h.algo, h.proto) and (points[i].nbytes, i) > (h.nbytes, hi)}
+            same = {i for i in nxt if hang_group(points[i]) == hang_group(h) and (points[i].nbytes, i) > (h.nbytes, hi)}
             for i in sorted(same):
                 fail(i, f"not measured: {HANG} on {h.algo}/{h.proto} at {h.nbytes} B with these knobs "
                      "(after_hang=retry measures it)")

@@ -45,6 +45,8 @@ def sim_measure(sim: Simulator, log: list, slow_rows: set | None = None, guard_n
             c = N.COLLECTIVES.index(p.collective)
             if p.algo == "default":
                 cfg = sim.default_configs(c, [p.nbytes])
+                if p.channels:  # NCCL's own algorithm at a given channel count
+                    cfg.channels[:] = p.channels
             else:
                 cfg = Configs.make(c, p.nbytes, N.ALGOS.index(p.algo), N.PROTOS.index(p.proto), p.channels)
             cfg.comm_channels[:], cfg.socket_nthreads[:], cfg.nsocks_perthread[:] = p.knobs[0], p.knobs[2], p.knobs[3]
@@ -449,6 +451,59 @@ def test_guard_exports_no_setting_that_is_slower_at_some_size(flukes):
         assert res.conf.knobs != slow_knobs and verdict["slower"] == ["allreduce:8", "allreduce:16", "allreduce:32",
                                                                       "allreduce:64"]
     assert res.measured <= 473
+
+
+def _platform_where_raised_channels_lose_mid_sizes(sim, raised, lo: int, hi: int):
+    """The simulator's times, except under the knob setting ``raised``: every point 3x faster, and
+    at ``lo``-``hi`` bytes NCCL's own choice (at the communicator's raised channel count) and every
+    explicit row 1.5x slower than NCCL's own algorithm at NCCL's count: what 4 channels did at
+    1-4 MiB on the lent 2x2 (docs/live.md, session 13)."""
+    base = sim_measure(sim, [])
+    count = sim.topo.nccl.channels
+
+    def measure(knobs, points, samples, tag):
+        out = base(knobs, points, samples, tag)
+        if knobs.knobs != raised:
+            return out
+        res = []
+        for p, t in zip(points, out, strict=True):
+            mid = lo <= p.nbytes <= hi
+            plain = base(Point("x", 1), [Point(p.collective, p.nbytes)], samples, "x")[0]
+            if mid:
+                f = 1 / 1.5 if (p.algo == "default" and p.channels == count) else 1.0
+                res.append([f * x for x in plain])
+            else:
+                res.append([x / 3.0 for x in t])
+        return res
+
+    return measure
+
+
+def test_guard_runs_nccls_own_algorithm_at_its_channel_count_where_raised_channels_lose(tmp_path):
+    """Under a setting with 4 channels that wins everywhere but at 1-4 MiB, where NCCL's own choice
+    and every row run 1.5x slower than NCCL's own algorithm at its 2 channels: the guard measures
+    that option too and the table runs it there (a row ``-1,-1,2``); the setting is exported."""
+    topo = load_topology("h200-2x2-sock")
+    sizes = sizes_for(topo, [N.ALLREDUCE], 8, 256 << 20)
+    grid = knob_grid(topo, "full")
+    raised = next(k for k in grid if k.comm_channels == 4)
+    ft = Finetuner(topo, [N.ALLREDUCE], sizes, None,
+                   _platform_where_raised_channels_lose_mid_sizes(Simulator(topo, seed=0), raised.knobs, 1 << 20,
+                                                                  4 << 20),
+                   FinetuneConfig(budget=300, ppo_steps=0, guard_confs=1), log=lambda m: None, knobs=[grid[0], raised])
+    res = ft.run()
+    assert res.conf.knobs == raised.knobs and res.measured <= 300
+    by = {r["nbytes"]: r["key"] for r in res.rows}
+    for s in (1 << 20, 2 << 20, 4 << 20):
+        assert by.get(s) == ("default", "default", 2), (s, by.get(s))
+    assert ("default", "default", 2) not in {by.get(s) for s in sizes[N.ALLREDUCE] if s < 64 << 10}
+    # exported as NCCL's own algorithm and protocol at 2 channels, which the tuner plugin reads
+    from agents.finetune import write_outcome
+    from runners.table import lookup, parse_example_rows
+
+    rows = parse_example_rows(write_outcome(res, topo, sizes, tmp_path, {})["csv"].read_text())
+    r = lookup(rows, "allreduce", 1 << 20, topo.nodes, topo.nranks)
+    assert (r["algo"], r["proto"], r["channels"]) == ("-1", "-1", 2)
 
 
 def test_finetune_replaying_the_h200_sweep(tmp_path):

@@ -246,6 +246,28 @@ class HangingWholeWorkers(FakeWorkers):
         return out
 
 
+def _hang_at_1k_and_2k(tmp_path, hang: tuple[str, str, int]):
+    """The whole space at 1 and 2 KiB under 4 channels x 2 x 4 sockets, measured with
+    ``after_hang="skip"`` by workers that hang on ``hang``: (points, results, workers)."""
+    topo = load_topology("h200-2x2-sock")
+    knobs = knob_grid(topo, "full")[1]
+    pts = [Point("allreduce", s, *key, *knobs.knobs) for s in (1024, 2048)
+           for key in [("default", "default", 0)] + call_configs(topo, N.ALLREDUCE, knobs, "full")]
+    w = HangingWholeWorkers(topo, knobs, "eager", 15, hang=hang, jobs=[], lose_size=True)
+    with Store(tmp_path / "s.sqlite") as s:
+        res = measure_whole(w, pts, s, topo.name, backend="torch", samples=3, tag="sweep", out=io.StringIO(),
+                            after_hang="skip")
+    return pts, res, w
+
+
+def test_a_hang_of_nccls_own_algorithm_at_its_count_never_skips_nccls_default(tmp_path):
+    """NCCL's own algorithm at NCCL's channel count hangs at 1 KiB under a raised count: at 2 KiB
+    it is not measured, NCCL's own choice (the reference) is."""
+    pts, res, _ = _hang_at_1k_and_2k(tmp_path, ("default", "default", 2))
+    got = {(p.nbytes, p.algo, p.channels) for p, r in zip(pts, res, strict=True) if r is not None}
+    assert (2048, "default", 0) in got and (2048, "default", 2) not in got and (1024, "default", 0) in got
+
+
 def test_a_hanging_configuration_costs_one_point_not_the_sweep(tmp_path):
     jobs = []
     out = io.StringIO()
@@ -289,19 +311,26 @@ def test_after_a_hang_the_sweep_skips_that_algorithm_at_larger_sizes_and_does_no
     assert r2["measured"] == 0 and r2["failed"] == 0 and len(jobs) == 2 * settings
 
 
+@pytest.mark.parametrize("name,knob_index,extra", [("h200-2x2-sock", 0, None), ("h200-2x2-sock", 1, 2),
+                                                   ("h200-2x2-sock", 2, None), ("h200-1x4", 1, 24)])
+def test_raised_channels_add_nccls_own_algorithm_at_its_count(name, knob_index, extra):
+    """Under a setting that raises the communicator's channels, the space also holds NCCL's own
+    algorithm and protocol at NCCL's channel count (last); elsewhere it does not."""
+    topo = load_topology(name)
+    k = knob_grid(topo, "full")[knob_index]
+    space = call_configs(topo, N.ALLREDUCE, k, "full")
+    own = [key for key in space if key[0] == "default"]
+    assert own == ([("default", "default", extra)] if extra else [])
+    assert not own or space[-1] == own[0]
+    assert (k.comm_channels > topo.nccl.channels) == bool(extra)
+
+
 def test_after_a_hang_the_points_the_job_ran_before_it_are_measured_again(tmp_path):
     """The real job loses the whole size it hung at; of the hung algorithm/protocol, the points
     before the hung one at that size (warmed by the job: they ran) are measured in the next job,
     those after it and at larger sizes are not."""
     args = sweep_args(tmp_path, grid="default", max_bytes="4K")
-    topo = load_topology("h200-2x2-sock")
-    knobs = knob_grid(topo, "full")[1]
-    pts = [Point("allreduce", s, *key, *knobs.knobs) for s in (1024, 2048)
-           for key in [("default", "default", 0)] + call_configs(topo, N.ALLREDUCE, knobs, "full")]
-    w = HangingWholeWorkers(topo, knobs, "eager", 15, hang=("ring", "simple", 1), jobs=[], lose_size=True)
-    with Store(tmp_path / "s.sqlite") as s:
-        res = measure_whole(w, pts, s, topo.name, backend="torch", samples=3, tag="sweep", out=io.StringIO(),
-                            after_hang="skip")
+    pts, res, w = _hang_at_1k_and_2k(tmp_path, ("ring", "simple", 1))
     got = {(p.nbytes, p.algo, p.proto, p.channels) for p, r in zip(pts, res, strict=True) if r is not None}
     rs = sorted((n, ch) for n, a, q, ch in got if (a, q) == ("ring", "simple"))
     assert rs == [(1024, 0)]  # ran before the hung 1-channel point; the 4-channel one and 2 KiB not

@@ -197,12 +197,15 @@ def point_configs(topo: Topology, k: Point, coll: int, sizes: np.ndarray, keys: 
     algo = np.empty(sizes.size, np.int64)
     proto = np.empty(sizes.size, np.int64)
     ch = np.zeros(sizes.size, np.int64)
-    is_def = np.array([key == DEFAULT for key in keys])
+    # NCCL's own algorithm and protocol (at its own per-call channel count, or at the key's)
+    is_def = np.array([key[0] == "default" for key in keys])
     if is_def.any():
         d = default_decisions(topo, coll, sizes[is_def], comm_channels=k.comm_channels)
         algo[is_def], proto[is_def] = d.algo, d.proto
     for i, key in enumerate(keys):
-        if key != DEFAULT:
+        if key[0] == "default":
+            ch[i] = key[2]
+        else:
             algo[i], proto[i], ch[i] = N.ALGOS.index(key[0]), N.PROTOS.index(key[1]), key[2]
     return Configs.make(coll, sizes, algo, proto, ch, k.comm_channels, k.buffsize_bytes, k.socket_nthreads,
                         k.nsocks_perthread, k.socket_inline_bytes)

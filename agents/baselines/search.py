@@ -110,7 +110,7 @@ def features(problem: Problem, cands: list[Cand]) -> np.ndarray:
     f = np.zeros((len(cands), 2 + len(N.COLLECTIVES) + N.NUM_ALGOS + N.NUM_PROTOS + len(KNOB_FIELDS) + 1))
     for i, (ki, c, s, key) in enumerate(cands):
         k = problem.knobs[ki]
-        row = [np.log2(s), float(key == DEFAULT)]
+        row = [np.log2(s), float(key[0] == "default")]  # NCCL's own algorithm (at its channel count or the key's)
         row += [float(c == j) for j in range(len(N.COLLECTIVES))]
         row += [float(key[0] == a) for a in N.ALGOS] + [float(key[1] == p) for p in N.PROTOS]
         row += [np.log2(1 + v) for v in k.knobs] + [np.log2(1 + key[2])]

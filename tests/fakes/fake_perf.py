@@ -14,7 +14,10 @@ table = os.environ.get("NCCLRL_TUNER_TABLE")
 if table and os.environ.get("NCCL_TUNER_PLUGIN", "none") != "none":
     f = Path(table).read_text().split(",")
     algo, proto, ch = f[3], f[4], int(f[5])
-    name = f"{algo}_{ {'ll': 'LL', 'll128': 'LL128', 'simple': 'Simple'}[proto] }" + (f"_c{ch}" if ch > 0 else "")
+    if algo == "-1":  # NCCL's own algorithm and protocol at a channel count: recorded as c1, c4, c16
+        name = f"c{ch}" if ch > 0 else "default"
+    else:
+        name = f"{algo}_{ {'ll': 'LL', 'll128': 'LL128', 'simple': 'Simple'}[proto] }" + (f"_c{ch}" if ch > 0 else "")
 if os.environ.get("FAKE_PERF_HANG_ON") == name:
     mode = "hang"
 path = data / f"all_reduce__{name.replace(' ', '')}.txt"
