@@ -78,6 +78,14 @@ class FinetuneConfig:
         job, and two jobs of one configuration put its geometric mean over 26 sizes 7% apart in
         the median (sd 0.11 in log, 187 pairs on the lent 2x2; docs/live/aa_geomean.py); 0
         exports the best geometric mean
+    :param rows_on_ties: under a knob setting other than NCCL's defaults, a row that its guard job
+        did not show faster than NCCL's choice under the setting is still kept where it measured
+        no slower there (its median at most NCCL's choice's). There NCCL's choice is not NCCL's
+        default either; both are judged against the plain default. On the lent 2x2, NCCL's own
+        choice at 32 B under 4 threads x 4 sockets + inline passed its one guard job (21.6 us,
+        the row 21.0 us) and ran 0.39-0.72x in three of four validations (docs/live.md, session
+        13); the Tree/LL rows next to it ran 1.3-1.6x. ``False``: NCCL's choice runs wherever a
+        row is not shown faster
     """
 
     budget: int = 200
@@ -93,6 +101,7 @@ class FinetuneConfig:
     verify: int = 8
     verify_reserve: int = 3
     tie_pct: float = 10.0
+    rows_on_ties: bool = True
     seed: int = 0
 
     def check(self) -> None:
@@ -631,6 +640,15 @@ class Finetuner:
                     kept_c.append(r)  # judged against the plain default, not NCCL's choice: not re-judged
                     final_c[x] = t
                     del job.dropped[x]
+            # under a setting NCCL's defaults do not run, NCCL's choice is no reference either: a
+            # row that measured no slower than it in the job stays (both are judged against the
+            # plain default below; the row has the search's jobs besides)
+            if self.cfg.rows_on_ties:
+                for x, (r, t, d) in list(job.dropped.items()):
+                    if log_geomean(t) <= log_geomean(d):
+                        kept_c.append(r)
+                        final_c[x] = t
+                        del job.dropped[x]
             slow = [x for x, v in final_c.items() if not v or self.loses(x, v, plain[x])]
             # a setting that loses at a few sizes gets those sizes re-measured, both sides in fresh
             # jobs, and is judged again on all their jobs

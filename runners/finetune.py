@@ -31,7 +31,7 @@ DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "", "collectives": "
                             "max_bytes": "256M", "budget": "200", "wall_s": "1800", "rounds": "3",
                             "confs_per_round": "2", "probe_every": "4", "per_size": "1", "samples": "5",
                             "guard_samples": "9", "guard_confs": "2", "verify": "8", "verify_reserve": "3",
-                            "tie_pct": "10",
+                            "tie_pct": "10", "rows_on_ties": "true",
                             "ppo_steps": "8192", "seed": "0", "store": "runs/finetune.sqlite",
                             "replay_store": "",
                             "out": "runs/finetune", "timing": "eager", "timeout_s": "120", "launch": "nccl"}
@@ -61,6 +61,8 @@ def parse_args(argv: list[str]) -> dict[str, str]:
         float(args["tie_pct"])
     except ValueError:
         raise ConfigError("tie_pct", f"must be a number of percent in [0, 100), got {args['tie_pct']!r}") from None
+    if args["rows_on_ties"] not in ("true", "false"):
+        raise ConfigError("rows_on_ties", f"unknown value {args['rows_on_ties']!r}; allowed: true, false")
     return args
 
 
@@ -233,7 +235,8 @@ def run_finetune(checkpoint: str, args: dict[str, str], out=sys.stdout) -> dict[
                          samples=int(args["samples"]), guard_samples=int(args["guard_samples"]),
                          guard_confs=int(args["guard_confs"]), verify=int(args["verify"]),
                          verify_reserve=int(args["verify_reserve"]), ppo_steps=int(args["ppo_steps"]),
-                         tie_pct=float(args["tie_pct"]), seed=int(args["seed"]))
+                         tie_pct=float(args["tie_pct"]), rows_on_ties=args["rows_on_ties"] == "true",
+                         seed=int(args["seed"]))
     cfg.check()
     if args["backend"] == "torch":  # before the policy loads and the store opens
         from runners.live_common import require_gpus

@@ -189,7 +189,8 @@ def test_search_leaves_time_to_verify_a_row_against_a_bimodal_choice(monkeypatch
     """NCCL's choice under the exported setting measures as fast as the row in the first guard job
     and 1.2x NCCL's plain default in every later one. With the default verify_reserve=3 the search
     stops early enough for at least 3 verification jobs, and the row is kept; with none (session
-    7's fine-tuning) one verification job fits in the same wall_s."""
+    7's fine-tuning) one verification job fits in the same wall_s. (With ``rows_on_ties`` the row,
+    no slower in that job, is kept without them: that is tested apart.)"""
     import agents.finetune as F
 
     topo = load_topology("h200-2x2-sock")
@@ -199,7 +200,8 @@ def test_search_leaves_time_to_verify_a_row_against_a_bimodal_choice(monkeypatch
         monkeypatch.setattr(F.time, "time", lambda c=clock: c[0])
         ft = Finetuner(topo, [N.ALLREDUCE], sizes, None,
                        _bimodal_choice_platform(Simulator(topo, seed=0), 32, clock, log, noise_seed),
-                       FinetuneConfig(budget=473, wall_s=200, ppo_steps=0, verify_reserve=reserve), log=lambda m: None)
+                       FinetuneConfig(budget=473, wall_s=200, ppo_steps=0, verify_reserve=reserve, rows_on_ties=False),
+                       log=lambda m: None)
         verify = ft._verify
 
         def counted(*args, verify=verify, log=log, verify_jobs=verify_jobs):
@@ -506,6 +508,34 @@ def test_guard_runs_nccls_own_algorithm_at_its_channel_count_where_raised_channe
     assert (r["algo"], r["proto"], r["channels"]) == ("-1", "-1", 2)
 
 
+@pytest.mark.parametrize("rows_on_ties", [True, False])
+def test_a_row_that_ties_with_nccls_choice_under_another_setting(rows_on_ties):
+    """Under a setting 3x faster everywhere, at 32 B every configuration measures alike (half NCCL's
+    plain default): no row is shown faster than NCCL's choice there. With ``rows_on_ties`` the
+    search's row stays (NCCL's choice under the setting is no default either); without, NCCL
+    decides. Elsewhere the rows are what the guard showed."""
+    topo = load_topology("h200-2x2-sock")
+    sizes = sizes_for(topo, [N.ALLREDUCE], 8, 256 << 20)
+    grid = knob_grid(topo, "full")
+    other = grid[3]
+    base = sim_measure(Simulator(topo, seed=0), [])
+
+    def measure(knobs, points, samples, tag):
+        out = base(knobs, points, samples, tag)
+        if knobs.knobs != other.knobs:
+            return out
+        ref = base(Point("x", 1), [Point("allreduce", 32)], 1, "x")[0][0]
+        return [[0.5 * ref] * samples if p.nbytes == 32 else [x / 3 for x in t] for p, t in zip(points, out, strict=True)]
+
+    ft = Finetuner(topo, [N.ALLREDUCE], sizes, None, measure,
+                   FinetuneConfig(budget=300, ppo_steps=0, guard_confs=1, rows_on_ties=rows_on_ties),
+                   log=lambda m: None, knobs=[grid[0], other])
+    res = ft.run()
+    assert res.conf.knobs == other.knobs
+    at32 = [r for r in res.rows if r["nbytes"] == 32]
+    assert bool(at32) == rows_on_ties and all(r["key"] != DEFAULT for r in at32)
+
+
 def test_finetune_replaying_the_h200_sweep(tmp_path):
     """The replay path on the real sweep (9 knob settings), without a policy (the model alone
     proposes): <= 10% of the sweep's measurements; the table never loses to NCCL's default on the
@@ -551,6 +581,7 @@ def test_finetune_cli_end_to_end_with_a_policy(tmp_path, tiny_policy):
                                          (["topology=h200-1x4", "backend=replay", "replay_store=/nope.sqlite"],
                                           "replay_store"),
                                          (["topology=h200-1x4", "budget=lots"], "budget"),
+                                         (["topology=h200-1x4", "rows_on_ties=maybe"], "rows_on_ties"),
                                          (["topology=h200-1x4", "speed=11"], "speed")])
 def test_finetune_bad_arguments_name_the_field(argv, field):
     with pytest.raises(ConfigError) as e:

@@ -8,6 +8,9 @@
 #  2 Part 1's table measured afresh (3 rounds); fine-tuning with seed 1 and its table.
 #  3 Parts 1 and 2's tables and the completed sweep's table (NVIDIA's recipe, replayed on the
 #    device's CPU from the store), one after the other.
+#  4 (a fresh machine, after rows_on_ties: under a setting other than NCCL's defaults, a row no
+#    slower than NCCL's choice in its guard job stays) Fine-tuning with seed 2, its table and the
+#    sweep's (S13S: part 3's sweep-best-s13 folder).
 # Each part starts from STORE0 (the previous part's store). S13: part 1's table folder.
 # DEPS: folder with the Python packages the GPU image lacks (gymnasium, stable-baselines3, sb3-contrib, scipy).
 set -uo pipefail
@@ -18,6 +21,7 @@ T=topology=h200-2x2-sock
 V="python3 -m runners.validate rounds=3 store=$S launch=nccl $T"
 S13=${S13:-docs/live/finetuned-s13/h200-2x2-sock}
 S13B=${S13B:-docs/live/finetuned-s13b/h200-2x2-sock}
+S13S=${S13S:-docs/live/sweep-best-s13/h200-2x2-sock}
 P=docs/live/pretrained/policy.zip
 val() { step 85 $V table=$1/nccl_tuner.csv conf=$1/nccl.conf out=$OUT/validate-p${PART}-$2.csv; }
 ft() { step 370 python3 -m runners.cli finetune --checkpoint $P backend=torch launch=nccl $T budget=473 wall_s=330 \
@@ -31,5 +35,6 @@ case "${PART:-1}" in
   3) step 60 python3 -m runners.tune method=exhaustive backend=replay replay_store=$S launch=nccl $T \
        store=$OUT/replay.sqlite budget=100000 out=$OUT/sweep-best-s13
      val $S13 finetuned-s13; val $S13B finetuned-s13b; val $OUT/sweep-best-s13 sweep-best-s13 ;;
+  4) ft 2 tune-s13c; val $OUT/tune-s13c finetuned-s13c; val $S13S sweep-best-s13 ;;
 esac
 echo "## $(date +%T) done" >> "$L"
