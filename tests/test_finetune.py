@@ -525,7 +525,8 @@ def test_a_row_that_ties_with_nccls_choice_under_another_setting(rows_on_ties):
         if knobs.knobs != other.knobs:
             return out
         ref = base(Point("x", 1), [Point("allreduce", 32)], 1, "x")[0][0]
-        return [[0.5 * ref] * samples if p.nbytes == 32 else [x / 3 for x in t] for p, t in zip(points, out, strict=True)]
+        return [[0.5 * ref] * samples if p.nbytes == 32 else [x / 3 for x in t]
+                for p, t in zip(points, out, strict=True)]
 
     ft = Finetuner(topo, [N.ALLREDUCE], sizes, None, measure,
                    FinetuneConfig(budget=300, ppo_steps=0, guard_confs=1, rows_on_ties=rows_on_ties),
