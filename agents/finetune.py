@@ -19,7 +19,9 @@ measurements, and learns between rounds from a model refit to what was measured:
    size, the best measured configuration under it; then re-measure afresh, one job per setting,
    NCCL's plain defaults and the best settings, every row next to NCCL's choice under its
    setting: a row survives only if its 95% interval lies below NCCL's in the same job (else NCCL
-   decides), and a setting only if at no size it is slower than NCCL's plain default beyond the
+   decides; under a setting other than NCCL's defaults, a row no slower there also survives:
+   ``rows_on_ties``; under raised channels NCCL's own algorithm at NCCL's count is a candidate
+   row too), and a setting only if at no size it is slower than NCCL's plain default beyond the
    between-job noise (:meth:`Finetuner.guard`, :mod:`runners.noise`). NCCL's plain defaults with
    their surviving rows are the fallback. Budget left re-measures the exported setting's dropped
    rows next to NCCL's choice, and each is judged once more on all its jobs.
@@ -585,7 +587,9 @@ class Finetuner:
            its 95% interval lies below NCCL's default in the same job; what survives is the
            fallback.
         2. Then, best first, up to ``guard_confs`` knob settings with their rows (one job each, the
-           same row test against NCCL's default under the setting). A setting qualifies only if
+           same row test against NCCL's default under the setting; with ``rows_on_ties`` a row no
+           slower than it in the job stays too; under raised channels the faster of the row and
+           NCCL's own algorithm at NCCL's count, :meth:`own_at_count`, is tested). A setting qualifies only if
            at no size what the table would run there is slower than NCCL's plain default beyond
            the between-job noise (:mod:`runners.noise`: the setting's guard jobs against every job
            of the plain default, with the spread that this run's repeated jobs show); sizes where
@@ -649,6 +653,9 @@ class Finetuner:
                         kept_c.append(r)
                         final_c[x] = t
                         del job.dropped[x]
+                        for g in checks:  # the row's check says why it stays
+                            if (g["knobs"], g["collective"], g["nbytes"]) == (knob_label(conf), *x):
+                                g.update(kept=True, on_tie=True)
             slow = [x for x, v in final_c.items() if not v or self.loses(x, v, plain[x])]
             # a setting that loses at a few sizes gets those sizes re-measured, both sides in fresh
             # jobs, and is judged again on all their jobs

@@ -99,6 +99,30 @@ def test_finds_known_optimum(method):
         assert float(np.median(got)) >= 0.9, (method, got)
 
 
+class CountWins(Synthetic):
+    """:class:`Synthetic`, except that under a communicator with raised channels a call at NCCL's
+    channel count runs twice as fast: only NCCL's own algorithm at that count (``-1,-1,2``)
+    reaches it, at the sizes where NCCL's algorithm is Ring/Simple."""
+
+    def time_us(self, cfg, validate: bool = True) -> np.ndarray:
+        t = super().time_us(cfg)
+        count = self.topo.nccl.channels
+        return np.where((cfg.comm_channels > count) & (cfg.channels == count), 0.5 * t, t)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_tpe_reaches_nccls_own_algorithm_at_its_count(seed):
+    """The optimum runs NCCL's own algorithm at 2 channels under 4 at 3 of 5 sizes; TPE, which
+    indexes each setting's per-call space, finds the optimum with a third of the space (it reached
+    93.9% when its index stopped at the plain setting's space)."""
+    problem = small_problem()
+    plat = CountWins(problem.topo)
+    judge = Judge(problem, plat)
+    assert ("default", "default", 2) in judge.best_decision().rows.values()
+    ev = Evaluator(problem, sim_measure(plat), problem.n_points // 3)
+    assert judge.judge(make_tuner("tpe").tune(problem, ev, seed=seed)).fraction == pytest.approx(1.0)
+
+
 def test_ncclrl_finetuned_recovers_from_a_wrong_prior(model):
     """On the synthetic platform the pretrained model's knob choice is not the optimum; fine-tuning
     with a quarter of the space must reach 80% of it and beat the pretrained table."""

@@ -535,6 +535,8 @@ def test_a_row_that_ties_with_nccls_choice_under_another_setting(rows_on_ties):
     assert res.conf.knobs == other.knobs
     at32 = [r for r in res.rows if r["nbytes"] == 32]
     assert bool(at32) == rows_on_ties and all(r["key"] != DEFAULT for r in at32)
+    check = next(g for g in res.guard if g["nbytes"] == 32 and g["knobs"] == knob_label(other))
+    assert check["kept"] == check.get("on_tie", False) == rows_on_ties
 
 
 def test_finetune_replaying_the_h200_sweep(tmp_path):

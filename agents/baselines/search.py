@@ -208,7 +208,7 @@ class TpeTuner:
         dists = {}
         studies = {}
         for i, (c, s) in enumerate(cells):
-            n_keys = len(problem.space(c, problem.base))
+            n_keys = max(len(problem.space(c, k)) for k in problem.knobs)  # the largest setting's space
             dists[(c, s)] = {"knobs": optuna.distributions.CategoricalDistribution(list(range(len(problem.knobs)))),
                              "config": optuna.distributions.CategoricalDistribution(list(range(n_keys)))}
             st = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed * 100003 + i))
