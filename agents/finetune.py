@@ -43,11 +43,13 @@ import numpy as np
 from agents.baselines.base import DEFAULT, Key, point_configs
 from costmodel import nccl as N
 from costmodel.errors import ConfigError
+from costmodel.replica import default_decisions
 from costmodel.simulator import Simulator
 from costmodel.topology import Topology
 from runners.noise import compare, log_geomean, log_median, pooled_sigma
 from runners.store import Point, summarize
 from runners.sweep import call_configs, knob_grid, size_grid
+from runners.table import format_row
 
 
 @dataclass
@@ -520,8 +522,6 @@ class Finetuner:
         count = self.topo.nccl.channels
         if conf.comm_channels <= count:
             return {}
-        from costmodel.replica import default_decisions
-
         key = ("default", "default", count)
         by = {(r["collective"], r["nbytes"]): r for r in rows}
         out = {}
@@ -545,22 +545,19 @@ class Finetuner:
         default's (the same job: no between-job noise between the two)."""
         cand = {(r["collective"], r["nbytes"]): r for r in rows if r["key"] != DEFAULT}
         extra = extra or {}
-        pts, where = [], {}
+        pts, where = [], {}  # per size: NCCL's choice's index, then its candidate rows
         for c in self.colls:
             name = N.COLLECTIVES[c]
             for s in self.sizes[c]:
-                where[(name, s)] = len(pts)
-                pts.append(Point(name, s, *DEFAULT, *conf.knobs))
-                for r in (cand.get((name, s)), extra.get((name, s))):
-                    if r is not None:
-                        pts.append(Point(name, s, *r["key"], *conf.knobs))
+                rs = [r for r in (cand.get((name, s)), extra.get((name, s))) if r is not None]
+                where[(name, s)] = (len(pts), rs)
+                pts += [Point(name, s, *key, *conf.knobs) for key in [DEFAULT] + [r["key"] for r in rs]]
         res = self._run(conf, pts, self.cfg.guard_samples, "guard")
         job = _GuardJob()
-        for (name, s), i in where.items():
+        for (name, s), (i, rs) in where.items():
             d = res[i]
             job.default[(name, s)] = job.final[(name, s)] = [d] if d else []
-            got = [(r, res[j]) for j, r in enumerate([x for x in (cand.get((name, s)), extra.get((name, s)))
-                                                      if x is not None], i + 1)]
+            got = [(r, res[i + 1 + j]) for j, r in enumerate(rs)]
             if got:
                 # the faster of the search's row and NCCL's own algorithm at NCCL's count, in this job
                 r, t = min(got, key=lambda g: summarize(g[1])[0] if g[1] else np.inf)
@@ -653,9 +650,7 @@ class Finetuner:
                         kept_c.append(r)
                         final_c[x] = t
                         del job.dropped[x]
-                        for g in checks:  # the row's check says why it stays
-                            if (g["knobs"], g["collective"], g["nbytes"]) == (knob_label(conf), *x):
-                                g.update(kept=True, on_tie=True)
+                        first_check(checks, conf, x).update(kept=True, on_tie=True)  # why it stays
             slow = [x for x, v in final_c.items() if not v or self.loses(x, v, plain[x])]
             # a setting that loses at a few sizes gets those sizes re-measured, both sides in fresh
             # jobs, and is judged again on all their jobs
@@ -757,14 +752,18 @@ class Finetuner:
                 withdrawn.add(x)
             elif x not in kept and shown:
                 added.append(r)
-            for g in checks:  # the row's first check, now judged on all its jobs
-                if (g["knobs"], g["collective"], g["nbytes"]) == (knob_label(conf), *x) and "jobs" not in g:
-                    g.update(kept=shown, jobs=len(t), default_us=a_us, row_us=b_us)
-                    break
+            g = first_check(checks, conf, x)  # the row's check, now judged on all its jobs
+            if g is not None and "jobs" not in g:
+                g.update(kept=shown, jobs=len(t), default_us=a_us, row_us=b_us)
         if withdrawn:
             self.log(f"# verify: {len(withdrawn)} of {len(kept)} kept rows not shown faster on all their jobs: "
                      + ", ".join(f"{n}:{s}" for n, s in sorted(withdrawn)))
         return added, withdrawn
+
+
+def first_check(checks: list[dict[str, Any]], conf: Point, x: tuple[str, int]) -> dict[str, Any] | None:
+    """The guard's first check of the row at ``x`` (collective, size) under ``conf``."""
+    return next((g for g in checks if (g["knobs"], g["collective"], g["nbytes"]) == (knob_label(conf), *x)), None)
 
 
 def replicated(default_jobs: list[list[float]], row_jobs: list[list[float]]) -> bool:
@@ -807,9 +806,7 @@ def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out
                 continue
             lo = 0 if i == 0 else s
             hi = 4294967295 if i == len(ss) - 1 else ss[i + 1] - 1
-            a, p, ch = r["key"]
-            a, p = ("-1", "-1") if a == "default" else (a, p)  # NCCL's own algorithm at a channel count
-            lines.append(f"{name},{lo},{hi},{a},{p},{ch if ch > 0 else -1},{topo.nodes},{topo.nranks}")
+            lines.append(format_row(name, lo, hi, *r["key"], topo.nodes, topo.nranks))
     paths = {"csv": out_dir / "nccl_tuner.csv", "conf": out_dir / "nccl.conf", "json": out_dir / "finetune.json"}
     paths["csv"].write_text("\n".join(lines) + "\n")
     env = out.conf.env()

@@ -26,6 +26,7 @@ import yaml
 from costmodel.errors import ConfigError
 from runners.nccltests import NcclTestsError, parse_stdout
 from runners.store import Point
+from runners.table import format_row
 
 PROGRAMS = {"allreduce": "all_reduce_perf", "allgather": "all_gather_perf", "reducescatter": "reduce_scatter_perf",
             "broadcast": "broadcast_perf", "reduce": "reduce_perf"}
@@ -104,8 +105,7 @@ class NcclTestsBackend:
                 raise ConfigError("plugin", "forcing a per-call decision needs our tuner plugin "
                                   "(`ncclrl plugin build`)")
             table = workdir / f"table-{config.algo}-{config.proto}-{config.channels}.csv"
-            a, p = ("-1", "-1") if config.algo == "default" else (config.algo, config.proto)
-            table.write_text(f"{collective},0,max,{a},{p},{config.channels if config.channels > 0 else -1},-1,-1\n")
+            table.write_text(format_row(collective, 0, "max", config.algo, config.proto, config.channels) + "\n")
             env.update(NCCL_TUNER_PLUGIN=str(self.plugin.resolve()), NCCLRL_TUNER_TABLE=str(table))
         else:
             env["NCCL_TUNER_PLUGIN"] = "none"

@@ -8,6 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 
+def format_row(collective: str, min_bytes: int | str, max_bytes: int | str, algo: str, proto: str, channels: int,
+               nnodes: int = -1, nranks: int = -1) -> str:
+    """One line in that format: NCCL's own algorithm and protocol (``algo == "default"``) as
+    ``-1,-1``, a channel count <= 0 (NCCL's per-call choice) as ``-1``."""
+    a, p = ("-1", "-1") if algo == "default" else (algo, proto)
+    return f"{collective},{min_bytes},{max_bytes},{a},{p},{channels if channels > 0 else -1},{nnodes},{nranks}"
+
+
 def parse_example_rows(text: str) -> list[dict[str, Any]]:
     """Rows as NVIDIA's example plugin reads them (first match wins; lines > 256 chars dropped)."""
     rows = []

@@ -27,6 +27,7 @@ from costmodel.nccl import COLL_INDEX
 from runners.live_common import LAUNCHES, PLUGIN, SAFE_ENV, WorkerError, _free_port, require_gpus, timing_label
 from runners.plugin_verify import _make_op as make_collective
 from runners.store import Point
+from runners.table import format_row
 
 QUANTUM = 16
 # repetitions per sample (per captured graph): enough that an 8 B call's launch cost is amortized
@@ -50,8 +51,7 @@ def table_rows(points: list[Point], sizes: list[int]) -> str:
     for p, s in zip(points, sizes, strict=True):
         if p.is_default:
             continue
-        a, q = ("-1", "-1") if p.algo == "default" else (p.algo, p.proto)
-        rows.append(f"{p.collective},{s},{s},{a},{q},{p.channels if p.channels > 0 else -1},-1,-1")
+        rows.append(format_row(p.collective, s, s, p.algo, p.proto, p.channels))
     return "\n".join(rows) + "\n"
 
 
