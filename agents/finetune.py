@@ -12,7 +12,7 @@ measurements, and learns between rounds from a model refit to what was measured:
    (``runners.sweep.call_configs``), so the two are comparable.
 2. **Measure** the batch on the backend (one job per knob setting), every point into the store.
 3. **Learn.** Refit the simulator's parameters to every measurement so far
-   (:func:`costmodel.calibrate.fit`), then continue PPO training of the policy on the refit
+   (:func:`ncclrl.costmodel.calibrate.fit`), then continue PPO training of the policy on the refit
    simulator (the live platform as the model now sees it).
 4. Repeat until the budget (points, wall clock) leaves only the guard's reserve.
 5. **Decide and guard.** Rank the knob settings by measured geometric-mean speedup, each with, per
@@ -22,7 +22,7 @@ measurements, and learns between rounds from a model refit to what was measured:
    decides; under a setting other than NCCL's defaults, a row no slower there also survives:
    ``rows_on_ties``; under raised channels NCCL's own algorithm at NCCL's count is a candidate
    row too), and a setting only if at no size it is slower than NCCL's plain default beyond the
-   between-job noise (:meth:`Finetuner.guard`, :mod:`runners.noise`). NCCL's plain defaults with
+   between-job noise (:meth:`Finetuner.guard`, :mod:`ncclrl.costmodel.noise`). NCCL's plain defaults with
    their surviving rows are the fallback. Budget left re-measures the exported setting's dropped
    rows next to NCCL's choice, and each is judged once more on all its jobs.
 
@@ -40,16 +40,19 @@ from typing import Any
 
 import numpy as np
 
-from agents.baselines.base import DEFAULT, Key, point_configs
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.replica import default_decisions
-from costmodel.simulator import Simulator
-from costmodel.topology import Topology
-from runners.noise import compare, log_geomean, log_median, pooled_sigma
-from runners.store import Point, summarize
-from runners.sweep import call_configs, knob_grid, size_grid
-from runners.table import format_row
+from ncclrl.agents.pretrain import policy_scores
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.calibrate import fit, measurements_from_store
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.noise import compare, log_geomean, log_median, pooled_sigma, summarize
+from ncclrl.costmodel.replica import default_decisions
+from ncclrl.costmodel.simulator import Simulator
+from ncclrl.costmodel.space import DEFAULT, Key, Point, call_configs, knob_grid, point_configs, size_grid
+from ncclrl.costmodel.table import format_row
+from ncclrl.costmodel.topology import Topology
+from ncclrl.envs import spaces as S
+from ncclrl.envs.backend import SimBackend
+from ncclrl.envs.nccl_env import NcclTuneEnv
 
 
 @dataclass
@@ -65,7 +68,8 @@ class FinetuneConfig:
     :param probe_every: the first round probes every other knob setting at every n-th size
     :param per_size: new per-call candidates per (setting, collective, size) and round, at least
         (more when the budget left, spread over the rounds left, allows)
-    :param samples: samples per point while searching; ``guard_samples`` for the guard
+    :param samples: samples per point while searching
+    :param guard_samples: samples per point in the guard's jobs
     :param guard_confs: knob settings (besides NCCL's defaults) the guard re-measures, best first
     :param ppo_steps: PPO steps on the refit simulator after each round (0: no policy update)
     :param verify: at most this many more guard jobs, with the budget left at the end, for the rows
@@ -90,6 +94,7 @@ class FinetuneConfig:
         the row 21.0 us) and ran 0.39-0.72x in three of four validations (docs/live.md, session
         13); the Tree/LL rows next to it ran 1.3-1.6x. ``False``: NCCL's choice runs wherever a
         row is not shown faster
+    :param seed: seed of the search and of the policy's updates
     """
 
     budget: int = 200
@@ -211,7 +216,7 @@ class Finetuner:
 
     def noise(self, coll: str) -> dict[int, tuple[float, int]]:
         """Per size of ``coll``: the between-job sigma (log scale) and its degrees of freedom, from
-        every point measured in more than one job so far (:func:`runners.noise.pooled_sigma`)."""
+        every point measured in more than one job so far (:func:`ncclrl.costmodel.noise.pooled_sigma`)."""
         sizes = self.sizes[N.COLLECTIVES.index(coll)]
         groups: list[list[list[float]]] = [[] for _ in sizes]
         at = {s: i for i, s in enumerate(sizes)}
@@ -243,8 +248,6 @@ class Finetuner:
             pred = self.predicted(Point("x", 1, comm_channels=comm), coll, sizes, space)
             return [[space[j] for j in np.argsort(pred[:, i], kind="stable") if space[j] != DEFAULT]
                     for i in range(len(sizes))]
-        from agents.pretrain import policy_scores
-        from envs import spaces as S
 
         s = np.asarray(sizes, dtype=np.int64)
         obs = S.observations(self.topo, coll, s)
@@ -350,12 +353,6 @@ class Finetuner:
     def refit(self) -> None:
         import pandas as pd
 
-        try:
-            from costmodel.calibrate import fit, measurements_from_store
-        except ImportError as e:  # scipy missing on a GPU image: keep the current model
-            self.log(f"# model not refit ({e}); install scipy to refit the simulator between rounds")
-            return
-
         rows = [{"topology": self.topo.name, "status": "ok", "collective": coll, "nbytes": s, "algo": key[0],
                  "proto": key[1], "channels": key[2], "comm_channels": kn[0], "buffsize_bytes": kn[1],
                  "socket_nthreads": kn[2], "nsocks_perthread": kn[3], "socket_inline_bytes": kn[4],
@@ -370,9 +367,6 @@ class Finetuner:
         if not self.cfg.ppo_steps or self.model is None:
             return
         from stable_baselines3.common.vec_env import DummyVecEnv
-
-        from envs.backend import SimBackend
-        from envs.nccl_env import NcclTuneEnv
 
         lo = min(min(v) for v in self.sizes.values())
         hi = max(max(v) for v in self.sizes.values())
@@ -515,7 +509,7 @@ class Finetuner:
         """Under a setting that raises the communicator's channels above NCCL's count: the sizes
         where the guard also measures NCCL's own algorithm and protocol at NCCL's count, as a row
         (``("default", "default", count)``). At each size where NCCL's own per-call choice would
-        use more channels than its count under ``conf`` (:func:`costmodel.replica.default_decisions`),
+        use more channels than its count under ``conf`` (:func:`ncclrl.costmodel.replica.default_decisions`),
         unless the search's row there runs at least twice as fast as NCCL's plain default (the
         raised count is why: there NCCL's count cannot compete; on the lent 2x2 Ring/Simple with 2
         channels also hangs at 256 MiB with inline sends)."""
@@ -588,7 +582,7 @@ class Finetuner:
            slower than it in the job stays too; under raised channels the faster of the row and
            NCCL's own algorithm at NCCL's count, :meth:`own_at_count`, is tested). A setting qualifies only if
            at no size what the table would run there is slower than NCCL's plain default beyond
-           the between-job noise (:mod:`runners.noise`: the setting's guard jobs against every job
+           the between-job noise (:mod:`ncclrl.costmodel.noise`: the setting's guard jobs against every job
            of the plain default, with the spread that this run's repeated jobs show); sizes where
            it loses (a few) are re-measured once on both sides in fresh jobs and judged again.
         3. Of the qualifying options whose geometric-mean speedup over the plain default is within

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
@@ -10,17 +11,30 @@ from sb3_contrib import MaskablePPO
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback
 from stable_baselines3.common.vec_env import DummyVecEnv
 
-from costmodel.errors import ConfigError
-from envs import spaces as S
-from envs.backend import SimBackend
-from envs.nccl_env import NcclTuneEnv
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.envs import spaces as S
+from ncclrl.envs.backend import SimBackend
+from ncclrl.envs.nccl_env import NcclTuneEnv
 
 
 @dataclass
 class AgentConfig:
-    """MaskablePPO settings. Each episode is one decision, so ``gamma`` is irrelevant (0)."""
+    """MaskablePPO settings. Each episode is one decision, so ``gamma`` is irrelevant (0).
 
-    total_timesteps: int = 150_000
+    :param total_timesteps: decisions to train on (the main job's budget: a few minutes on 2 cores)
+    :param n_envs: simulated environments stepped together
+    :param n_steps: steps per environment between updates
+    :param batch_size: minibatch size; must divide n_envs * n_steps
+    :param n_epochs: passes over each rollout
+    :param learning_rate: Adam's learning rate
+    :param ent_coef: entropy bonus
+    :param net_arch: hidden layer widths of the policy and value networks
+    :param seed: seed of the networks, the platform draws and the simulated noise
+    :param device: torch device (cpu is fastest for these small networks)
+    :param checkpoint_every: save the policy every this many steps (run folder's checkpoints/)
+    """
+
+    total_timesteps: int = 200_000
     n_envs: int = 8
     n_steps: int = 256
     batch_size: int = 512
@@ -30,6 +44,7 @@ class AgentConfig:
     net_arch: list[int] = field(default_factory=lambda: [256, 256])
     seed: int = 0
     device: str = "cpu"
+    checkpoint_every: int = 50_000
 
     def check(self) -> None:
         if self.total_timesteps < 1:
@@ -91,8 +106,7 @@ def make_vec_env(topologies: list[str], cfg: AgentConfig, randomize: float, rand
 
 def pretrain(topologies: list[str], cfg: AgentConfig, run_dir: Path, randomize: float = 0.5,
              randomize_scale: float = 1.0, noise: bool = True, collectives: list[str] | None = None,
-             min_bytes: int = 8, max_bytes: int = 1 << 30, progress_bar: bool = True,
-             checkpoint_every: int = 50_000) -> MaskablePPO:
+             min_bytes: int = 8, max_bytes: int = 1 << 30, progress_bar: bool = True) -> MaskablePPO:
     """Train MaskablePPO on simulated platforms drawn around ``topologies``; save under ``run_dir``."""
     cfg.check()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -103,7 +117,7 @@ def pretrain(topologies: list[str], cfg: AgentConfig, run_dir: Path, randomize: 
                         tensorboard_log=str(run_dir / "tb"), verbose=0)
     callbacks = CallbackList([
         TuningMetrics(),
-        CheckpointCallback(save_freq=max(checkpoint_every // cfg.n_envs, 1), save_path=str(run_dir / "checkpoints"),
+        CheckpointCallback(save_freq=max(cfg.checkpoint_every // cfg.n_envs, 1), save_path=str(run_dir / "checkpoints"),
                            name_prefix="policy"),
     ])
     model.learn(total_timesteps=cfg.total_timesteps, callback=callbacks, progress_bar=progress_bar,
@@ -116,9 +130,19 @@ def save_policy(model: MaskablePPO, path: Path) -> None:
     model.save(str(path))
 
 
+# the policy shipped with ncclrl (package data), pretrained by `ncclrl pretrain` with its defaults
+PRETRAINED = Path(str(files("ncclrl.agents"))) / "pretrained" / "policy.zip"
+
+
+def checkpoint_path(name: str | Path | None) -> Path:
+    """``pretrained`` (or nothing) is the policy shipped with ncclrl; anything else a path to a ``policy.zip``."""
+    return PRETRAINED if name in (None, "", "pretrained") else Path(name)
+
+
 def load_policy(path: str | Path) -> MaskablePPO:
-    """Load a checkpoint and check it matches this version's observation/action layout."""
-    p = Path(path)
+    """Load a checkpoint (``pretrained``: the one shipped with ncclrl) and check it matches this
+    version's observation/action layout."""
+    p = checkpoint_path(path)
     if not p.exists():
         raise ConfigError("checkpoint", f"file not found: {p}")
     try:

@@ -33,11 +33,11 @@ def main() -> None:
 
     import torch
 
-    from agents.finetune import FinetuneConfig, Finetuner, sizes_for
-    from agents.pretrain import load_policy
-    from costmodel import nccl as N
-    from costmodel.topology import load_topology
-    from runners.finetune import ReplayWorkers, recorded_sweep, replay_knobs
+    from ncclrl.agents.finetune import FinetuneConfig, Finetuner, sizes_for
+    from ncclrl.agents.pretrain import load_policy
+    from ncclrl.costmodel import nccl as N
+    from ncclrl.costmodel.topology import load_topology
+    from ncclrl.envs.replay import ReplayWorkers, recorded_sweep, replay_knobs
 
     default_threads = torch.get_num_threads()
     print(f"# {os.cpu_count()} CPUs, torch {torch.__version__}, default threads {default_threads}")

@@ -13,11 +13,11 @@ import argparse
 import time
 from pathlib import Path
 
-from agents.pretrain import AgentConfig, pretrain
-from costmodel.simulator import Simulator
-from costmodel.topology import preset_names
-from runners.evaluate import evaluate_table, summary
-from runners.export import export_table
+from ncclrl.agents.evaluate import evaluate_table, summary
+from ncclrl.agents.export import export_table
+from ncclrl.agents.pretrain import AgentConfig, pretrain
+from ncclrl.costmodel.simulator import Simulator
+from ncclrl.costmodel.topology import preset_names
 
 HELD_OUT = "a100-16x4-ib"
 

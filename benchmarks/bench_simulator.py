@@ -20,8 +20,8 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from costmodel.replica import eligible_mask  # noqa: E402
-from costmodel.simulator import Configs, Simulator  # noqa: E402
+from ncclrl.costmodel.replica import eligible_mask  # noqa: E402
+from ncclrl.costmodel.simulator import Configs, Simulator  # noqa: E402
 
 
 def random_configs(sim: Simulator, n: int, rng: np.random.Generator) -> Configs:

@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.replica import default_decisions
-from costmodel.simulator import Configs, SimParams, Simulator
-from costmodel.topology import Topology
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.nccltests import run_env
+from ncclrl.costmodel.replica import default_decisions
+from ncclrl.costmodel.simulator import Configs, SimParams, Simulator
+from ncclrl.costmodel.topology import Topology
 
 SIZE_BANDS = ((0, 64 << 10, "<= 64 KiB"), (64 << 10, 4 << 20, "64 KiB - 4 MiB"), (4 << 20, 1 << 62, "> 4 MiB"))
 
@@ -75,7 +76,6 @@ def env_to_config(topo: Topology, coll: int, env: dict[str, str]) -> dict:
 
 def measurements_from_runs(topo: Topology, runs: list) -> pd.DataFrame:
     """One row per measured time: the configuration that ran and its ``time_us``."""
-    from runners.nccltests import run_env
 
     rows = []
     for run in runs:

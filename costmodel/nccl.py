@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.errors import ConfigError
+from ncclrl.costmodel.errors import ConfigError
 
 # Collectives, in the order of NCCL's ``ncclFunc_t`` (what the tuner's ``collType`` carries).
 COLLECTIVES: tuple[str, ...] = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")

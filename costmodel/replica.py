@@ -19,9 +19,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.topology import Topology
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.topology import Topology
 
 
 @dataclass(frozen=True)

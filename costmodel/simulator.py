@@ -2,7 +2,7 @@
 simulated environment.
 
 It follows NCCL's structure (the same hop counts per algorithm, the same per-call channel choice
-and the same spreading of work over channels as :mod:`costmodel.replica`) but replaces NCCL's
+and the same spreading of work over channels as :mod:`ncclrl.costmodel.replica`) but replaces NCCL's
 constants by parameters of the platform, and adds the effects NCCL's own model leaves out:
 
 * a fixed launch cost per call and an overhead per extra channel (CTA);
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.replica import (
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.replica import (
     auto_channels,
     build_model,
     check_algo_allowed,
@@ -39,7 +39,7 @@ from costmodel.replica import (
     eligible_mask,
     scheduled_channels,
 )
-from costmodel.topology import Topology, load_topology
+from ncclrl.costmodel.topology import Topology, load_topology
 
 # CTA copy rate of one channel with the Simple protocol, GB/s (Hopper measured ~24.5 on H200).
 _SIMPLE_CH_BW = {"volta": 10.0, "ampere": 18.0, "hopper": 24.0, "blackwell": 36.0}

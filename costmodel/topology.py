@@ -1,21 +1,22 @@
-"""Typed platform descriptions and their YAML presets (``conf/topology/*.yaml``).
+"""Typed platform descriptions and their YAML presets (``conf/topologies/*.yaml``).
 
 A :class:`Topology` says what NCCL sees of a cluster: GPUs, nodes, the intra-node fabric, the
 inter-node network, the CPU, the NCCL version, and what NCCL's topology search settled on
 (channels per communicator, per-channel bandwidths). It also carries the raw ``sim`` block that
-:class:`costmodel.simulator.SimParams` reads.
+:class:`ncclrl.costmodel.simulator.SimParams` reads.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from costmodel.errors import ConfigError, choice
+from ncclrl.costmodel.errors import ConfigError, choice
 
 GPU_ARCHS = ("volta", "ampere", "hopper", "blackwell")
 FABRICS = ("nvswitch", "nvlink", "pcie")
@@ -23,7 +24,8 @@ NETWORKS = ("none", "ib", "roce", "socket")
 CPU_VENDORS = ("intel", "amd", "arm", "mixed")
 TREE_PATTERNS = ("balanced", "split", "tree")
 
-TOPOLOGY_DIR = Path(__file__).resolve().parent.parent / "conf" / "topology"
+# the presets ship as package data (ncclrl/conf/topologies/*.yaml)
+TOPOLOGY_DIR = Path(str(files("ncclrl.conf"))) / "topologies"
 
 
 @dataclass(frozen=True)
@@ -270,7 +272,7 @@ def preset_names() -> list[str]:
 
 
 def load_topology(name_or_path: str | Path | Topology) -> Topology:
-    """A preset name from ``conf/topology/`` or a path to a YAML file (e.g. a calibrated preset)."""
+    """A preset name from ``ncclrl/conf/topologies/`` or a path to a YAML file (e.g. a calibrated preset)."""
     if isinstance(name_or_path, Topology):
         return name_or_path
     s = str(name_or_path)

@@ -2,9 +2,9 @@
 
 from gymnasium.envs.registration import register
 
-from envs.backend import Backend, SimBackend
-from envs.nccl_env import NcclTuneEnv
+from ncclrl.envs.backend import Backend, SimBackend
+from ncclrl.envs.nccl_env import NcclTuneEnv
 
-register(id="ncclrl/NcclTune-v0", entry_point="envs.nccl_env:NcclTuneEnv")
+register(id="ncclrl/NcclTune-v0", entry_point="ncclrl.envs.nccl_env:NcclTuneEnv")
 
 __all__ = ["Backend", "NcclTuneEnv", "SimBackend"]

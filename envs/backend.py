@@ -10,8 +10,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from costmodel.simulator import Configs, Simulator
-from costmodel.topology import Topology, load_topology
+from ncclrl.costmodel.simulator import Configs, Simulator
+from ncclrl.costmodel.topology import Topology, load_topology
 
 
 @runtime_checkable

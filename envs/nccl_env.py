@@ -9,11 +9,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.replica import default_decisions
-from envs import spaces as S
-from envs.backend import Backend, SimBackend
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.replica import default_decisions
+from ncclrl.envs import spaces as S
+from ncclrl.envs.backend import Backend, SimBackend
 
 
 class NcclTuneEnv(gym.Env):
@@ -28,7 +28,7 @@ class NcclTuneEnv(gym.Env):
     ## Action Space
 
     ``Discrete(N_ACTIONS)``: a flat index over (algorithm x protocol x channels x chunk factor),
-    see :mod:`envs.spaces`. ``action_masks()`` marks what is valid for the current context (NCCL
+    see :mod:`ncclrl.envs.spaces`. ``action_masks()`` marks what is valid for the current context (NCCL
     can run the algorithm/protocol there, the channel count fits the communicator, chunk factors
     only with Simple); invalid actions are never sampled by MaskablePPO and are rejected by
     :meth:`step` with a zero-reward, flagged step.

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.replica import build_model, cost_table, default_decisions, eligible_mask
-from costmodel.simulator import Configs
-from costmodel.topology import CPU_VENDORS, FABRICS, GPU_ARCHS, NETWORKS, Topology
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.replica import build_model, cost_table, default_decisions, eligible_mask
+from ncclrl.costmodel.simulator import Configs
+from ncclrl.costmodel.topology import CPU_VENDORS, FABRICS, GPU_ARCHS, NETWORKS, Topology
 
 # channels: 0 = keep NCCL's own per-call choice
 CHANNEL_CHOICES = np.array([0, 1, 2, 4, 8, 12, 16, 24, 32, 48, 64])

@@ -1,12 +1,12 @@
 """``ncclrl benchmark``: every tuner on the same simulated problems, space and budgets.
 
-    ncclrl benchmark                    # conf/benchmark.yaml with suite=full
+    ncclrl benchmark                    # suite=full
     ncclrl benchmark suite=ci workers=1
-    python -m runners.benchmark -m suite.seeds=[0],[1]    # Hydra multirun: one folder per run
+    ncclrl benchmark -m suite.seeds=[0],[1]    # multirun: one folder per run
 
 A *problem* is one held-out platform (a preset's simulator parameters drawn afresh, with a seed
 stream pretraining never used) and one collective over its sizes. Each method tunes it through
-:class:`agents.baselines.base.Evaluator` (noisy simulated measurements, every point counted)
+:class:`ncclrl.agents.baselines.base.Evaluator` (noisy simulated measurements, every point counted)
 under each budget; its decision is judged on the platform's noise-free times: geometric-mean
 speedup over NCCL's plain default and the fraction of the optimum (the best a table plus one
 ``nccl.conf`` can reach in the space). Writes ``results.csv`` (one row per problem, seed,
@@ -17,36 +17,98 @@ tables whatever ``workers`` is.
 from __future__ import annotations
 
 import os
-import sys
 import time
 import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import hydra
 import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from runners.pretrain import CONF_DIR  # noqa: F401  (re-exported for the tests)
+from ncclrl.agents.baselines import METHODS, Evaluator, Judge, Problem, make_tuner, sim_measure
+from ncclrl.agents.pretrain import checkpoint_path, load_policy
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.simulator import Simulator
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.costmodel.units import parse_bytes
+from ncclrl.runners.config import Command, compose_config, register
+from ncclrl.runners.pretrain import CONF_DIR  # noqa: F401  (re-exported for the tests)
 
 RESULT_COLUMNS = ["suite", "preset", "platform", "collective", "seed", "method", "budget", "used", "calls",
                   "speedup", "optimum", "fraction", "worst", "wall_s"]
 
 
-def compose(overrides: list[str]) -> DictConfig:
-    """conf/benchmark.yaml with ``overrides``; a bad override is a one-line ``ConfigError``."""
-    from runners.pretrain import compose as compose_config
+@dataclass
+class SuiteConfig:
+    """Which problems, budgets and methods (group suite=).
 
-    return compose_config(overrides, "benchmark")
+    :param name: the suite's name (its results folder)
+    :param topologies: presets the held-out platforms are drawn around
+    :param platforms: held-out platforms per preset: simulator parameters drawn around it
+    :param platform_seed: seed of those draws (pretraining draws from seed * 1000 + rank, never this)
+    :param randomize_scale: 1 = the full bounds of the simulator's RANDOMIZATION
+    :param collectives: the collectives of the problems
+    :param min_bytes: the smallest size of a problem
+    :param max_bytes: the largest size of a problem
+    :param seeds: seeds of the tuners' randomness and the measurement noise
+    :param budgets: evaluations per (platform, collective), over all its sizes
+    :param methods: default, exhaustive, random, afnfa, tpe, autoccl, ncclrl-pretrained, ncclrl
+    """
+
+    name: str = "full"
+    topologies: list[str] = field(default_factory=lambda: [
+        "h200-1x4", "h200-2x2-sock", "dgx-h100-2n", "dgx-h100-16n", "a100-16x4-ib", "a40-4x8-ib", "v100-2x8-eth"])
+    platforms: int = 2
+    platform_seed: int = 20261121
+    randomize_scale: float = 1.0
+    collectives: list[str] = field(default_factory=lambda: ["allreduce", "allgather", "reducescatter", "broadcast"])
+    min_bytes: str = "8"
+    max_bytes: str = "1G"
+    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    budgets: list[int] = field(default_factory=lambda: [50, 200, 1000, 5000])
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
+
+
+@dataclass
+class BenchmarkConfig:
+    """Every tuner (NCCL's default, exhaustive sweep, random, AFNFA, Optuna TPE, AutoCCL-style
+    coordinate descent, ncclrl pretrained and fine-tuned) on held-out simulated platforms under
+    the same budgets; writes results.csv, summary.csv and benchmark.png.
+
+    :param suite: the problems, budgets and methods (group suite=full|ci)
+    :param checkpoint: the policy ncclrl starts from: pretrained (shipped with ncclrl) or a policy.zip path
+    :param samples: repetitions per evaluation (their median is what a tuner sees)
+    :param ppo_steps: ncclrl: PPO steps on the refit model per fine-tuning round
+    :param rounds: ncclrl: most fine-tuning search rounds
+    :param verify: ncclrl: most extra guard jobs for the rows the guard dropped (0: none)
+    :param workers: processes; results do not depend on it
+    :param out: the results folder (default: runs/benchmark/<suite name>)
+    """
+
+    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"suite": "full"}])
+    suite: SuiteConfig = field(default_factory=SuiteConfig)
+    checkpoint: str = "pretrained"
+    samples: int = 5
+    ppo_steps: int = 0
+    rounds: int = 8
+    verify: int = 32
+    workers: int = 2
+    out: str | None = None
+
+    def check(self) -> None:
+        check(self)
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """The benchmark's config with ``overrides``; a bad override is a one-line ``ConfigError``."""
+    return compose_config(COMMAND, overrides)
 
 
 def check(cfg: DictConfig) -> None:
     """Early, one-line errors for every field a run would trip on later."""
-    from agents.baselines import METHODS
-    from costmodel.topology import load_topology
 
     s = cfg.suite
     for t in s.topologies:
@@ -61,7 +123,7 @@ def check(cfg: DictConfig) -> None:
             raise ConfigError("suite.budgets", f"budgets are whole numbers >= 0, got {b!r}")
     if int(s.platforms) < 1:
         raise ConfigError("suite.platforms", f"must be >= 1, got {s.platforms}")
-    if not 0 < int(s.min_bytes) <= int(s.max_bytes):
+    if not 0 < parse_bytes(s.min_bytes, "suite.min_bytes") <= parse_bytes(s.max_bytes, "suite.max_bytes"):
         raise ConfigError("suite.min_bytes", f"need 0 < min_bytes <= max_bytes, got {s.min_bytes}, {s.max_bytes}")
     if int(cfg.workers) < 1:
         raise ConfigError("workers", f"must be >= 1, got {cfg.workers}")
@@ -71,7 +133,7 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError("rounds", f"must be >= 1, got {cfg.rounds}")
     if int(cfg.verify) < 0:
         raise ConfigError("verify", f"must be >= 0, got {cfg.verify}")
-    if any(m.startswith("ncclrl") for m in s.methods) and not Path(str(cfg.checkpoint)).is_file():
+    if any(m.startswith("ncclrl") for m in s.methods) and not checkpoint_path(cfg.checkpoint).is_file():
         raise ConfigError("checkpoint", f"no policy at {cfg.checkpoint!r}; pass checkpoint=PATH/policy.zip or "
                           "drop the ncclrl methods from suite.methods")
 
@@ -90,10 +152,9 @@ _MODEL: dict[str, Any] = {}
 
 
 def _model(path: str, fresh: bool):
-    from agents.pretrain import load_policy
 
     if fresh or path not in _MODEL:
-        _MODEL[path] = load_policy(path)
+        _MODEL[path] = load_policy(checkpoint_path(path))
     return _MODEL[path]
 
 
@@ -101,15 +162,11 @@ def run_task(task: dict[str, Any], cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """Every method and budget on one (platform, collective, seed)."""
     import torch
 
-    from agents.baselines import Evaluator, Judge, Problem, make_tuner, sim_measure
-    from costmodel.simulator import Simulator
-    from costmodel.topology import load_topology
-
     torch.set_num_threads(1)
     s = cfg["suite"]
     topo = load_topology(task["preset"])
     coll = N.COLLECTIVES.index(task["collective"])
-    problem = Problem.make(topo, [coll], int(s["min_bytes"]), int(s["max_bytes"]))
+    problem = Problem.make(topo, [coll], parse_bytes(s["min_bytes"]), parse_bytes(s["max_bytes"]))
     rng = np.random.default_rng([int(s["platform_seed"]), _stable(task["preset"]), task["draw"]])
     truth = Simulator(topo).randomized(rng, float(s["randomize_scale"]))
     judge = Judge(problem, truth)
@@ -223,29 +280,11 @@ def print_summary(s: pd.DataFrame) -> None:
               f"{r.speedup:>8.3f} {r.wall_s:>7.1f}")
 
 
-def main_benchmark(overrides: list[str]) -> int:
-    benchmark(compose(overrides))
+def main_benchmark(cfg: DictConfig) -> int:
+    benchmark(cfg)
     return 0
 
 
-@hydra.main(config_path="../conf", config_name="benchmark", version_base="1.3")
-def hydra_main(cfg: DictConfig) -> float:
-    """``python -m runners.benchmark [-m] overrides``: each run writes into Hydra's output folder;
-    returns ncclrl's geometric-mean fraction of the optimum (for Hydra sweepers)."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
-
-    with open_dict(cfg):
-        if not cfg.get("out"):
-            cfg.out = HydraConfig.get().runtime.output_dir
-    try:
-        df = benchmark(cfg)
-    except ConfigError as e:  # one line, no traceback, exit 2 (Hydra would print a traceback)
-        print(f"ncclrl: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    mine = df[df.method == "ncclrl"]["fraction"]
-    return float(np.exp(np.log(mine).mean())) if len(mine) else 0.0
-
-
-if __name__ == "__main__":
-    hydra_main()
+COMMAND = Command("benchmark", BenchmarkConfig, main_benchmark,
+                  "every tuner on held-out simulated platforms under the same budgets", out_key="out")
+register(COMMAND)

@@ -1,45 +1,41 @@
-"""The ``ncclrl`` command line.
+"""The ``ncclrl`` command line: ``ncclrl COMMAND [key=value ...] [-m]``.
 
-Every command turns bad input into one line on stderr (``ncclrl: error: FIELD: ...``) and exit
-code 2, never a traceback.
+Every command takes Hydra overrides against its structured config (:mod:`ncclrl.runners.config`);
+``ncclrl COMMAND --help`` lists its keys with their defaults. Bad input is one line on stderr
+(``ncclrl: error: KEY: ...``) and exit code 2, never a traceback.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import re
 import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import NoReturn
 
 import numpy as np
+import pandas as pd
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-
-_SUFFIX = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
-
-
-def parse_bytes(text: str, field: str = "nbytes") -> int:
-    """``8``, ``64K``, ``1M``, ``4GiB`` -> bytes; zero, negative or fractional sizes are errors."""
-    m = re.fullmatch(r"\s*([+-]?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _SUFFIX:
-        raise ConfigError(field, f"not a size: {text!r}; use a whole number of bytes with an optional "
-                          "K, M or G suffix")
-    value = float(m.group(1)) * _SUFFIX[m.group(2).lower()]
-    if value != int(value):
-        raise ConfigError(field, f"must be a whole number of bytes, got {text!r}")
-    if value <= 0:
-        raise ConfigError(field, f"must be > 0, got {text!r}")
-    return int(value)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+from ncclrl import __version__
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.calibrate import (
+    error_table,
+    fit,
+    holdout_split,
+    measurements_from_runs,
+    measurements_from_store,
+)
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.nccltests import NcclTestsError, parse_file, run_env
+from ncclrl.costmodel.replica import default_decisions
+from ncclrl.costmodel.simulator import Configs, SimParams, Simulator
+from ncclrl.costmodel.topology import dump_topology, load_topology, preset_names
+from ncclrl.costmodel.units import parse_bytes
+from ncclrl.envs.live import PLUGIN_DIR, build_plugin
+from ncclrl.envs.store import Store
+from ncclrl.runners import benchmark, finetune, plugin_verify, pretrain, show, sweep, tune, validate
+from ncclrl.runners.config import Command, command_help, register, run_command
 
 
 def _size_grid(lo: int, hi: int) -> np.ndarray:
@@ -53,30 +49,68 @@ def _size_grid(lo: int, hi: int) -> np.ndarray:
     return np.array(sizes, dtype=np.int64)
 
 
-# -- commands -----------------------------------------------------------------------------------
+# -- decisions ----------------------------------------------------------------------------------
 
 
-def cmd_decisions(args: argparse.Namespace) -> int:
-    from costmodel.replica import default_decisions
-    from costmodel.topology import load_topology
+@dataclass
+class DecisionsConfig:
+    """NCCL's default decision per power-of-two size, from the replica of NCCL 2.28's cost model, as
+    CSV ``collective,nbytes,algo,proto,channels``.
 
-    topo = load_topology(args.topology)
-    colls = list(N.COLLECTIVES) if args.collective == "all" else [
-        N.COLLECTIVES[N.parse_name("collective", args.collective, N.COLLECTIVES)]]
-    sizes = _size_grid(parse_bytes(args.min_bytes, "min_bytes"), parse_bytes(args.max_bytes, "max_bytes"))
+    :param topology: the platform: a preset name (``ncclrl topologies``) or a topology YAML path
+    :param collective: broadcast, reduce, allgather, reducescatter, allreduce, or all
+    :param min_bytes: the smallest size
+    :param max_bytes: the largest size
+    :param num_pipe_ops: operations NCCL aggregates into one launch (grouped calls)
+    :param full: also print threads, chunk size and NCCL's predicted time
+    """
+
+    topology: str = "h200-1x4"
+    collective: str = "all"
+    min_bytes: str = "8"
+    max_bytes: str = "1G"
+    num_pipe_ops: int = 1
+    full: bool = False
+
+
+def cmd_decisions(cfg) -> int:
+    topo = load_topology(cfg.topology)
+    colls = list(N.COLLECTIVES) if cfg.collective == "all" else [
+        N.COLLECTIVES[N.parse_name("collective", cfg.collective, N.COLLECTIVES)]]
+    sizes = _size_grid(parse_bytes(cfg.min_bytes, "min_bytes"), parse_bytes(cfg.max_bytes, "max_bytes"))
     out = csv.writer(sys.stdout, lineterminator="\n")
     header = ["collective", "nbytes", "algo", "proto", "channels"]
-    if args.full:
+    if cfg.full:
         header += ["nthreads", "chunk_bytes", "time_us"]
     out.writerow(header)
     for c in colls:
-        d = default_decisions(topo, c, sizes, num_pipe_ops=args.num_pipe_ops)
+        d = default_decisions(topo, c, sizes, num_pipe_ops=cfg.num_pipe_ops)
         for i in range(sizes.size):
             row = [c, int(sizes[i]), N.ALGOS[d.algo[i]], N.PROTOS[d.proto[i]], int(d.channels[i])]
-            if args.full:
+            if cfg.full:
                 row += [int(d.nthreads[i]), int(d.chunk_bytes[i]), f"{d.time_us[i]:.3f}"]
             out.writerow(row)
     return 0
+
+
+# -- predict ------------------------------------------------------------------------------------
+
+
+@dataclass
+class PredictConfig:
+    """Reads CSV ``collective,nbytes,algo,proto,channels`` (channels 0: NCCL's choice; optional
+    ``comm_channels,buffsize_bytes,socket_nthreads,nsocks_perthread``) on stdin and writes it back
+    with the simulator's ``time_us``; a ``time_us`` column already there is kept as
+    ``measured_time_us`` with a ``rel_err``.
+
+    :param topology: the platform: a preset name or a topology YAML path
+    :param noise: one noisy sample per row instead of the expected time
+    :param seed: seed of the noise
+    """
+
+    topology: str = "h200-1x4"
+    noise: bool = False
+    seed: int = 0
 
 
 def _read_csv_rows(stream: io.TextIOBase) -> tuple[list[str], list[dict[str, str]]]:
@@ -100,20 +134,18 @@ def _read_csv_rows(stream: io.TextIOBase) -> tuple[list[str], list[dict[str, str
     return header, rows
 
 
-def _int_field(row: dict[str, str], key: str, line: int) -> int:
+def _int_field(row: dict[str, str], key: str, line: str) -> int:
     v = row.get(key, "") or "0"
     if not re.fullmatch(r"\d+", v):
         raise ConfigError(f"line {line}: {key}", f"must be a whole number >= 0, got {v!r}")
     return int(v)
 
 
-def cmd_predict(args: argparse.Namespace) -> int:
-    from costmodel.simulator import Configs, Simulator
-
-    sim = Simulator(args.topology, seed=args.seed)
+def cmd_predict(cfg) -> int:
+    sim = Simulator(cfg.topology, seed=cfg.seed)
     header, rows = _read_csv_rows(sys.stdin)
-    cols = {k: [] for k in ("coll", "nbytes", "algo", "proto", "channels", "comm_channels", "buffsize_bytes",
-                            "socket_nthreads", "nsocks_perthread")}
+    cols: dict[str, list] = {k: [] for k in ("coll", "nbytes", "algo", "proto", "channels", "comm_channels",
+                                             "buffsize_bytes", "socket_nthreads", "nsocks_perthread")}
     for row in rows:
         line = row["_line"]
         cols["coll"].append(N.parse_name(f"line {line}: collective", row["collective"], N.COLLECTIVES))
@@ -122,8 +154,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         cols["proto"].append(N.parse_name(f"line {line}: proto", row["proto"], N.PROTOS))
         for key in ("channels", "comm_channels", "buffsize_bytes", "socket_nthreads", "nsocks_perthread"):
             cols[key].append(_int_field(row, key, line))
-    cfg = Configs.make(**cols)
-    times = sim.sample(cfg)[:, 0] if args.noise else sim.time_us(cfg)
+    configs = Configs.make(**cols)
+    times = sim.sample(configs)[:, 0] if cfg.noise else sim.time_us(configs)
     measured = "time_us" in header
     out_header = [("measured_time_us" if h == "time_us" else h) for h in header] + ["time_us"]
     if measured:
@@ -142,64 +174,89 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    import pandas as pd
+# -- calibrate ----------------------------------------------------------------------------------
 
-    from costmodel.calibrate import error_table, fit, holdout_split, measurements_from_runs
-    from costmodel.simulator import SimParams, Simulator
-    from costmodel.topology import dump_topology, load_topology
-    from runners.nccltests import parse_file
 
-    topo = load_topology(args.topology)
-    if bool(args.files) == bool(args.store):
-        raise ConfigError("calibrate", "give nccl-tests FILES or --store STORE (one of them)")
-    if args.store:
-        from costmodel.calibrate import measurements_from_store
-        from runners.store import Store
+@dataclass
+class CalibrateConfig:
+    """Fit a topology's simulator to measurements (nccl-tests outputs, or a measurement store),
+    report the error on configurations held out of the fit per size band, and write a calibrated
+    preset usable wherever a preset name is.
 
-        if not Path(args.store).is_file():
-            raise ConfigError("store", f"no such file: {args.store}")
-        with Store(Path(args.store)) as st:
+    :param files: nccl-tests stdout captures or ``-J`` JSON files (or use ``store``)
+    :param store: fit to the measurements of this store (sweep, finetune, validate) instead
+    :param topology: the preset name or YAML path to start from
+    :param output: write the calibrated preset (YAML) here
+    :param seed: seed of the held-out split
+    :param holdout: report the error on held-out configurations before the final fit
+    :param from_defaults: start from topology-derived defaults instead of the preset's simulator block
+    """
+
+    files: list[str] = field(default_factory=list)
+    store: str | None = None
+    topology: str = "h200-1x4"
+    output: str | None = None
+    seed: int = 0
+    holdout: bool = True
+    from_defaults: bool = False
+
+
+def cmd_calibrate(cfg) -> int:
+    topo = load_topology(cfg.topology)
+    if bool(cfg.files) == bool(cfg.store):
+        raise ConfigError("files", "give nccl-tests files (ncclrl calibrate FILE...) or store=STORE, one of them")
+    if cfg.store:
+        if not Path(cfg.store).is_file():
+            raise ConfigError("store", f"no such file: {cfg.store}")
+        with Store(Path(cfg.store)) as st:
             df = measurements_from_store(topo, st.frame())
         # a store's rows are points, not files: one configuration (algo/proto/channels/knobs) per "config"
         df["config"] = df[["algo", "proto", "channels", "source"]].astype(str).agg("_".join, axis=1)
-        sources = [f"store {Path(args.store).name}"]
+        sources = [f"store {Path(cfg.store).name}"]
     else:
-        df = measurements_from_runs(topo, [parse_file(f) for f in args.files])
-        sources = [Path(f).name for f in args.files]
-    start = SimParams.defaults(topo) if args.from_defaults else SimParams.from_topology(topo)
+        df = measurements_from_runs(topo, [parse_file(f) for f in cfg.files])
+        sources = [Path(f).name for f in cfg.files]
+    start = SimParams.defaults(topo) if cfg.from_defaults else SimParams.from_topology(topo)
     pd.set_option("display.width", 120)
-    if not args.no_holdout:
-        train, test, held = holdout_split(df, seed=args.seed)
+
+    def table(sim: Simulator, rows: pd.DataFrame) -> str:
+        return error_table(sim, rows).to_string(index=False, float_format=lambda v: f"{v:.3f}")
+
+    if cfg.holdout:
+        train, test, held = holdout_split(df, seed=cfg.seed)
         if held:
             res = fit(topo, train, start)
             sim = Simulator(topo, res.params)
             print(f"# held out of the fit ({len(held)} configurations): {', '.join(held)}")
             print(f"# fit on {len(train)} rows, {res.n_params} parameters")
             print("# error on the rows used by the fit:")
-            print(error_table(sim, train).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+            print(table(sim, train))
             print("# error on held-out configurations:")
-            print(error_table(sim, test).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+            print(table(sim, test))
         else:
             print("# too few configurations per family to hold any out; fitting on all")
     res = fit(topo, df, start)
     sim = Simulator(topo, res.params)
     print(f"# final fit on all {len(df)} rows:")
-    print(error_table(sim, df).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    if args.output:
-        name = Path(args.output).stem
-        new = topo.with_sim(res.params.to_dict(), name=name)
-        from dataclasses import replace
-
+    print(table(sim, df))
+    if cfg.output:
+        new = topo.with_sim(res.params.to_dict(), name=Path(cfg.output).stem)
         new = replace(new, description=f"{topo.description} -- calibrated from {', '.join(sources)}"[:2000])
-        dump_topology(new, args.output)
-        print(f"# wrote {args.output}")
+        dump_topology(new, cfg.output)
+        print(f"# wrote {cfg.output}")
     return 0
 
 
-def cmd_topologies(args: argparse.Namespace) -> int:
-    from costmodel.topology import load_topology, preset_names
+# -- topologies, parse ---------------------------------------------------------------------------
 
+
+@dataclass
+class TopologiesConfig:
+    """The platform presets shipped with ncclrl, as CSV (any of them, or a topology YAML path, is
+    what ``topology=`` takes)."""
+
+
+def cmd_topologies(cfg) -> int:
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerow(["name", "nodes", "gpus_per_node", "gpu", "fabric", "network", "channels", "description"])
     for name in preset_names():
@@ -209,14 +266,26 @@ def cmd_topologies(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_parse(args: argparse.Namespace) -> int:
-    from runners.nccltests import parse_file, run_env
+@dataclass
+class ParseConfig:
+    """nccl-tests outputs (stdout captures or ``-J`` JSON) to tidy CSV on stdout.
 
+    :param files: the files to read
+    :param lenient: accept runs cut short (no closing summary)
+    """
+
+    files: list[str] = field(default_factory=list)
+    lenient: bool = False
+
+
+def cmd_parse(cfg) -> int:
+    if not cfg.files:
+        raise ConfigError("files", "no files given: ncclrl parse FILE...")
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerow(["source", "collective", "nbytes", "count", "dtype", "placement", "time_us", "algbw_gbps",
                 "busbw_gbps", "wrong", "env"])
-    for f in args.files:
-        run = parse_file(f, strict=not args.lenient)
+    for f in cfg.files:
+        run = parse_file(f, strict=not cfg.lenient)
         env = ";".join(f"{k}={v}" for k, v in sorted(run_env(run).items()))
         for r in run.records:
             for kind, res in (("out_of_place", r.out_of_place), ("in_place", r.in_place)):
@@ -226,183 +295,85 @@ def cmd_parse(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_pretrain(args: argparse.Namespace) -> int:
-    from runners.pretrain import main_pretrain
-
-    return main_pretrain(args.overrides)
+# -- plugin -------------------------------------------------------------------------------------
 
 
-def cmd_benchmark(args: argparse.Namespace) -> int:
-    from runners.benchmark import main_benchmark
+@dataclass
+class PluginBuildConfig:
+    """Compile ncclrl's NCCL tuner plugin (C11, libc only) from the sources shipped with ncclrl and
+    print the library's path; the live commands load it from there.
 
-    return main_benchmark(args.overrides)
+    :param out: the folder to build into (env NCCLRL_PLUGIN_DIR sets the default)
+    """
+
+    out: str = str(PLUGIN_DIR)
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from runners.pretrain import cmd_export as run_export
-
-    run_export(args.checkpoint, args.overrides)
+def cmd_plugin_build(cfg) -> int:
+    print(build_plugin(cfg.out))
     return 0
 
 
-def cmd_show(args: argparse.Namespace) -> int:
-    from runners.show import show
-
-    return show(args.table, args.plot)
-
-
-def cmd_plugin(args: argparse.Namespace) -> int:
-    import subprocess
-
-    plugin_dir = Path(__file__).resolve().parent.parent / "plugin"
-    if args.action == "build":
-        p = subprocess.run(["make", "--no-print-directory", "-C", str(plugin_dir)], capture_output=True, text=True)
-        if p.returncode != 0:
-            last = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["make failed"]
-            raise ConfigError("plugin", f"build failed: {last[0]}")
-        print(plugin_dir / "build" / "libnccl-tuner-ncclrl.so")
-        return 0
-    if not args.table or not args.topology:
-        raise ConfigError("plugin verify", "needs TABLE and --topology (the platform the job runs on)")
-    from runners.plugin_verify import verify
-
-    return verify(args.table, args.topology, Path(args.out), args.max_bytes, args.iters, args.plugin)
+COMMANDS: list[Command] = [
+    pretrain.PRETRAIN, pretrain.EXPORT, finetune.COMMAND, tune.COMMAND, sweep.COMMAND, validate.COMMAND,
+    benchmark.COMMAND, show.COMMAND,
+    Command("plugin build", PluginBuildConfig, cmd_plugin_build, "build the NCCL tuner plugin"),
+    plugin_verify.COMMAND,
+    Command("decisions", DecisionsConfig, cmd_decisions, "NCCL's default decision per size (replica of NCCL 2.28)"),
+    Command("predict", PredictConfig, cmd_predict, "the simulator's time_us for CSV rows on stdin"),
+    Command("calibrate", CalibrateConfig, cmd_calibrate,
+            "fit a topology's simulator to nccl-tests outputs or a store", positional="files"),
+    Command("topologies", TopologiesConfig, cmd_topologies, "list the platform presets"),
+    Command("parse", ParseConfig, cmd_parse, "nccl-tests outputs to CSV", positional="files"),
+]
+BY_NAME = {c.name: c for c in COMMANDS}
+for _c in COMMANDS[COMMANDS.index(plugin_verify.COMMAND) + 1:] + [COMMANDS[8]]:
+    register(_c)
 
 
-def cmd_sweep(args: argparse.Namespace) -> int:
-    from runners.sweep import parse_args, run_sweep
-
-    run_sweep(parse_args(args.args))
-    return 0
-
-
-def cmd_finetune(args: argparse.Namespace) -> int:
-    from runners.finetune import parse_args, run_finetune
-
-    run_finetune(args.checkpoint, parse_args(args.args))
-    return 0
-
-
-def cmd_tune(args: argparse.Namespace) -> int:
-    from runners.tune import parse_args, run_tune
-
-    run_tune(parse_args(args.args))
-    return 0
-
-
-def cmd_validate(args: argparse.Namespace) -> int:
-    from runners.validate import parse_args, run_validate
-
-    run_validate(parse_args(args.args))
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="ncclrl", description="Learn how NCCL should run each collective on your cluster.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    pt = sub.add_parser("pretrain", help="pretrain in simulation, evaluate on the target, export its table "
-                        "(Hydra overrides, e.g. topology=dgx-h100-2n agent.total_timesteps=50000)")
-    pt.add_argument("overrides", nargs="*", help="Hydra overrides key=value")
-    pt.set_defaults(func=cmd_pretrain)
-
-    bm = sub.add_parser("benchmark", help="every tuner (NCCL default, exhaustive, random, AFNFA, TPE, AutoCCL, "
-                        "ncclrl) on held-out simulated platforms under the same budgets (Hydra overrides, e.g. "
-                        "suite=ci workers=1)")
-    bm.add_argument("overrides", nargs="*", help="Hydra overrides key=value (conf/benchmark.yaml)")
-    bm.set_defaults(func=cmd_benchmark)
-
-    ex = sub.add_parser("export", help="export a pretrained policy's table for a platform, without retraining")
-    ex.add_argument("--checkpoint", required=True, help="policy.zip from a pretraining run")
-    ex.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. topology=h200-1x4 run_dir=out/")
-    ex.set_defaults(func=cmd_export)
-
-    sh = sub.add_parser("show", help="print an exported table (CSV or JSON) and draw its decision map")
-    sh.add_argument("table", help="nccl_tuner.csv or nccl_tuner.json")
-    sh.add_argument("--plot", help="write the decision map to this PNG")
-    sh.set_defaults(func=cmd_show)
-
-    pl = sub.add_parser("plugin", help="build our NCCL tuner plugin, or verify a table with it on GPUs")
-    pl.add_argument("action", choices=["build", "verify"])
-    pl.add_argument("table", nargs="?", help="verify: the table (nccl_tuner.csv)")
-    pl.add_argument("--topology", help="verify: the platform the job runs on (preset or YAML)")
-    pl.add_argument("--out", default="plugin-verify", help="verify: folder for NCCL logs and verify.json")
-    pl.add_argument("--max-bytes", type=int, default=1 << 30)
-    pl.add_argument("--iters", type=int, default=20)
-    pl.add_argument("--plugin", help="verify: path to the .so (default: plugin/build/)")
-    pl.set_defaults(func=cmd_plugin)
-
-    sw = sub.add_parser("sweep", help="measure configurations on live GPUs into the store (key=value args: "
-                        "backend= topology= collectives= min_bytes= max_bytes= grid=default|full store= samples=)")
-    sw.add_argument("args", nargs="*")
-    sw.set_defaults(func=cmd_sweep)
-
-    ft = sub.add_parser("finetune", help="fine-tune a pretrained policy on live measurements under a budget, "
-                        "guard and export (key=value args: backend=torch|replay topology= collectives= budget= ...)")
-    ft.add_argument("--checkpoint", required=True, help="policy.zip from a pretraining run")
-    ft.add_argument("args", nargs="*")
-    ft.set_defaults(func=cmd_finetune)
-
-    tu = sub.add_parser("tune", help="run a benchmark tuner (method=exhaustive|random|afnfa|tpe|autoccl|ncclrl...) "
-                        "on live measurements under a budget and export its table (key=value args)")
-    tu.add_argument("args", nargs="*")
-    tu.set_defaults(func=cmd_tune)
-
-    va = sub.add_parser("validate", help="measure an exported table afresh through the plugin against NCCL's "
-                        "defaults (key=value args: table= conf= topology= collectives= rounds= samples= out=)")
-    va.add_argument("args", nargs="*")
-    va.set_defaults(func=cmd_validate)
-
-    d = sub.add_parser("decisions", help="NCCL's default decision per size (replica of NCCL 2.28)")
-    d.add_argument("--topology", required=True, help="preset name or YAML path")
-    d.add_argument("--collective", required=True, help=f"{', '.join(N.COLLECTIVES)} or all")
-    d.add_argument("--min-bytes", default="8")
-    d.add_argument("--max-bytes", default="1G")
-    d.add_argument("--num-pipe-ops", type=int, default=1)
-    d.add_argument("--full", action="store_true", help="also print threads, chunk and NCCL's predicted time")
-    d.set_defaults(func=cmd_decisions)
-
-    pr = sub.add_parser("predict", help="simulated time_us for CSV rows collective,nbytes,algo,proto,channels "
-                        "on stdin")
-    pr.add_argument("--topology", required=True, help="preset name or YAML path")
-    pr.add_argument("--noise", action="store_true", help="one noisy sample instead of the expected time")
-    pr.add_argument("--seed", type=int, default=0)
-    pr.set_defaults(func=cmd_predict)
-
-    c = sub.add_parser("calibrate", help="fit a topology's simulator to nccl-tests output files")
-    c.add_argument("files", nargs="*", help="nccl-tests stdout captures or -J JSON files")
-    c.add_argument("--store", help="fit to the measurements of this store (ncclrl sweep/finetune/validate) "
-                   "instead of nccl-tests files")
-    c.add_argument("--topology", required=True, help="preset name or YAML path to start from")
-    c.add_argument("-o", "--output", help="write the calibrated preset here (usable as --topology)")
-    c.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
-    c.add_argument("--no-holdout", action="store_true", help="skip the held-out evaluation")
-    c.add_argument("--from-defaults", action="store_true",
-                   help="start from topology-derived defaults instead of the preset's sim block")
-    c.set_defaults(func=cmd_calibrate)
-
-    t = sub.add_parser("topologies", help="list the topology presets")
-    t.set_defaults(func=cmd_topologies)
-
-    pa = sub.add_parser("parse", help="nccl-tests output files to CSV")
-    pa.add_argument("files", nargs="+")
-    pa.add_argument("--lenient", action="store_true", help="accept truncated runs")
-    pa.set_defaults(func=cmd_parse)
-    return p
+def usage() -> str:
+    lines = [f"usage: ncclrl COMMAND [key=value ...] [-m]   (ncclrl {__version__})", "",
+             "Learn how NCCL should run each collective on your cluster.", "", "commands:"]
+    lines += [f"  {c.name:<15} {c.summary}" for c in COMMANDS]
+    lines += ["", "ncclrl COMMAND --help lists a command's keys and their defaults."]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from runners.nccltests import NcclTestsError
-
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(f"ncclrl {__version__}")
+        return 0
+    name = argv[0]
+    if name == "plugin":
+        if len(argv) < 2 or argv[1] not in ("build", "verify"):
+            print("ncclrl: error: plugin: allowed: build, verify (ncclrl plugin build | ncclrl plugin verify TABLE "
+                  "topology=...)", file=sys.stderr)
+            return 2
+        name, rest = f"plugin {argv[1]}", argv[2:]
+    else:
+        rest = argv[1:]
+    cmd = BY_NAME.get(name)
+    if cmd is None:
+        print(f"ncclrl: error: command: unknown {name!r}; allowed: {', '.join(BY_NAME)}", file=sys.stderr)
+        return 2
     try:
-        return int(args.func(args) or 0)
+        if any(a in ("-h", "--help") for a in rest):
+            print(command_help(cmd))
+            return 0
+        return run_command(cmd, rest)
     except (ConfigError, NcclTestsError) as e:
         print(f"ncclrl: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print("ncclrl: interrupted; what was measured is in the store, and the same command resumes",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

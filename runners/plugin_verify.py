@@ -5,7 +5,7 @@ Runs one short NCCL job (PyTorch, one process per GPU) with our tuner plugin loa
 (its first byte, a middle size and its last byte, up to ``--max-bytes``) and at sizes the table
 leaves uncovered, reads rank 0's NCCL log and reports per row whether NCCL's logged
 ``Algo/proto/channel`` is the table's decision. Expected channels are the row's count as NCCL's
-scheduler spreads it (cells of >= 16 KiB of traffic, as :mod:`costmodel.replica` computes);
+scheduler spreads it (cells of >= 16 KiB of traffic, as :mod:`ncclrl.costmodel.replica` computes);
 rows NCCL cannot run (an algorithm it disabled) and uncovered sizes must keep NCCL's own choice.
 A second run without the plugin times the uncovered sizes, which must keep NCCL's speed.
 
@@ -14,33 +14,29 @@ Only needs PyTorch with CUDA, numpy and PyYAML on the GPU machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import socket
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from costmodel import nccl as N
-from costmodel.replica import default_decisions, eligible_mask, scheduled_channels
-from costmodel.topology import load_topology
-from runners.table import parse_example_rows
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.replica import default_decisions, eligible_mask, scheduled_channels
+from ncclrl.costmodel.table import parse_example_rows
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.costmodel.units import parse_bytes
+from ncclrl.envs.live import SAFE_ENV, elem_size, free_port, make_collective, plugin_library, require_gpus
+from ncclrl.runners.config import Command, register
 
 LOG_LINE = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): (\d+) Bytes -> Algo (\w+) proto (\w+) "
                       r"channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
 LOG_NAME = {v: k for k, v in N.COLL_LOG_NAMES.items()}
-REPO = Path(__file__).resolve().parent.parent
 MARKER_BYTES = 1357  # a Broadcast of this many bytes marks where the verifier's own calls start
 END_MARKER_BYTES = 2468  # ... and this one where its decision calls end
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-
-
-def elem_size(coll: int) -> int:
-    return 1 if coll in (N.ALLGATHER, N.BROADCAST) else 4
 
 
 def valid_size(coll: int, nbytes: int, nranks: int, up: bool) -> int | None:
@@ -105,29 +101,6 @@ def _only(algo: int, proto: int) -> np.ndarray:
     return m
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _make_op(dist, torch, coll: int, nbytes: int, world: int, dev, group=None):
-    dtype = torch.uint8 if elem_size(coll) == 1 else torch.float32
-    n = nbytes // elem_size(coll)
-    if coll == N.ALLGATHER:
-        x, y = torch.ones(n // world, dtype=dtype, device=dev), torch.empty(n, dtype=dtype, device=dev)
-        return lambda: dist.all_gather_into_tensor(y, x, group=group)
-    if coll == N.REDUCESCATTER:
-        x, y = torch.ones(n, dtype=dtype, device=dev), torch.empty(n // world, dtype=dtype, device=dev)
-        return lambda: dist.reduce_scatter_tensor(y, x, group=group)
-    x = torch.ones(n, dtype=dtype, device=dev)
-    if coll == N.ALLREDUCE:
-        return lambda: dist.all_reduce(x, group=group)
-    if coll == N.BROADCAST:
-        return lambda: dist.broadcast(x, 0, group=group)
-    return lambda: dist.reduce(x, 0, group=group)
-
-
 def _time_ops(torch, op, reps: int) -> float:
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
@@ -155,7 +128,7 @@ def _worker(rank: int, world: int, port: int, cases: list[dict], env: dict, node
     marker = torch.zeros(MARKER_BYTES, dtype=torch.uint8, device=dev)
     dist.broadcast(marker, 0)
     for case in cases:
-        _make_op(dist, torch, case["coll"], case["nbytes"], world, dev)()
+        make_collective(dist, torch, case["coll"], case["nbytes"], world, dev)()
     dist.broadcast(torch.zeros(END_MARKER_BYTES, dtype=torch.uint8, device=dev), 0)
     torch.cuda.synchronize()
     # 2. a second communicator in the same process with no table (the plugin keeps NCCL's choices):
@@ -168,8 +141,8 @@ def _worker(rank: int, world: int, port: int, cases: list[dict], env: dict, node
         dist.barrier(group=plain)
         for i in timed:
             c = cases[i]
-            op_t = _make_op(dist, torch, c["coll"], c["nbytes"], world, dev)
-            op_p = _make_op(dist, torch, c["coll"], c["nbytes"], world, dev, group=plain)
+            op_t = make_collective(dist, torch, c["coll"], c["nbytes"], world, dev)
+            op_p = make_collective(dist, torch, c["coll"], c["nbytes"], world, dev, group=plain)
             reps = 20 if c["nbytes"] < (64 << 20) else 3
             op_t(), op_p()
             ta, tb = [], []
@@ -192,7 +165,7 @@ def run_job(cases: list[dict], env: dict, world: int, nodes: int, iters: int, ou
     env = dict(env, NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,TUNING",
                NCCL_DEBUG_FILE=str(log_dir / "nccl.%h.%p.log"), **SAFE_ENV)
     result = out / f"result-{tag}.json"
-    mp.spawn(_worker, args=(world, _free_port(), cases, env, nodes, iters, str(result)), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, free_port(), cases, env, nodes, iters, str(result)), nprocs=world, join=True)
     res = json.loads(result.read_text())
     logs = list(log_dir.glob(f"nccl.*.{res['pid']}.log"))
     res["log"] = logs[0].read_text() if logs else ""
@@ -227,14 +200,11 @@ def match_log(log: str, cases: list[dict], nranks: int) -> list[tuple[str, str, 
 def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters: int = 20,
            plugin: str | None = None) -> int:
     topo = load_topology(topology)
-    from runners.live_common import require_gpus
 
     require_gpus(topo.nranks)  # a one-line error (ConfigError), not a traceback from a worker
     rows = [r for r in parse_example_rows(Path(table).read_text())
             if r["nNodes"] in (-1, topo.nodes) and r["nRanks"] in (-1, topo.nranks)]
-    lib = Path(plugin) if plugin else REPO / "plugin" / "build" / "libnccl-tuner-ncclrl.so"
-    if not lib.exists():
-        raise SystemExit(f"ncclrl: error: plugin: {lib} not built; run `ncclrl plugin build` (or make -C plugin)")
+    lib = plugin_library(plugin)
     out.mkdir(parents=True, exist_ok=True)
     cases = plan_cases(rows, topo, max_bytes)
     for case in cases:
@@ -291,17 +261,41 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
     return 0 if ok_all else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="ncclrl plugin verify")
-    ap.add_argument("table")
-    ap.add_argument("--topology", required=True, help="the platform the job runs on (preset or YAML)")
-    ap.add_argument("--out", default="plugin-verify")
-    ap.add_argument("--max-bytes", type=int, default=1 << 30)
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--plugin", help="path to libnccl-tuner-ncclrl.so (default: plugin/build/)")
-    a = ap.parse_args(argv)
-    return verify(a.table, a.topology, Path(a.out), a.max_bytes, a.iters, a.plugin)
+@dataclass
+class VerifyConfig:
+    """Run a short NCCL job with the plugin loading ``table`` and print, per table row, whether
+    NCCL's own log shows the decision the row asks for (and NCCL's choice where no row covers).
+
+    :param table: the table (nccl_tuner.csv)
+    :param topology: the platform the job runs on: a preset name or a topology YAML path
+    :param out: folder for NCCL's logs and verify.json
+    :param max_bytes: the largest size checked
+    :param iters: timed calls per size
+    :param plugin: the plugin library (default: the one ncclrl plugin build makes, built if missing)
+    """
+
+    table: str = ""
+    topology: str = ""
+    out: str = "plugin-verify"
+    max_bytes: str = "1G"
+    iters: int = 20
+    plugin: str | None = None
+
+    def check(self) -> None:
+        for k in ("table", "topology"):
+            if not getattr(self, k):
+                raise ConfigError(k, "required: ncclrl plugin verify TABLE topology=T (the platform the job runs on)")
+        if not Path(self.table).is_file():
+            raise ConfigError("table", f"no such file: {self.table}")
+        load_topology(self.topology)
+        parse_bytes(self.max_bytes, "max_bytes")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def main_verify(cfg) -> int:
+    return verify(cfg.table, cfg.topology, Path(cfg.out), parse_bytes(cfg.max_bytes, "max_bytes"), cfg.iters,
+                  cfg.plugin)
+
+
+COMMAND = Command("plugin verify", VerifyConfig, main_verify,
+                  "check on GPUs, from NCCL's own log, that NCCL runs what a table says", positional="table")
+register(COMMAND)

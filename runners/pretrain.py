@@ -1,7 +1,8 @@
-"""``ncclrl pretrain`` and ``ncclrl export``: an importable ``train(cfg)`` behind a thin command.
+"""``ncclrl pretrain`` and ``ncclrl export``: an importable :func:`train` behind a thin command.
 
-The configuration is composed by Hydra from ``conf/`` (defaults list in ``conf/config.yaml``);
-overrides come from the command line (``topology=dgx-h100-2n agent.total_timesteps=50000``).
+The configuration is composed by Hydra from the schema :class:`PretrainConfig` and the config
+groups in ``ncclrl/conf`` (``agent/``, ``experiment/``); overrides come from the command line
+(``topology=dgx-h100-2n agent.total_timesteps=50000 agent.seed=1``).
 """
 
 from __future__ import annotations
@@ -9,60 +10,133 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import time
+from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
-from costmodel.errors import ConfigError
-from costmodel.topology import Topology, load_topology, topology_from_dict
+from ncclrl.agents.evaluate import band_report, evaluate_table, s_curve_plot, summary
+from ncclrl.agents.export import export_table
+from ncclrl.agents.pretrain import AgentConfig, checkpoint_path, load_policy, pretrain
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.simulator import Simulator
+from ncclrl.costmodel.table import file_sha256, write_table
+from ncclrl.costmodel.topology import Topology, load_topology
+from ncclrl.costmodel.units import parse_bytes
+from ncclrl.runners.config import Command, compose_config, register
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-
-
-def compose(overrides: list[str], config_name: str = "config") -> DictConfig:
-    """Compose the configuration; a bad override is a one-line ``ConfigError``."""
-    from hydra import compose as h_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return h_compose(config_name=config_name, overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as e:
-        msg = " ".join(str(e).split())
-        groups = GROUPS.get(config_name, ())
-        raise ConfigError("overrides", f"{msg} (groups: {', '.join(f'{g}={_options(g)}' for g in groups)})") from None
+CONF_DIR = Path(str(files("ncclrl.conf")))
 
 
-# the config groups of each primary config in conf/
-GROUPS = {"config": ("topology", "agent", "backend", "experiment"), "benchmark": ("suite",)}
+@dataclass
+class ExperimentConfig:
+    """What to pretrain on.
+
+    :param pretrain_topologies: the presets platforms are drawn around (domain randomization)
+    :param randomize: share of platform draws randomized around their preset (the rest: the preset itself)
+    :param randomize_scale: 1 = the full bounds of the simulator's RANDOMIZATION
+    :param noise: rewards from noisy simulated measurements, as on real machines
+    :param collectives: the collectives episodes draw from
+    :param min_bytes: the smallest size episodes draw
+    :param max_bytes: the largest size episodes draw
+    """
+
+    pretrain_topologies: list[str] = field(default_factory=lambda: [
+        "h200-1x4", "h200-2x2-sock", "dgx-h100-2n", "dgx-h100-16n", "v100-2x8-eth", "a40-4x8-ib", "a100-16x4-ib"])
+    randomize: float = 0.75
+    randomize_scale: float = 1.0
+    noise: bool = True
+    collectives: list[str] = field(default_factory=lambda: list(N.COLLECTIVES))
+    min_bytes: str = "8"
+    max_bytes: str = "1G"
 
 
-def _options(group: str) -> str:
-    return "|".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
+@dataclass
+class ExportSettings:
+    """How a policy becomes a table.
+
+    :param margin: a row leaves NCCL's default only if the simulator predicts it faster by more than this
+    :param tune_conf: also choose per-process knobs (nccl.conf)
+    :param top_k: time the policy's k best-scored actions per size in the simulator and keep the fastest
+    """
+
+    margin: float = 0.01
+    tune_conf: bool = True
+    top_k: int = 16
+
+
+@dataclass
+class ExportConfig:
+    """Export a trained policy's table (nccl_tuner.csv, .json, nccl.conf) for a platform, with the
+    simulator's report, without retraining.
+
+    :param checkpoint: the policy: pretrained (shipped with ncclrl) or a policy.zip path
+    :param topology: the target platform: a preset name (``ncclrl topologies``) or a topology YAML path
+    :param run_dir: the output folder (default: runs/<date>_<time>)
+    :param export: how the policy becomes a table
+    :param threads: PyTorch CPU threads (1 is fastest for these small networks; 0: PyTorch's default)
+    """
+
+    checkpoint: str = "pretrained"
+    topology: str = "h200-2x2-sock"
+    run_dir: str | None = None
+    export: ExportSettings = field(default_factory=ExportSettings)
+    threads: int = 1
+
+    def check(self) -> None:
+        load_topology(self.topology)
+        if self.threads < 0:
+            raise ConfigError("threads", f"must be >= 0 (0: PyTorch's default), got {self.threads}")
+
+
+@dataclass
+class PretrainConfig(ExportConfig):
+    """Pretrain a MaskablePPO policy on simulated platforms drawn around every preset, evaluate it
+    on the target platform and export its table.
+
+    :param agent: MaskablePPO's settings and budget (group agent=)
+    :param experiment: what to pretrain on (group experiment=)
+    :param progress_bar: show a progress bar while training
+    """
+
+    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"agent": "maskable_ppo"},
+                                                         {"experiment": "default"}])
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    progress_bar: bool = True
+
+    def check(self) -> None:
+        super().check()
+        self.agent.check()
+        for t in self.experiment.pretrain_topologies:
+            load_topology(t)
+        for c in self.experiment.collectives:
+            N.parse_name("experiment.collectives", c, N.COLLECTIVES)
+        lo = parse_bytes(self.experiment.min_bytes, "experiment.min_bytes")
+        if parse_bytes(self.experiment.max_bytes, "experiment.max_bytes") < lo:
+            raise ConfigError("experiment.max_bytes", "must be >= experiment.min_bytes")
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """The pretraining config with ``overrides`` (what ``ncclrl pretrain`` composes)."""
+    return compose_config(PRETRAIN, overrides)
 
 
 def target_topology(cfg: DictConfig) -> Topology:
-    d = OmegaConf.to_container(cfg.topology, resolve=True)
-    if isinstance(d, str):
-        return load_topology(d)
-    return topology_from_dict(d)
+    return load_topology(cfg.topology)
 
 
-def _agent_config(cfg: DictConfig, seed: int):
-    from agents.pretrain import AgentConfig
+def agent_config(cfg: DictConfig) -> AgentConfig:
+    return OmegaConf.to_object(cfg.agent)
 
-    a = cfg.agent
-    known = {"total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "learning_rate", "ent_coef",
-             "net_arch", "device", "checkpoint_every"}
-    for k in a:
-        if k not in known:
-            raise ConfigError(f"agent.{k}", f"unknown setting; allowed: {', '.join(sorted(known))}")
-    return AgentConfig(total_timesteps=int(a.total_timesteps), n_envs=int(a.n_envs), n_steps=int(a.n_steps),
-                       batch_size=int(a.batch_size), n_epochs=int(a.n_epochs), learning_rate=float(a.learning_rate),
-                       ent_coef=float(a.ent_coef), net_arch=list(a.net_arch), seed=seed, device=str(a.device))
+
+def _threads(cfg: DictConfig) -> None:
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
 
 
 def _run_dir(cfg: DictConfig) -> Path:
@@ -73,41 +147,33 @@ def _run_dir(cfg: DictConfig) -> Path:
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Pretrain in simulation, evaluate on the target, export its table; return the summary."""
-    from agents.pretrain import pretrain
-
-    if cfg.backend.kind != "sim":
-        raise ConfigError("backend.kind", f"pretraining runs on the simulator; allowed: sim, got {cfg.backend.kind}")
+    _threads(cfg)
     target = target_topology(cfg)
     exp = cfg.experiment
     topologies = [str(t) for t in exp.pretrain_topologies]
-    for t in topologies:
-        load_topology(t)
     run_dir = _run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    agent_cfg = _agent_config(cfg, int(cfg.seed))
     t0 = time.perf_counter()
-    model = pretrain(topologies, agent_cfg, run_dir, randomize=float(exp.randomize),
-                     randomize_scale=float(exp.randomize_scale), noise=bool(cfg.backend.noise),
-                     collectives=list(exp.collectives), min_bytes=int(exp.min_bytes), max_bytes=int(exp.max_bytes),
-                     progress_bar=bool(cfg.progress_bar), checkpoint_every=int(cfg.agent.checkpoint_every))
+    model = pretrain(topologies, agent_config(cfg), run_dir, randomize=float(exp.randomize),
+                     randomize_scale=float(exp.randomize_scale), noise=bool(exp.noise),
+                     collectives=list(exp.collectives), min_bytes=parse_bytes(exp.min_bytes, "experiment.min_bytes"),
+                     max_bytes=parse_bytes(exp.max_bytes, "experiment.max_bytes"), progress_bar=bool(cfg.progress_bar))
     train_s = time.perf_counter() - t0
-    result = export_and_report(model, target, run_dir, cfg, policy_path=run_dir / "policy.zip")
+    result = export_and_report(model, target, run_dir, cfg, policy_path=run_dir / "policy.zip",
+                               seed=int(cfg.agent.seed))
     result.update(pretrain_seconds=train_s, pretrain_topologies=topologies)
     (run_dir / "summary.json").write_text(json.dumps(result, indent=1, default=float))
     return result
 
 
-def export_and_report(model, target: Topology, run_dir: Path, cfg: DictConfig, policy_path: Path) -> dict[str, Any]:
-    from costmodel.simulator import Simulator
-    from runners.evaluate import band_report, evaluate_table, s_curve_plot, summary
-    from runners.export import export_table, file_sha256, write_table
-
+def export_and_report(model, target: Topology, run_dir: Path, cfg: DictConfig, policy_path: Path,
+                      seed: int | None = None) -> dict[str, Any]:
     sim = Simulator(target)
     t0 = time.perf_counter()
     table = export_table(model, sim, margin=float(cfg.export.margin), tune_conf=bool(cfg.export.tune_conf),
                          top_k=int(cfg.export.top_k),
-                         provenance={"policy_sha256": file_sha256(policy_path), "seed": int(cfg.seed),
+                         provenance={"policy_sha256": file_sha256(policy_path), "seed": seed,
                                      "checkpoint": str(policy_path)})
     paths = write_table(table, run_dir / "table")
     export_s = time.perf_counter() - t0
@@ -142,24 +208,29 @@ def _format_report(target, bands, s, conf, paths, plot, export_s) -> str:
     return "\n".join(lines)
 
 
-def cmd_export(checkpoint: str, overrides: list[str]) -> dict[str, Any]:
-    """``ncclrl export --checkpoint P topology=...``: export for another platform without retraining."""
-    from agents.pretrain import load_policy
-
-    cfg = compose(overrides)
-    model = load_policy(checkpoint)
-    target = target_topology(cfg)
+def cmd_export(cfg: DictConfig) -> int:
+    """``ncclrl export checkpoint=P topology=...``: export for another platform without retraining."""
+    _threads(cfg)
+    model = load_policy(cfg.checkpoint)
     run_dir = _run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    return export_and_report(model, target, run_dir, cfg, policy_path=Path(checkpoint))
+    export_and_report(model, target_topology(cfg), run_dir, cfg, policy_path=checkpoint_path(cfg.checkpoint))
+    return 0
 
 
 def seconds(x: float) -> str:
     return f"{x:.1f} s" if x < 120 else f"{x / 60:.1f} min"
 
 
-def main_pretrain(overrides: list[str]) -> int:
-    cfg = compose(overrides)
+def main_pretrain(cfg: DictConfig) -> int:
     res = train(cfg)
     print(f"pretraining took {seconds(res['pretrain_seconds'])}; run folder: {res['run_dir']}")
     return 0
+
+
+PRETRAIN = Command("pretrain", PretrainConfig, main_pretrain,
+                   "pretrain in simulation, evaluate on the target platform, export its table", out_key="run_dir")
+EXPORT = Command("export", ExportConfig, cmd_export,
+                 "export a trained policy's table for a platform, without retraining", out_key="run_dir")
+register(PRETRAIN)
+register(EXPORT)

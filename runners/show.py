@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from runners.export import parse_example_rows
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.table import parse_example_rows
+from ncclrl.runners.config import Command, register
 
 
 def _human(n: int) -> str:
@@ -76,3 +78,28 @@ def decision_map(rows: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+@dataclass
+class ShowConfig:
+    """Print an exported table (CSV or JSON) back, one row a line, and draw its decision map.
+
+    :param table: nccl_tuner.csv or nccl_tuner.json
+    :param plot: write the decision map to this PNG
+    """
+
+    table: str = ""
+    plot: str | None = None
+
+    def check(self) -> None:
+        if not self.table:
+            raise ConfigError("table", "required: ncclrl show TABLE")
+
+
+def main_show(cfg) -> int:
+    return show(cfg.table, cfg.plot)
+
+
+COMMAND = Command("show", ShowConfig, main_show, "print a table (CSV or JSON) back; draw its decision map",
+                  positional="table")
+register(COMMAND)

@@ -1,20 +1,7 @@
 """``ncclrl sweep``: measure a grid of configurations (or NCCL's default alone) on a live backend
-into the store, resumably, and print nccl-tests-like tables.
+into the store, resumably, and print nccl-tests-like tables (keys: :class:`SweepConfig`).
 
-    ncclrl sweep backend=torch topology=h200-2x2-sock collectives=allreduce max_bytes=256M grid=full
-
-Arguments are ``key=value``: ``backend`` (torch), ``topology`` (preset or YAML), ``collectives``
-(comma list), ``min_bytes``/``max_bytes``, ``grid`` (``default``: NCCL's default only, the S-curve;
-``full``: every per-call configuration under every per-process knob setting of the grid),
-``store`` (SQLite path), ``samples`` (per point), ``timing`` (graph|eager), ``timeout_s``,
-``launch`` (torch: ``torch.distributed`` calls; nccl: NCCL called directly, no Python overhead
-per call, :mod:`runners.nccl_direct`), ``wall_s`` (0: none; no job starts after that many seconds,
-what is left is measured by the next run), ``after_hang`` (``skip``: once NCCL hangs on an
-algorithm/protocol at some size, that algorithm/protocol is not tried again at larger sizes (nor at
-that size after the hung point) under the same knobs, and a rerun does not retry them; ``retry``:
-measure every point, retrying recorded hangs).
-Every request measures NCCL's default interleaved with its candidates. Points already in the
-store (measured with the same ``launch``) are not measured again, so an interrupted sweep resumes.
+    ncclrl sweep backend=torch topology=h200-2x2-sock collectives=[allreduce] max_bytes=256M grid=full
 """
 
 from __future__ import annotations
@@ -22,154 +9,142 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from omegaconf import DictConfig
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.replica import eligible_mask
-from costmodel.topology import Topology, load_topology
-from runners.live_common import HANG, LAUNCHES, is_hang, timing_label
-from runners.store import KNOB_FIELDS, Point, Store
-
-DEFAULTS: dict[str, str] = {"backend": "torch", "topology": "h200-1x4", "collectives": "allreduce",
-                            "min_bytes": "8", "max_bytes": "256M", "grid": "default", "store": "runs/store.sqlite",
-                            "samples": "7", "timing": "graph", "timeout_s": "300", "tag": "sweep",
-                            "nccltests_dir": "", "launcher": "local", "launch": "nccl", "wall_s": "0",
-                            "after_hang": "skip"}
-# NCCL_SOCKET_INLINE in the knob grid: 256 KiB measured best of 64/256 KiB on h200-2x2-sock
-# (docs/live/probe_socket_inline.py; NCCL's default is 128 B)
-SOCKET_INLINE_BYTES = 256 << 10
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.space import KNOB_FIELDS, Point, call_configs, knob_grid, size_grid
+from ncclrl.costmodel.topology import Topology, load_topology
+from ncclrl.costmodel.units import parse_bytes
+from ncclrl.envs.live import LAUNCHES, WorkerError, plugin_library, timing_label
+from ncclrl.envs.measure import measure_whole
+from ncclrl.envs.nccltests_backend import NcclTestsBackend
+from ncclrl.envs.store import Store
+from ncclrl.envs.torch_workers import TableWorkers
+from ncclrl.runners.config import Command, parse, register
 
 
-def parse_kv(argv: list[str], defaults: dict[str, str], command: str) -> dict[str, str]:
-    """``key=value`` arguments over ``defaults``; unknown keys and bare words are one-line errors."""
-    args = dict(defaults)
-    for a in argv:
-        k, sep, v = a.partition("=")
-        if not sep:
-            raise ConfigError(command, f"arguments are key=value, got {a!r}; keys: {', '.join(defaults)}")
-        if k not in defaults:
-            raise ConfigError(k, f"unknown key; allowed: {', '.join(defaults)}")
-        args[k] = v
-    return args
+@dataclass
+class LiveConfig:
+    """Keys every live command shares.
+
+    :param topology: the platform the GPUs form: a preset name (``ncclrl topologies``) or a YAML path
+    :param collectives: the collectives to measure, a list (``[allreduce,allgather]``)
+    :param min_bytes: the smallest size (8, 64K, 1M, ...)
+    :param max_bytes: the largest size
+    :param samples: timed calls per point in a job; the job's median is what counts
+    :param timing: eager (calls issued one by one) or graph (captured in a CUDA graph)
+    :param timeout_s: a job that makes no progress for this long is stopped, its point recorded as hung
+    :param store: the SQLite measurement store every measurement goes to (resumable)
+    :param launch: how the PyTorch workers issue collectives: nccl (NCCL called directly) or torch
+        (torch.distributed)
+    """
+
+    topology: str = "h200-1x4"
+    collectives: list[str] = field(default_factory=lambda: ["allreduce"])
+    min_bytes: str = "8"
+    max_bytes: str = "256M"
+    samples: int = 7
+    timing: str = "graph"
+    timeout_s: float = 300.0
+    store: str = "runs/store.sqlite"
+    launch: str = "nccl"
+
+    def check(self) -> None:
+        for c in self.collectives:
+            N.parse_name("collectives", c, N.COLLECTIVES)
+        if not self.collectives:
+            raise ConfigError("collectives", f"needs at least one of {', '.join(N.COLLECTIVES)}")
+        lo, hi = parse_bytes(self.min_bytes, "min_bytes"), parse_bytes(self.max_bytes, "max_bytes")
+        if hi < lo:
+            raise ConfigError("max_bytes", f"must be >= min_bytes ({self.min_bytes}), got {self.max_bytes}")
+        if self.timing not in ("graph", "eager"):
+            raise ConfigError("timing", f"unknown value {self.timing!r}; allowed: graph, eager")
+        if self.launch not in LAUNCHES:
+            raise ConfigError("launch", f"unknown value {self.launch!r}; allowed: torch (torch.distributed calls), "
+                              "nccl (NCCL called directly from the workers)")
+        if self.samples < 1:
+            raise ConfigError("samples", f"must be >= 1, got {self.samples}")
+        if self.timeout_s <= 0:
+            raise ConfigError("timeout_s", f"must be > 0, got {self.timeout_s}")
 
 
-def script_main(run, parse, argv: list[str] | None) -> int:
-    """``python -m runners.X key=value ...``: one-line errors, exit 2."""
-    try:
-        run(parse(list(sys.argv[1:] if argv is None else argv)))
-    except ConfigError as e:
-        print(f"ncclrl: error: {e}", file=sys.stderr)
-        return 2
+@dataclass
+class SweepConfig(LiveConfig):
+    """Measure a grid of configurations (or NCCL's default alone) on live GPUs into the store,
+    resumably, and print default-vs-best tables. Every request measures NCCL's default
+    interleaved with its candidates; points already in the store (measured with the same
+    ``launch``) are not measured again, so an interrupted sweep resumes.
+
+    :param backend: torch (PyTorch workers, one process per GPU) or nccl-tests (the user's ``*_perf`` binaries)
+    :param grid: default (NCCL's default only: the S-curve) or full (every per-call configuration
+        under every knob setting)
+    :param tag: what the measurements are for, stored with them
+    :param nccltests_dir: backend=nccl-tests: the folder holding all_reduce_perf and the others
+    :param launcher: backend=nccl-tests: local, mpirun, srun, or a launcher YAML path
+    :param wall_s: start no job after this many seconds (0: no limit); the same command measures the rest
+    :param after_hang: skip (once NCCL hangs on an algorithm/protocol, it is not tried at larger
+        sizes under the same knobs) or retry (measure every point, retrying recorded hangs)
+    """
+
+    backend: str = "torch"
+    grid: str = "default"
+    tag: str = "sweep"
+    nccltests_dir: str = ""
+    launcher: str = "local"
+    wall_s: int = 0
+    after_hang: str = "skip"
+
+    def check(self) -> None:
+        super().check()
+        if self.backend not in ("torch", "nccl-tests"):
+            raise ConfigError("backend", f"unknown value {self.backend!r}; allowed: torch, nccl-tests")
+        if self.backend == "nccl-tests" and not self.nccltests_dir:
+            raise ConfigError("nccltests_dir", "backend=nccl-tests needs nccltests_dir=<folder with "
+                              "all_reduce_perf ...>")
+        if self.grid not in ("default", "full"):
+            raise ConfigError("grid", f"unknown value {self.grid!r}; allowed: default, full")
+        if self.after_hang not in ("skip", "retry"):
+            raise ConfigError("after_hang", f"unknown value {self.after_hang!r}; allowed: skip (do not try an "
+                              "algorithm/protocol again at a size or larger after NCCL hung on it), retry")
+        if self.wall_s < 0:
+            raise ConfigError("wall_s", f"must be a whole number of seconds >= 0 (0: no limit), got {self.wall_s}")
+
+
+def parse_args(argv: list[str]) -> DictConfig:
+    """The sweep's config from ``key=value`` overrides (what ``ncclrl sweep`` composes)."""
+    return parse(COMMAND, argv)
+
+
+def main_sweep(cfg: DictConfig) -> int:
+    run_sweep(cfg)
     return 0
 
 
-def check_timing(args: dict[str, str]) -> None:
-    """``timing`` (graph|eager) and ``launch`` (torch|nccl), shared by every live command."""
-    if args["timing"] not in ("graph", "eager"):
-        raise ConfigError("timing", f"unknown value {args['timing']!r}; allowed: graph, eager")
-    if args["launch"] not in LAUNCHES:
-        raise ConfigError("launch", f"unknown value {args['launch']!r}; allowed: torch (torch.distributed calls), "
-                          "nccl (NCCL called directly from the workers)")
-
-
-def parse_args(argv: list[str]) -> dict[str, str]:
-    args = parse_kv(argv, DEFAULTS, "sweep")
-    if args["backend"] not in ("torch", "nccl-tests"):
-        raise ConfigError("backend", f"unknown value {args['backend']!r}; allowed: torch, nccl-tests")
-    if args["backend"] == "nccl-tests" and not args["nccltests_dir"]:
-        raise ConfigError("nccltests_dir", "backend=nccl-tests needs nccltests_dir=<folder with all_reduce_perf ...>")
-    if args["grid"] not in ("default", "full"):
-        raise ConfigError("grid", f"unknown value {args['grid']!r}; allowed: default, full")
-    if args["after_hang"] not in ("skip", "retry"):
-        raise ConfigError("after_hang", f"unknown value {args['after_hang']!r}; allowed: skip (do not try an "
-                          "algorithm/protocol again at a size or larger after NCCL hung on it), retry")
-    if not args["wall_s"].isdigit():
-        raise ConfigError("wall_s", f"must be a whole number of seconds >= 0 (0: no limit), got {args['wall_s']!r}")
-    check_timing(args)
-    return args
-
-
-def knob_grid(topo: Topology, grid: str) -> list[Point]:
-    """Per-process knob settings: NCCL's defaults, and for ``full`` the ones that matter there
-    (socket threads x sockets, channel counts and the inline size on socket networks; channels
-    elsewhere)."""
-    base = [Point("allreduce", 1)]
-    if grid == "default":
-        return base
-    if topo.nodes > 1 and topo.net.kind == "socket":
-        for t, s, c in ((2, 4, 4), (2, 4, 0), (4, 4, 4), (2, 2, 4), (4, 4, 0), (2, 2, 0)):
-            base.append(Point("allreduce", 1, socket_nthreads=t, nsocks_perthread=s, comm_channels=c))
-        # and each of them with NCCL_SOCKET_INLINE raised: steps up to it skip the helper threads
-        base += [replace(k, socket_inline_bytes=SOCKET_INLINE_BYTES) for k in list(base)]
-    else:
-        base.append(Point("allreduce", 1, comm_channels=min(2 * topo.nccl.channels, N.MAX_CHANNELS)))
-    return base
-
-
-def call_configs(topo: Topology, coll: int, knobs: Point, grid: str) -> list[tuple[str, str, int]]:
-    """Per-call (algorithm, protocol, channels) to try: every protocol of every algorithm NCCL can
-    run for the collective, at NCCL's channel count and at 1 and the communicator's maximum; and,
-    when the setting raises the communicator's channels above NCCL's count, NCCL's own algorithm
-    and protocol at NCCL's count (``("default", "default", count)``, last). A raised count that
-    wins at large sizes can lose at mid sizes, where NCCL itself would use all of them (on the
-    lent 2x2, NCCL's own choice under 4 channels ran 0.78-0.91x at 1-4 MiB; docs/live.md,
-    session 13)."""
-    if grid == "default":
-        return []
-    comm = knobs.comm_channels or topo.nccl.channels
-    m = eligible_mask(topo)[coll]
-    out: list[tuple[str, str, int]] = []
-    for a in range(N.NUM_ALGOS):
-        for p in range(N.NUM_PROTOS):
-            if m[a, p]:
-                for ch in sorted({0, 1, comm}):
-                    out.append((N.ALGOS[a], N.PROTOS[p], ch))
-    if comm > topo.nccl.channels:
-        out.append(("default", "default", topo.nccl.channels))
-    return out
-
-
-def size_grid(lo: int, hi: int, nranks: int, coll: int) -> list[int]:
-    q = (1 if coll in (N.ALLGATHER, N.BROADCAST) else 4) * (nranks if coll in (N.ALLGATHER, N.REDUCESCATTER) else 1)
-    sizes, s = [], 1
-    while s <= hi:
-        if s >= lo:
-            v = -(-s // q) * q
-            if v <= hi and v not in sizes:
-                sizes.append(v)
-        s *= 2
-    return sizes
-
-
-def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dict[str, Any]:
+def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[str, Any]:
     """Run a sweep. ``workers_factory(topology, knobs, timing, timeout_s)`` makes the measuring
-    workers (default: :class:`runners.table_backend.TableWorkers`); tests pass a fake."""
-    from runners.cli import parse_bytes
-    from runners.live_common import WorkerError
+    workers (default: :class:`ncclrl.envs.torch_workers.TableWorkers`); tests pass a fake."""
 
     if workers_factory is None:
         if args["backend"] == "nccl-tests":
-            from runners.live_common import PLUGIN
-            from runners.nccltests_backend import NcclTestsBackend
 
             def workers_factory(topo, knobs, timing, timeout_s):
-                b = NcclTestsBackend(args["nccltests_dir"], topo.nranks, args["launcher"], PLUGIN, timeout_s)
+                b = NcclTestsBackend(args["nccltests_dir"], topo.nranks, args["launcher"], plugin_library(), timeout_s)
                 b.knobs = knobs
                 return b
         else:
-            from runners.table_backend import TableWorkers
 
             def workers_factory(topo, knobs, timing, timeout_s):
                 return TableWorkers(topo.nranks, topo.nodes, knobs, timing=timing, timeout_s=timeout_s,
                                     launch=args["launch"])
 
     topo = load_topology(args["topology"])
-    colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"].split(",") if c]
+    colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
     lo, hi = parse_bytes(args["min_bytes"], "min_bytes"), parse_bytes(args["max_bytes"], "max_bytes")
     samples, grid, tag = int(args["samples"]), args["grid"], args["tag"]
     skip_hung = args["after_hang"] == "skip"
@@ -247,76 +222,6 @@ def run_sweep(args: dict[str, str], out=sys.stdout, workers_factory=None) -> dic
     return {"measured": measured, "skipped": skipped, "failed": failed, "left": left}
 
 
-def hang_group(p: Point) -> tuple:
-    """What a hang on ``p`` says NCCL will hang on at larger sizes: its collective, algorithm and
-    protocol; for NCCL's own algorithm (which NCCL picks per size) only at the same channel count,
-    so that a hang of it at NCCL's count never skips NCCL's plain default."""
-    return (p.collective, p.algo, p.proto) + ((p.channels,) if p.algo == "default" else ())
-
-
-def measure_whole(workers, points: list[Point], store: Store, topology: str, *, backend: str, samples: int,
-                  tag: str, out=sys.stdout, after_hang: str = "retry", deadline: float | None = None,
-                  unmeasured: list[int] | None = None) -> list[list[float] | None]:
-    """Measure ``points`` in as many jobs as it takes and store every one: each job keeps what it
-    finished; a point NCCL hung on (or that failed) is stored as failed and left out of the next
-    job. With ``after_hang="skip"``, once NCCL hangs on an algorithm/protocol at some size, that
-    algorithm/protocol is stored as failed without measuring at larger sizes, and at that size
-    for the points after the hung one (same collective; the knobs are the job's; the job ran the
-    points before it). No job starts after ``deadline`` (``time.time()``); the
-    points it leaves are neither measured nor stored, and their indices go to ``unmeasured``.
-    Returns each point's samples (``None``: failed or left)."""
-    results: list[list[float] | None] = [None] * len(points)
-    remaining = list(range(len(points)))
-    job = ""
-    launch = getattr(workers, "launch", "torch")
-
-    def add(i: int, smp: list[float], **kw) -> None:
-        store.add(points[i], smp, backend=backend, topology=topology, nccl_version=workers.nccl_version, tag=tag,
-                  job=job, **kw)
-
-    def fail(i: int, error: str) -> None:
-        add(i, [], timing=timing_label(launch, "eager"), status="failed", error=error[:500])
-
-    while remaining:
-        if deadline is not None and time.time() > deadline and job:  # the first job always runs
-            if unmeasured is not None:
-                unmeasured.extend(remaining)
-            break
-        job = uuid.uuid4().hex[:12]  # one id per set of processes: the unit of between-job noise
-        res = workers.measure([points[i] for i in remaining], samples=samples)
-        fails = getattr(workers, "failures", {})
-        nxt, hung = [], []
-        for j, (i, r) in enumerate(zip(remaining, res, strict=True)):
-            if r is not None:
-                add(i, r, timing=workers.last_modes[j])
-                results[i] = r
-            elif j in fails:
-                fail(i, fails[j])
-                p = points[i]
-                print(f"# {p.collective} {p.nbytes} B {p.algo}/{p.proto}/{p.channels}: {fails[j]}", file=out,
-                      flush=True)
-                if after_hang == "skip" and is_hang(fails[j]):
-                    hung.append(i)
-            else:
-                nxt.append(i)
-        if len(nxt) == len(remaining):  # no progress and nothing to blame: give up on these
-            for i in nxt:
-                fail(i, "job made no progress")
-            break
-        for hi in hung:  # the job warmed the points before the hung one (item order): those ran
-            h = points[hi]
-            same = {i for i in nxt if hang_group(points[i]) == hang_group(h) and (points[i].nbytes, i) > (h.nbytes, hi)}
-            for i in sorted(same):
-                fail(i, f"not measured: {HANG} on {h.algo}/{h.proto} at {h.nbytes} B with these knobs "
-                     "(after_hang=retry measures it)")
-            if same:
-                print(f"# {h.collective} {h.algo}/{h.proto}: {len(same)} points at >= {h.nbytes} B not measured "
-                      "after the hang", file=out, flush=True)
-            nxt = [i for i in nxt if i not in same]
-        remaining = nxt
-    return results
-
-
 def best_table(store: Store, topo: Topology, coll: str, tag: str = "sweep", launch: str | None = None):
     """Per size: NCCL's default (under NCCL's per-process defaults) and the best measured point
     (of those measured with ``launch`` when given)."""
@@ -362,9 +267,6 @@ def print_tables(store: Store, topo: Topology, colls: list[int], tag: str, out=s
         print(f"# geometric-mean speedup of the best measured point: {g:.2f}x over {len(t)} sizes", file=out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return script_main(run_sweep, parse_args, argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND = Command("sweep", SweepConfig, main_sweep,
+                  "measure configurations on live GPUs into the measurement store (resumable)")
+register(COMMAND)

@@ -17,51 +17,75 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.topology import load_topology
-from runners.store import Store
-from runners.sweep import parse_kv, script_main
+from omegaconf import DictConfig, OmegaConf
 
-DEFAULTS: dict[str, str] = {"method": "", "backend": "torch", "topology": "", "collectives": "allreduce",
-                            "min_bytes": "8", "max_bytes": "256M", "budget": "200", "samples": "5", "seed": "0",
-                            "checkpoint": "", "store": "runs/tune.sqlite", "replay_store": "", "out": "runs/tune",
-                            "timing": "eager", "timeout_s": "120", "wall_s": "0", "launch": "nccl"}
-
-
-def parse_args(argv: list[str]) -> dict[str, str]:
-    from agents.baselines import METHODS
-    from runners.finetune import check_backend_args
-
-    args = parse_kv(argv, DEFAULTS, "tune")
-    if args["method"] not in METHODS:
-        raise ConfigError("method", f"unknown value {args['method']!r}; allowed: {', '.join(METHODS)}")
-    check_backend_args(args)
-    for k in ("budget", "samples", "seed", "wall_s"):
-        if not args[k].isdigit():
-            raise ConfigError(k, f"must be a whole number >= 0, got {args[k]!r}")
-    if args["method"].startswith("ncclrl") and not Path(args["checkpoint"]).is_file():
-        raise ConfigError("checkpoint", f"method {args['method']} needs checkpoint=PATH/policy.zip, "
-                          f"got {args['checkpoint']!r}")
-    return args
+from ncclrl.agents.baselines import METHODS, Evaluator, Problem, make_tuner
+from ncclrl.agents.finetune import Outcome, write_outcome
+from ncclrl.agents.pretrain import checkpoint_path, load_policy
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.costmodel.units import parse_bytes
+from ncclrl.envs.replay import recorded_sweep, replay_knobs, replay_noise
+from ncclrl.envs.store import Store
+from ncclrl.runners.config import Command, parse, register
+from ncclrl.runners.finetune import TunedLiveConfig, make_measure, sweep_reference, table_speedup_on_sweep
 
 
-def run_tune(args: dict[str, str], out=sys.stdout) -> dict[str, Any]:
-    from agents.baselines import Evaluator, Problem, make_tuner
-    from agents.finetune import Outcome, write_outcome
-    from runners.cli import parse_bytes
-    from runners.finetune import make_measure
+@dataclass
+class TuneCommand(TunedLiveConfig):
+    """Run one of the benchmark's tuners on a live (or replayed) platform under a measurement
+    budget and export its table, as ``ncclrl finetune`` does for ncclrl.
+
+    :param method: the tuner: default, exhaustive, random, afnfa, tpe, autoccl, ncclrl-pretrained, ncclrl
+    :param budget: measured points allowed
+    :param seed: the tuner's seed
+    :param wall_s: no new measurement after this many seconds (0: no limit), whatever is left of budget
+    :param checkpoint: ncclrl methods: the policy to start from (pretrained: shipped with ncclrl)
+    """
+
+    method: str = ""
+    budget: int = 200
+    seed: int = 0
+    wall_s: float = 0.0
+    checkpoint: str = "pretrained"
+    out: str = "runs/tune"
+    store: str = "runs/tune.sqlite"
+
+    def check(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError("method", f"unknown value {self.method!r}; allowed: {', '.join(METHODS)}")
+        super().check()
+        for k in ("budget", "seed", "wall_s"):
+            if getattr(self, k) < 0:
+                raise ConfigError(k, f"must be >= 0, got {getattr(self, k)}")
+        if self.method.startswith("ncclrl") and not checkpoint_path(self.checkpoint).is_file():
+            raise ConfigError("checkpoint", f"method {self.method} needs checkpoint=PATH/policy.zip (or pretrained), "
+                              f"got {self.checkpoint!r}")
+
+
+def parse_args(argv: list[str]) -> DictConfig:
+    """The command's config from ``key=value`` overrides (what ``ncclrl tune`` composes)."""
+    return parse(COMMAND, argv)
+
+
+def main_tune(args: DictConfig) -> int:
+    run_tune(args)
+    return 0
+
+
+def run_tune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
 
     topo = load_topology(args["topology"])
-    colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"].split(",") if c]
+    colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
     problem = Problem.make(topo, colls, parse_bytes(args["min_bytes"], "min_bytes"),
                            parse_bytes(args["max_bytes"], "max_bytes"))
     sweep = None
     if args["backend"] == "replay":  # the space the recorded sweep covered
-        from runners.finetune import recorded_sweep, replay_knobs, replay_noise
 
         sweep = recorded_sweep(args["replay_store"], topo, args["launch"])
         problem = Problem(topo, colls, problem.sizes, replay_knobs(sweep[sweep.status == "ok"], topo),
@@ -73,7 +97,6 @@ def run_tune(args: dict[str, str], out=sys.stdout) -> dict[str, Any]:
                    samples=int(args["samples"]), tag=tag, wall_s=float(args["wall_s"]) or None)
     model = None
     if args["method"].startswith("ncclrl"):
-        from agents.pretrain import load_policy
 
         model = load_policy(args["checkpoint"])
     t0 = time.time()
@@ -81,8 +104,8 @@ def run_tune(args: dict[str, str], out=sys.stdout) -> dict[str, Any]:
     wall = time.time() - t0
     rows = [{"collective": N.COLLECTIVES[c], "nbytes": s, "key": key} for (c, s), key in sorted(d.rows.items())]
     res = Outcome(conf=d.conf, rows=rows, measured=ev.used, rounds=ev.calls)
-    prov = {"method": args["method"], "args": args, "nccl_version": topo.nccl.version, "wall_s": round(wall, 1),
-            "jobs": ev.calls}
+    prov = {"method": args["method"], "args": OmegaConf.to_container(args), "nccl_version": topo.nccl.version,
+            "wall_s": round(wall, 1), "jobs": ev.calls}
     paths = write_outcome(res, topo, problem.sizes, Path(args["out"]), prov, title=f"{args['method']} table")
     env = " ".join(f"{k}={v}" for k, v in d.conf.env().items()) or "NCCL defaults"
     print(f"# {args['method']} on {topo.name}: {ev.used} measurements of {ev.budget} in {ev.calls} jobs, "
@@ -90,7 +113,6 @@ def run_tune(args: dict[str, str], out=sys.stdout) -> dict[str, Any]:
     summary = {"method": args["method"], "measured": ev.used, "jobs": ev.calls, "wall_s": wall, "rows": len(rows),
                "conf": d.conf.env()}
     if sweep is not None:
-        from runners.finetune import sweep_reference, table_speedup_on_sweep
 
         ref = sweep_reference(sweep, topo, problem.sizes)
         got = table_speedup_on_sweep(ref, d.conf, rows, problem.sizes)
@@ -102,9 +124,8 @@ def run_tune(args: dict[str, str], out=sys.stdout) -> dict[str, Any]:
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    return script_main(run_tune, parse_args, argv)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND = Command("tune", TuneCommand, main_tune,
+                  "run one benchmark tuner on live (or replayed) measurements under a budget, export its table",
+                  out_key="out")
+register(COMMAND)

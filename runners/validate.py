@@ -12,13 +12,13 @@ measurement is reused. Every sample goes to the
 store (tags ``validate-base`` and ``validate-tuned:<table sha256>``, one job id per job).
 
 The two sides always run in different jobs, and jobs differ more than samples within a job do
-(:mod:`runners.noise`), so the unit of comparison is the job: per point, each side's job medians,
+(:mod:`ncclrl.costmodel.noise`), so the unit of comparison is the job: per point, each side's job medians,
 the speedup as the ratio of their geometric means, and its 95% interval from the between-job
 spread that the repeated jobs of both sides show (pooled over neighbouring sizes). The verdict is
 ``faster`` (the interval lies above 1), ``slower`` (below 1) or ``same``. With ``rounds=1`` there
 is no between-job spread to estimate and the verdict falls back to within-job intervals, which
 judge NCCL's defaults against themselves "different" at about half the sizes on the H200s: use
-``rounds`` >= 2 (3-4 for small sizes). ``measure=0`` judges the jobs of an earlier validation of
+``rounds`` >= 2 (3-4 for small sizes). ``measure=false`` judges the jobs of an earlier validation of
 the same table from the store, without a GPU.
 """
 
@@ -27,77 +27,81 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
+from omegaconf import DictConfig
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.topology import load_topology
-from runners.live_common import launch_of
-from runners.store import Point, Store, job_ids
-from runners.sweep import check_timing, measure_whole, parse_kv, script_main, size_grid
-
-DEFAULTS: dict[str, str] = {"table": "", "conf": "", "topology": "", "collectives": "allreduce",
-                            "min_bytes": "8", "max_bytes": "256M", "rounds": "2", "samples": "5",
-                            "timing": "eager", "timeout_s": "300", "store": "runs/validate.sqlite", "out": "",
-                            "measure": "1", "warmup": "1", "launch": "nccl"}
-CONF_KEYS = {"NCCL_MIN_NCHANNELS": "comm_channels", "NCCL_MAX_NCHANNELS": "comm_channels",
-             "NCCL_BUFFSIZE": "buffsize_bytes", "NCCL_SOCKET_NTHREADS": "socket_nthreads",
-             "NCCL_NSOCKS_PERTHREAD": "nsocks_perthread", "NCCL_SOCKET_INLINE": "socket_inline_bytes"}
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.noise import compare, log_median, pooled_sigma
+from ncclrl.costmodel.space import Point, size_grid
+from ncclrl.costmodel.table import read_conf
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.costmodel.units import parse_bytes
+from ncclrl.envs.live import launch_of
+from ncclrl.envs.measure import measure_whole
+from ncclrl.envs.store import Store, job_ids
+from ncclrl.envs.torch_workers import TableWorkers
+from ncclrl.runners.config import Command, parse, register
+from ncclrl.runners.sweep import LiveConfig
 
 
-def parse_args(argv: list[str]) -> dict[str, str]:
-    args = parse_kv(argv, DEFAULTS, "validate")
-    for k in ("table", "topology"):
-        if not args[k]:
-            raise ConfigError(k, "required (validate table=nccl_tuner.csv topology=PRESET [conf=nccl.conf])")
-    for k in ("table", "conf"):
-        if args[k] and not Path(args[k]).is_file():
-            raise ConfigError(k, f"no such file: {args[k]}")
-    check_timing(args)
-    if args["warmup"] not in ("0", "1"):
-        raise ConfigError("warmup", f"unknown value {args['warmup']!r}; allowed: 1 (a first job of NCCL's defaults, "
-                          "stored but not judged), 0 (none)")
-    if args["measure"] not in ("0", "1"):
-        raise ConfigError("measure", f"unknown value {args['measure']!r}; allowed: 1 (measure afresh), "
-                          "0 (judge an earlier validation of this table from the store)")
-    for k in ("rounds", "samples"):
-        if not args[k].isdigit() or int(args[k]) < 1:
-            raise ConfigError(k, f"must be a whole number >= 1, got {args[k]!r}")
-    return args
+@dataclass
+class ValidateConfig(LiveConfig):
+    """Measure an exported table afresh through the tuner plugin against NCCL's defaults, in jobs
+    alternating base, tuned, tuned, base, ..., and judge each size faster, same or slower from the
+    between-job spread (``rounds`` >= 3 for small sizes).
+
+    :param table: the table to validate (nccl_tuner.csv)
+    :param conf: its nccl.conf (per-process knobs; empty: none)
+    :param rounds: jobs per side
+    :param out: write the per-size report to this CSV (and its S-curves next to it, .png)
+    :param measure: true: measure afresh; false: judge an earlier validation of this table from the store (no GPU)
+    :param warmup: a first job of NCCL's defaults, stored but not judged (the first job of a command runs apart)
+    """
+
+    table: str = ""
+    conf: str = ""
+    topology: str = ""
+    rounds: int = 2
+    samples: int = 5
+    timing: str = "eager"
+    store: str = "runs/validate.sqlite"
+    out: str = ""
+    measure: bool = True
+    warmup: bool = True
+
+    def check(self) -> None:
+        for k in ("table", "topology"):
+            if not getattr(self, k):
+                raise ConfigError(k, "required (ncclrl validate TABLE topology=PRESET [conf=nccl.conf])")
+        for k in ("table", "conf"):
+            if getattr(self, k) and not Path(getattr(self, k)).is_file():
+                raise ConfigError(k, f"no such file: {getattr(self, k)}")
+        if self.rounds < 1:
+            raise ConfigError("rounds", f"must be a whole number >= 1, got {self.rounds}")
+        super().check()
 
 
-def read_conf(path: str | Path) -> Point:
-    """The per-process knobs of an ``nccl.conf`` (KEY=VALUE lines, ``#`` comments) as a Point."""
-    knobs: dict[str, int] = {}
-    for ln, line in enumerate(Path(path).read_text().splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        key, sep, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or key not in CONF_KEYS:
-            raise ConfigError(f"{path}:{ln}", f"unknown setting {key!r}; allowed: {', '.join(CONF_KEYS)}")
-        if not value.isdigit() or int(value) < 1:
-            raise ConfigError(f"{path}:{ln}:{key}", f"must be a whole number >= 1, got {value!r}")
-        knobs[CONF_KEYS[key]] = int(value)
-    return Point("allreduce", 1, **knobs)
+def parse_args(argv: list[str]) -> DictConfig:
+    """The command's config from ``key=value`` overrides (what ``ncclrl validate`` composes)."""
+    return parse(COMMAND, argv)
+
+
+def main_validate(args: DictConfig) -> int:
+    run_validate(args)
+    return 0
 
 
 def judge(topo, points: list[Point], base: list[list[list[float]]], tuned: list[list[list[float]]],
           digest: str = "") -> pd.DataFrame:
     """Per point, the tuned jobs against the base jobs under the between-job noise model
-    (:mod:`runners.noise`): sigma from the repeated jobs of both sides, pooled over neighbouring
+    (:mod:`ncclrl.costmodel.noise`): sigma from the repeated jobs of both sides, pooled over neighbouring
     sizes of the same collective. ``base[i]``/``tuned[i]``: point ``i``'s samples, one list per job."""
     import pandas as pd
-
-    from runners.noise import compare, log_median, pooled_sigma
 
     rows = []
     for coll in dict.fromkeys(p.collective for p in points):
@@ -117,24 +121,23 @@ def judge(topo, points: list[Point], base: list[list[list[float]]], tuned: list[
     return pd.DataFrame(rows)
 
 
-def run_validate(args: dict[str, str], out=sys.stdout, workers_factory=None):
-    """Alternate base and tuned jobs (or, with ``measure=0``, take the jobs of an earlier
+def run_validate(args: DictConfig, out=sys.stdout, workers_factory=None):
+    """Alternate base and tuned jobs (or, with ``measure=false``, take the jobs of an earlier
     validation of the same table from the store); returns the per-size report as a DataFrame."""
-    from runners.cli import parse_bytes
 
     topo = load_topology(args["topology"])
-    colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"].split(",") if c]
+    colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
     lo, hi = parse_bytes(args["min_bytes"], "min_bytes"), parse_bytes(args["max_bytes"], "max_bytes")
     knobs = read_conf(args["conf"]) if args["conf"] else Point("allreduce", 1)
     table = Path(args["table"])
     digest = hashlib.sha256(table.read_bytes()).hexdigest()[:12]
     points = [Point(N.COLLECTIVES[c], s) for c in colls for s in size_grid(lo, hi, topo.nranks, c)]
     store = Store(Path(args["store"]))
-    if args["measure"] == "0":
+    if not args["measure"]:
         base, tuned = stored_jobs(store, topo.name, digest, points, args["launch"])
         if not any(tuned):
             raise ConfigError("measure", f"no validation of {table} (sha256 {digest}) for {topo.name} in "
-                              f"{args['store']}; run with measure=1")
+                              f"{args['store']}; run with measure=true")
         print(f"# {table}: {max(map(len, tuned))} rounds from {args['store']}", file=out)
     else:
         base, tuned = measure_rounds(args, topo, knobs, table, digest, points, store, out, workers_factory)
@@ -152,7 +155,6 @@ def measure_rounds(args, topo, knobs, table, digest, points, store, out, workers
     tuned, base, ...): the job that runs second in a pair is not always the same side. Every sample
     stored. Returns per point its samples per job, for each side."""
     if workers_factory is None:
-        from runners.table_backend import TableWorkers
 
         def workers_factory(knobs, table):
             return TableWorkers(topo.nranks, topo.nodes, knobs, timing=args["timing"],
@@ -160,7 +162,7 @@ def measure_rounds(args, topo, knobs, table, digest, points, store, out, workers
 
     jobs: dict[str, list[list[list[float]]]] = {"base": [[] for _ in points], "tuned": [[] for _ in points]}
     t0 = time.time()
-    if args["warmup"] == "1":  # the first job after a pause runs apart from the rest (1x4: +-25%)
+    if args["warmup"]:  # the first job after a pause runs apart from the rest (1x4: +-25%)
         w = workers_factory(None, None)
         measure_whole(w, points, store, topo.name, backend="torch", samples=int(args["samples"]),
                       tag="validate-warmup", out=out)
@@ -266,9 +268,8 @@ def plot_scurves(df, path: str | Path, title: str = "") -> Path:
     return Path(path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return script_main(run_validate, parse_args, argv)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMAND = Command("validate", ValidateConfig, main_validate,
+                  "measure a table afresh through the plugin against NCCL's defaults, per size a verdict",
+                  positional="table")
+register(COMMAND)

@@ -8,22 +8,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from agents.baselines import METHODS, Evaluator, Judge, Problem, make_tuner, sim_measure
-from agents.baselines.base import DEFAULT, BudgetExhausted, Decision, assemble
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.simulator import Simulator
-from costmodel.topology import load_topology
+from ncclrl.agents.baselines import METHODS, Evaluator, Judge, Problem, make_tuner, sim_measure
+from ncclrl.agents.baselines.base import DEFAULT, BudgetExhausted, Decision, assemble
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.simulator import Simulator
+from ncclrl.costmodel.topology import load_topology
 
-POLICY = Path(__file__).resolve().parent.parent / "docs" / "live" / "pretrained" / "policy.zip"
 SIZES = [64, 4096, 1 << 18, 1 << 22, 1 << 26]
 
 
 @pytest.fixture(scope="module")
 def model():
-    from agents.pretrain import load_policy
+    from ncclrl.agents.pretrain import load_policy
 
-    return load_policy(str(POLICY))
+    return load_policy("pretrained")
 
 
 def small_problem(name: str = "h200-2x2-sock") -> Problem:
@@ -164,7 +163,7 @@ def test_assemble_keeps_nccl_choice_where_nothing_measured_beats_it():
 
 
 def test_benchmark_ci_suite_is_reproducible(tmp_path):
-    from runners.benchmark import benchmark, compose
+    from ncclrl.runners.benchmark import benchmark, compose
 
     over = ["suite=ci", "workers=1", "suite.topologies=[h200-2x2-sock]", "suite.budgets=[60]"]
     a = benchmark(compose([*over, f"out={tmp_path / 'a'}"]))
@@ -181,9 +180,9 @@ def test_benchmark_ci_suite_is_reproducible(tmp_path):
                                              (["suite.collectives=[allsum]"], "suite.collectives"),
                                              (["suite.budgets=[-5]"], "suite.budgets"),
                                              (["checkpoint=/nope.zip"], "checkpoint"),
-                                             (["suite=nosuch"], "overrides")])
+                                             (["suite=nosuch"], "suite")])
 def test_benchmark_bad_input_is_one_line(override, field):
-    from runners.benchmark import check, compose
+    from ncclrl.runners.benchmark import check, compose
 
     with pytest.raises(ConfigError) as e:
         check(compose(override))
@@ -191,7 +190,7 @@ def test_benchmark_bad_input_is_one_line(override, field):
 
 
 def test_every_suite_composes():
-    from runners.benchmark import CONF_DIR, check, compose
+    from ncclrl.runners.benchmark import CONF_DIR, check, compose
 
     for p in sorted((CONF_DIR / "suite").glob("*.yaml")):
         cfg = compose([f"suite={p.stem}"])
@@ -206,7 +205,7 @@ STORE = Path(__file__).resolve().parent.parent / "docs" / "live" / "h200x4-2026-
 def test_tune_replays_a_recorded_sweep(method, tmp_path):
     """``ncclrl tune`` on the real recorded H200 sweep: within budget, a table in the example
     plugin's format, judged on the sweep's own data (never beyond its optimum)."""
-    from runners.tune import parse_args, run_tune
+    from ncclrl.runners.tune import parse_args, run_tune
 
     s = run_tune(parse_args([f"method={method}", "backend=replay", f"replay_store={STORE}", "launch=torch",
                              "topology=h200-2x2-sock", "budget=150", f"store={tmp_path / 's.sqlite'}",
@@ -217,9 +216,9 @@ def test_tune_replays_a_recorded_sweep(method, tmp_path):
 
 
 def test_tune_bad_method_is_one_line(capsys):
-    from runners.tune import main
+    from ncclrl.runners.cli import main
 
-    assert main(["method=simplex", "topology=h200-1x4"]) == 2
+    assert main(["tune", "method=simplex", "topology=h200-1x4"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ncclrl: error: method:") and err.count("\n") == 1
 
@@ -233,10 +232,8 @@ def test_afnfa_does_not_depend_on_the_hash_seed():
     import subprocess
     import sys
 
-    code = ("from omegaconf import OmegaConf\nfrom runners.benchmark import run_task\n"
-            "cfg = OmegaConf.to_container(OmegaConf.load('conf/benchmark.yaml'), resolve=True)\n"
-            "cfg['suite'] = OmegaConf.to_container(OmegaConf.load('conf/suite/full.yaml'), resolve=True)\n"
-            "cfg['suite'].update(methods=['afnfa'], budgets=[50])\n"
+    code = ("from omegaconf import OmegaConf\nfrom ncclrl.runners.benchmark import compose, run_task\n"
+            "cfg = OmegaConf.to_container(compose(['suite.methods=[afnfa]', 'suite.budgets=[50]']), resolve=True)\n"
             "r = run_task({'preset': 'v100-2x8-eth', 'draw': 0, 'collective': 'allgather', 'seed': 0}, cfg)\n"
             "print(repr(r[0]['fraction']))\n")
     outs = []

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costmodel import nccl as N
-from costmodel.calibrate import (
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.calibrate import (
     configs_from_frame,
     env_to_config,
     error_table,
@@ -15,10 +15,10 @@ from costmodel.calibrate import (
     measurements_from_runs,
     parse_nccl_list,
 )
-from costmodel.errors import ConfigError
-from costmodel.simulator import SimParams, Simulator
-from costmodel.topology import load_topology
-from runners.nccltests import parse_file
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.nccltests import parse_file
+from ncclrl.costmodel.simulator import SimParams, Simulator
+from ncclrl.costmodel.topology import load_topology
 
 
 @pytest.fixture(scope="module")
@@ -101,25 +101,25 @@ def test_calibrate_from_the_live_store_beats_the_preset(tmp_path, capsys):
 
     import numpy as np
 
-    from costmodel.calibrate import measurements_from_store, relative_errors
-    from costmodel.simulator import Simulator
-    from costmodel.topology import load_topology
-    from runners.cli import main
-    from runners.store import Store
+    from ncclrl.costmodel.calibrate import measurements_from_store, relative_errors
+    from ncclrl.costmodel.simulator import Simulator
+    from ncclrl.costmodel.topology import load_topology
+    from ncclrl.envs.store import Store
+    from ncclrl.runners.cli import main
 
     live = tmp_path / "store.sqlite"
     shutil.copy(Path(__file__).resolve().parent.parent / "docs" / "live" / "h200x4-2026-11-21.sqlite", live)
     with sqlite3.connect(live) as db:
         db.execute("DELETE FROM measurements WHERE id > 29285")
     out = tmp_path / "sock-fit.yaml"
-    assert main(["calibrate", "--store", str(live), "--topology", "h200-2x2-sock", "-o", str(out),
-                 "--no-holdout"]) == 0
+    assert main(["calibrate", f"store={live}", "topology=h200-2x2-sock", f"output={out}",
+                 "holdout=false"]) == 0
     topo = load_topology("h200-2x2-sock")
     with Store(live) as s:
         df = measurements_from_store(topo, s.frame())
     before = float(np.median(relative_errors(Simulator(topo), df)))
     after = float(np.median(relative_errors(Simulator(load_topology(str(out))), df)))
     assert after < 0.7 * before
-    assert main(["calibrate", "--topology", "h200-2x2-sock"]) == 2
+    assert main(["calibrate", "topology=h200-2x2-sock"]) == 2
     assert "one of them" in capsys.readouterr().err
     print(f"median relative error on {len(df)} store rows: preset {before:.3f}, fitted {after:.3f}")

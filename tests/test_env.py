@@ -10,13 +10,13 @@ import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-import envs  # noqa: F401  (registers the ids)
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.replica import eligible_mask
-from costmodel.topology import load_topology, preset_names
-from envs import spaces as S
-from envs.nccl_env import NcclTuneEnv
+import ncclrl.envs  # noqa: F401  (registers the ids)
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.replica import eligible_mask
+from ncclrl.costmodel.topology import load_topology, preset_names
+from ncclrl.envs import spaces as S
+from ncclrl.envs.nccl_env import NcclTuneEnv
 
 
 def test_gymnasium_and_sb3_checkers_pass_without_warnings():

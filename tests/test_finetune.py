@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.finetune import DEFAULT, FinetuneConfig, Finetuner, knob_label, sizes_for
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.simulator import Configs, Simulator
-from costmodel.topology import load_topology
-from runners.finetune import parse_args, run_finetune
-from runners.store import Point, Store
-from runners.sweep import call_configs, knob_grid
+from ncclrl.agents.finetune import DEFAULT, FinetuneConfig, Finetuner, knob_label, sizes_for
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.simulator import Configs, Simulator
+from ncclrl.costmodel.space import Point, call_configs, knob_grid
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.envs.store import Store
+from ncclrl.runners.finetune import parse_args, run_finetune
 
 REPO = Path(__file__).resolve().parent.parent
 LIVE = REPO / "docs" / "live" / "h200x4-2026-11-21.sqlite"
@@ -26,7 +26,7 @@ LIVE = REPO / "docs" / "live" / "h200x4-2026-11-21.sqlite"
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory):
     """A briefly trained MaskablePPO checkpoint (what fine-tuning starts from)."""
-    from agents.pretrain import AgentConfig, pretrain
+    from ncclrl.agents.pretrain import AgentConfig, pretrain
 
     run_dir = tmp_path_factory.mktemp("pre")
     pretrain(["h200-2x2-sock"], AgentConfig(total_timesteps=512, n_envs=2, n_steps=128, batch_size=128), run_dir,
@@ -98,7 +98,7 @@ def test_finetune_respects_the_budget_and_stays_in_the_space(budget):
 def test_wall_clock_bounds_the_whole_run_guard_included(monkeypatch):
     """Jobs of 10 s on a fake clock, wall_s=120: rounds stop early enough that the guard (and no
     verification past the limit) finishes within the budget, and it still exports a checked table."""
-    import agents.finetune as F
+    import ncclrl.agents.finetune as F
 
     clock = [0.0]
     monkeypatch.setattr(F.time, "time", lambda: clock[0])
@@ -123,7 +123,7 @@ def test_wall_clock_bounds_the_whole_run_guard_included(monkeypatch):
 def test_history_says_where_each_rounds_wall_clock_goes(monkeypatch):
     """Jobs of 10 s on a fake clock that only jobs advance: each round's history has its jobs' time
     (10 s per setting measured) and nothing in the other parts, and the parts add up to the round."""
-    import agents.finetune as F
+    import ncclrl.agents.finetune as F
 
     clock = [0.0]
     monkeypatch.setattr(F.time, "time", lambda: clock[0])
@@ -191,7 +191,7 @@ def test_search_leaves_time_to_verify_a_row_against_a_bimodal_choice(monkeypatch
     stops early enough for at least 3 verification jobs, and the row is kept; with none (session
     7's fine-tuning) one verification job fits in the same wall_s. (With ``rows_on_ties`` the row,
     no slower in that job, is kept without them: that is tested apart.)"""
-    import agents.finetune as F
+    import ncclrl.agents.finetune as F
 
     topo = load_topology("h200-2x2-sock")
     sizes = sizes_for(topo, [N.ALLREDUCE], 8, 256 << 20)
@@ -237,7 +237,7 @@ def test_verification_withdraws_a_row_kept_on_one_fluke_job(monkeypatch, noise_s
     """A row 10% slower than NCCL's choice under the exported setting, kept by the guard because
     NCCL's choice ran 1.5x slow in that one job: the verification re-measures kept rows too and
     withdraws it (NCCL's choice runs there); without verification jobs it is exported."""
-    import agents.finetune as F
+    import ncclrl.agents.finetune as F
 
     topo = load_topology("h200-2x2-sock")
     sizes = sizes_for(topo, [N.ALLREDUCE], 8, 256 << 20)
@@ -299,7 +299,7 @@ def test_verification_proves_small_gains_with_enough_jobs():
     ([(1.42, 0.0, "plain"), (1.90, 100.0, "2ch"), (1.89, 100.0, "4ch")], 3.0, "2ch"),  # equal time: the first
 ])
 def test_pick_option_breaks_ties_on_the_geometric_mean_by_time_saved(options, tie_pct, want):
-    from agents.finetune import pick_option
+    from ncclrl.agents.finetune import pick_option
 
     assert pick_option(options, tie_pct)[2] == want
 
@@ -500,8 +500,8 @@ def test_guard_runs_nccls_own_algorithm_at_its_channel_count_where_raised_channe
         assert by.get(s) == ("default", "default", 2), (s, by.get(s))
     assert ("default", "default", 2) not in {by.get(s) for s in sizes[N.ALLREDUCE] if s < 64 << 10}
     # exported as NCCL's own algorithm and protocol at 2 channels, which the tuner plugin reads
-    from agents.finetune import write_outcome
-    from runners.table import lookup, parse_example_rows
+    from ncclrl.agents.finetune import write_outcome
+    from ncclrl.costmodel.table import lookup, parse_example_rows
 
     rows = parse_example_rows(write_outcome(res, topo, sizes, tmp_path, {})["csv"].read_text())
     r = lookup(rows, "allreduce", 1 << 20, topo.nodes, topo.nranks)
@@ -545,7 +545,8 @@ def test_finetune_replaying_the_h200_sweep(tmp_path):
     sweep's own data, and reaches >= 60% of the sweep's optimum (docs/live.md: 67.4% with the
     pretrained policy; the best setting loses at 256 KiB with the candidates fine-tuning measured,
     so the guard keeps NCCL's defaults and their rows)."""
-    from runners.finetune import ReplayWorkers, replay_knobs, sweep_reference, table_speedup_on_sweep
+    from ncclrl.envs.replay import ReplayWorkers, replay_knobs
+    from ncclrl.runners.finetune import sweep_reference, table_speedup_on_sweep
 
     topo = load_topology("h200-2x2-sock")
     sizes = sizes_for(topo, [N.ALLREDUCE], 8, 256 << 20)
@@ -604,8 +605,8 @@ def test_finetune_budget_too_small_is_one_line(tmp_path, tiny_policy):
 def test_replay_takes_the_sweep_of_its_launch_only(tmp_path, launch):
     """A store can hold sweeps of both launches: replay takes the one measured with ``launch``
     (never a mix of the two timings), and without one names the launches the store has."""
-    from runners.finetune import recorded_sweep
-    from runners.live_common import timing_label
+    from ncclrl.envs.live import timing_label
+    from ncclrl.envs.replay import recorded_sweep
 
     path = tmp_path / "s.sqlite"
     with Store(path) as s:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from costmodel import nccl as N
-from runners.nccl_direct import NCCL_FLOAT32, NCCL_SUM, NCCL_UINT8, DirectComm, Nccl, NcclError, libnccl_path
+from ncclrl.costmodel import nccl as N
+from ncclrl.envs.nccl_direct import NCCL_FLOAT32, NCCL_SUM, NCCL_UINT8, DirectComm, Nccl, NcclError, libnccl_path
 
 FAKE = Path(__file__).parent / "fakes" / "fake_nccl.c"
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from runners.nccltests import NcclTestsError, env_from_name, parse_file, parse_json, parse_stdout, run_env
+from ncclrl.costmodel.nccltests import NcclTestsError, env_from_name, parse_file, parse_json, parse_stdout, run_env
 
 
 def test_parses_every_real_file(allreduce_files):

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from costmodel.errors import ConfigError
-from runners.nccltests_backend import Launcher, NcclTestsBackend
-from runners.store import Point, Store
-from runners.sweep import parse_args, run_sweep
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.space import Point
+from ncclrl.envs.nccltests_backend import Launcher, NcclTestsBackend
+from ncclrl.envs.store import Store
+from ncclrl.runners.sweep import parse_args, run_sweep
 
 FAKE = Path(__file__).parent / "fakes" / "fake_perf.py"
 
@@ -66,7 +67,7 @@ def test_a_hanging_configuration_times_out_alone(bindir, monkeypatch):
 
 def test_sweep_through_nccltests_into_the_store(bindir, tmp_path, monkeypatch):
     d, plugin = bindir
-    monkeypatch.setattr("runners.live_common.PLUGIN", plugin)
+    monkeypatch.setattr("ncclrl.envs.live.PLUGIN", plugin)
     args = parse_args(["backend=nccl-tests", f"nccltests_dir={d}", "topology=h200-1x4", "collectives=allreduce",
                        "max_bytes=1M", "grid=full", f"store={tmp_path / 's.sqlite'}", "samples=2", "timeout_s=30"])
     out = io.StringIO()

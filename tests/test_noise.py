@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.finetune import FinetuneConfig, Finetuner, knob_label, sizes_for
-from costmodel import nccl as N
-from costmodel.simulator import Simulator
-from costmodel.topology import load_topology
-from runners.noise import compare, pooled_sigma
-from runners.store import Point, Store, job_ids
-from runners.sweep import knob_grid
+from ncclrl.agents.finetune import FinetuneConfig, Finetuner, knob_label, sizes_for
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.noise import compare, pooled_sigma
+from ncclrl.costmodel.simulator import Simulator
+from ncclrl.costmodel.space import Point, knob_grid
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.envs.store import Store, job_ids
 
 REPO = Path(__file__).resolve().parent.parent
 LIVE = REPO / "docs" / "live" / "h200x4-2026-11-21.sqlite"
@@ -108,7 +108,7 @@ def test_validate_from_the_store_repeats_the_live_report(tmp_path):
     """``measure=0`` judges the jobs an earlier validation stored: the same report, no workers."""
     from test_sweep_store import FakeTableWorkers
 
-    from runners.validate import parse_args, run_validate
+    from ncclrl.runners.validate import parse_args, run_validate
 
     table = tmp_path / "t.csv"
     table.write_text("allreduce,0,max,ring,simple,2,-1,-1\n")
@@ -134,7 +134,7 @@ def test_stored_a_a_validation_on_the_h200s():
     """The A/A table (no rows) validated on the H200s: every size "same" on h200-2x2-sock (3
     rounds), at most 2 of 26 different on h200-1x4 (9 rounds in three windows pooled: 0); with
     NCCL called directly (session 6, 3 rounds each), every size "same" on both."""
-    from runners.validate import parse_args, run_validate
+    from ncclrl.runners.validate import parse_args, run_validate
 
     table = REPO / "docs" / "live" / "noise" / "aa_table.csv"
     assert hashlib.sha256(table.read_bytes()).hexdigest()[:12] == "ccd1ca9cdf15"
@@ -147,7 +147,7 @@ def test_stored_a_a_validation_on_the_h200s():
 
 
 def test_replay_gives_a_repeated_point_the_next_recorded_job():
-    from runners.finetune import ReplayWorkers
+    from ncclrl.envs.replay import ReplayWorkers
 
     with Store(LIVE) as s:
         frame = s.frame(topology="h200-2x2-sock", status="ok", collective="allreduce", nbytes=1024, algo="default",
@@ -243,7 +243,7 @@ def test_aa_noise_groups_jobs_by_time_and_recovers_a_known_spread():
     hours apart) is not counted. With sigma 0.2 between jobs of a group, the estimate is close."""
     import pandas as pd
 
-    from runners.noise import aa_noise
+    from ncclrl.costmodel.noise import aa_noise
 
     rng = np.random.default_rng(0)
     rows, sizes = [], [8, 16, 32]
@@ -262,7 +262,7 @@ def test_replay_judges_with_the_spread_of_the_recorded_validations():
     """The committed store holds many validations of NCCL's plain defaults on h200-2x2-sock with
     both launches: replay takes the between-job spread from them (a replayed run's repeats are the
     same samples again), and the fine-tuner's guard uses it instead of its own zero spread."""
-    from runners.finetune import replay_noise
+    from ncclrl.envs.replay import replay_noise
 
     topo = load_topology("h200-2x2-sock")
     sizes = sizes_for(topo, [N.ALLREDUCE], 8, 256 << 20)

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costmodel import nccl as N
-from runners.table import lookup, parse_example_rows
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.table import lookup, parse_example_rows
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugin"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costmodel import nccl as N
-from costmodel.topology import load_topology
-from runners.plugin_verify import MARKER_BYTES, expected, match_log, plan_cases
-from runners.table import parse_example_rows
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.table import parse_example_rows
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.runners.plugin_verify import MARKER_BYTES, expected, match_log, plan_cases
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugin"
 

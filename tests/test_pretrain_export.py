@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from costmodel import nccl as N
-from costmodel.simulator import Simulator
-from runners.cli import main
-from runners.export import MAX_BYTES, export_table, lookup, parse_example_rows
+from ncclrl.agents.export import MAX_BYTES, export_table
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.simulator import Simulator
+from ncclrl.costmodel.table import lookup, parse_example_rows
+from ncclrl.runners.cli import main
 
 TINY = ["agent.total_timesteps=2048", "agent.n_envs=4", "agent.n_steps=256", "agent.batch_size=256",
         "progress_bar=false", "experiment.pretrain_topologies=[h200-1x4,h200-2x2-sock]"]
@@ -51,29 +52,29 @@ def test_export_covers_every_size_of_every_collective(smoke_run):
 
 def test_export_for_another_platform_and_show(smoke_run, tmp_path, capsys):
     out = tmp_path / "dgx"
-    code = main(["export", "--checkpoint", str(smoke_run / "policy.zip"), "topology=dgx-h100-2n", f"run_dir={out}"])
+    code = main(["export", f"checkpoint={smoke_run / 'policy.zip'}", "topology=dgx-h100-2n", f"run_dir={out}"])
     assert code == 0
     rows = parse_example_rows((out / "table" / "nccl_tuner.csv").read_text())
     assert {(r["nNodes"], r["nRanks"]) for r in rows} == {(2, 16)}
     capsys.readouterr()
-    assert main(["show", str(out / "table" / "nccl_tuner.json"), "--plot", str(tmp_path / "map.png")]) == 0
+    assert main(["show", str(out / "table" / "nccl_tuner.json"), f"plot={tmp_path / 'map.png'}"]) == 0
     shown = capsys.readouterr().out
     assert "allreduce" in shown and (tmp_path / "map.png").exists()
 
 
 def test_guard_keeps_nccl_default_when_not_faster(smoke_run):
-    from agents.pretrain import load_policy
+    from ncclrl.agents.pretrain import load_policy
 
     sim = Simulator("h200-1x4")
     table = export_table(load_policy(smoke_run / "policy.zip"), sim, tune_conf=False)
-    from runners.evaluate import evaluate_table
+    from ncclrl.agents.evaluate import evaluate_table
     df = evaluate_table(table, sim)
     assert df["speedup"].min() >= 0.99
     assert all(r.source in ("policy", "nccl-default") for r in table.rows)
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["pretrain", "topology=h300-9x9"], "overrides"),
+    (["pretrain", "topology=h300-9x9"], "topology: unknown preset"),
     (["pretrain", "agent.nonsense=3"], "agent.nonsense"),
     (["pretrain", "agent.batch_size=300", "agent.n_envs=2", "agent.n_steps=100", "agent.total_timesteps=10"],
      "agent.batch_size"),
@@ -91,17 +92,17 @@ def test_checkpoint_from_another_layout(tmp_path, capsys):
 
     other = MaskablePPO("MlpPolicy", InvalidActionEnvDiscrete(dim=20, n_invalid_actions=10), n_steps=64)
     other.save(str(tmp_path / "other.zip"))
-    code = main(["export", "--checkpoint", str(tmp_path / "other.zip"), f"run_dir={tmp_path / 'x'}"])
+    code = main(["export", f"checkpoint={tmp_path / 'other.zip'}", f"run_dir={tmp_path / 'x'}"])
     err = capsys.readouterr().err
     assert code == 2 and "retrain" in err and err.count("\n") == 1
     (tmp_path / "junk.zip").write_bytes(b"not a zip")
-    assert main(["export", "--checkpoint", str(tmp_path / "junk.zip")]) == 2
+    assert main(["export", f"checkpoint={tmp_path / 'junk.zip'}"]) == 2
 
 
 def test_policy_decisions_are_deterministic(smoke_run):
-    from agents.pretrain import load_policy
-    from costmodel.topology import load_topology
-    from runners.export import _decide
+    from ncclrl.agents.export import _decide
+    from ncclrl.agents.pretrain import load_policy
+    from ncclrl.costmodel.topology import load_topology
 
     m = load_policy(smoke_run / "policy.zip")
     sizes = 1 << np.arange(0, 32, dtype=np.int64)

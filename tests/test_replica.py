@@ -7,9 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.replica import (
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.replica import (
     build_model,
     check_algo_allowed,
     cost_table,
@@ -17,7 +17,7 @@ from costmodel.replica import (
     eligible_mask,
     scheduled_channels,
 )
-from costmodel.topology import load_topology, preset_names
+from ncclrl.costmodel.topology import load_topology, preset_names
 
 LOG_LINE = re.compile(r"(\w+): (\d+) Bytes -> Algo (\w+) proto (\w+) channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.replica import eligible_mask
-from costmodel.simulator import RANDOMIZATION, Configs, SimParams, Simulator
-from costmodel.topology import preset_names
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.replica import eligible_mask
+from ncclrl.costmodel.simulator import RANDOMIZATION, Configs, SimParams, Simulator
+from ncclrl.costmodel.topology import preset_names
 
 SIZES = 2 ** np.arange(3, 31)
 

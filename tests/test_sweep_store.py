@@ -9,13 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.simulator import Configs, Simulator
-from costmodel.topology import load_topology
-from runners.live_common import WorkerError, timing_label
-from runners.store import Point, Store, summarize
-from runners.sweep import call_configs, knob_grid, measure_whole, parse_args, run_sweep
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.noise import summarize
+from ncclrl.costmodel.simulator import Configs, Simulator
+from ncclrl.costmodel.space import Point, call_configs, knob_grid
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.envs.live import WorkerError, timing_label
+from ncclrl.envs.measure import measure_whole
+from ncclrl.envs.store import Store
+from ncclrl.runners.sweep import parse_args, run_sweep
 
 
 class FakeWorkers:
@@ -143,7 +146,7 @@ def test_too_few_gpus_is_a_config_error_before_any_job(monkeypatch, available, c
     """h200-2x1-sock has 2 ranks: no GPU, or one, stops the live backend before it starts a job."""
     import torch
 
-    from runners.table_backend import TableWorkers
+    from ncclrl.envs.torch_workers import TableWorkers
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
@@ -151,10 +154,10 @@ def test_too_few_gpus_is_a_config_error_before_any_job(monkeypatch, available, c
         TableWorkers(2, 2)
 
 
-@pytest.mark.parametrize("command", [["runners.sweep"],
-                                     ["runners.cli", "finetune", "--checkpoint", "docs/live/pretrained/policy.zip"],
-                                     ["runners.cli", "plugin", "verify", "docs/live/finetuned-s10/h200-2x1-sock/"
-                                      "nccl_tuner.csv", "--topology", "h200-2x1-sock"]])
+@pytest.mark.parametrize("command", [["ncclrl", "sweep"],
+                                     ["ncclrl", "finetune", "checkpoint=pretrained"],
+                                     ["ncclrl", "plugin", "verify", "docs/live/finetuned-s10/h200-2x1-sock/"
+                                      "nccl_tuner.csv", "topology=h200-2x1-sock"]])
 def test_no_gpu_is_one_line_exit_2_and_the_store_keeps_nothing_half_done(tmp_path, command):
     import os
     import subprocess
@@ -206,8 +209,8 @@ def test_whole_request_workers_get_every_point_of_a_setting_at_once(tmp_path):
 
 
 def test_table_backend_shifts_sizes_and_writes_one_row_per_point():
-    from runners.table import lookup, parse_example_rows
-    from runners.table_backend import shifted_sizes, table_rows
+    from ncclrl.costmodel.table import lookup, parse_example_rows
+    from ncclrl.envs.torch_workers import shifted_sizes, table_rows
 
     pts = [Point("allreduce", 1024), Point("allreduce", 1024, "tree", "ll", 2),
            Point("allreduce", 1024, "ring", "simple", 0), Point("allgather", 1024, "default", "default", 4),
@@ -339,7 +342,7 @@ def test_after_a_hang_the_points_the_job_ran_before_it_are_measured_again(tmp_pa
 
 
 def test_wall_s_stops_starting_jobs_and_a_rerun_measures_the_rest(tmp_path, monkeypatch):
-    import runners.sweep as sweep
+    import ncclrl.runners.sweep as sweep
 
     clock = [0.0]
     monkeypatch.setattr(sweep.time, "time", lambda: clock[0])
@@ -370,7 +373,7 @@ def test_a_sweep_with_the_other_launch_measures_again(tmp_path):
 
 
 def test_collect_keeps_finished_sizes_and_names_the_stuck_point(tmp_path):
-    from runners.table_backend import collect, last_item
+    from ncclrl.envs.torch_workers import collect, last_item
 
     for r in range(2):
         cut = '{"idx": [2], "sam'  # the last line cut by a kill
@@ -404,7 +407,8 @@ class FakeTableWorkers:
 
 
 def test_validate_alternates_jobs_stores_everything_and_gives_verdicts(tmp_path):
-    from runners.validate import parse_args, read_conf, run_validate
+    from ncclrl.costmodel.table import read_conf
+    from ncclrl.runners.validate import parse_args, run_validate
 
     table = tmp_path / "t.csv"
     table.write_text("allreduce,0,max,ring,simple,2,-1,-1\n")
@@ -440,7 +444,7 @@ def test_validate_alternates_jobs_stores_everything_and_gives_verdicts(tmp_path)
                                          (["table=README.md", "topology=h200-1x4", "rounds=0"], "rounds"),
                                          (["table=README.md", "topology=h200-1x4", "color=red"], "color")])
 def test_validate_bad_arguments_name_the_field(argv, field):
-    from runners.validate import parse_args
+    from ncclrl.runners.validate import parse_args
 
     with pytest.raises(ConfigError) as e:
         parse_args(argv)
@@ -448,7 +452,7 @@ def test_validate_bad_arguments_name_the_field(argv, field):
 
 
 def test_read_conf_rejects_unknown_settings(tmp_path):
-    from runners.validate import read_conf
+    from ncclrl.costmodel.table import read_conf
 
     f = tmp_path / "nccl.conf"
     f.write_text("NCCL_SOCKET_NTHREADS=2\nNCCL_ALGO=ring\n")

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from costmodel.errors import ConfigError
-from costmodel.topology import dump_topology, load_topology, preset_names, topology_from_dict
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.topology import dump_topology, load_topology, preset_names, topology_from_dict
 
 REQUIRED = ["h200-1x4", "h200-2x2-sock", "dgx-h100-2n", "dgx-h100-16n", "v100-2x8-eth", "a40-4x8-ib",
             "a100-16x4-ib"]

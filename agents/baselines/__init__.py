@@ -1,22 +1,22 @@
 """Tuners compared by ``ncclrl benchmark``: NCCL's default, the published approaches, and ncclrl,
-all behind one interface (:class:`agents.baselines.base.Tuner`) and one budgeted evaluator."""
+all behind one interface (:class:`ncclrl.agents.baselines.base.Tuner`) and one budgeted evaluator."""
 
-from agents.baselines.base import DEFAULT, Decision, Evaluator, Judge, Problem, Tuner, sim_measure
-from agents.baselines.search import TUNERS
+from ncclrl.agents.baselines.base import DEFAULT, Decision, Evaluator, Judge, Problem, Tuner, sim_measure
+from ncclrl.agents.baselines.ncclrl import NcclrlFinetuned, NcclrlPretrained
+from ncclrl.agents.baselines.search import TUNERS
+from ncclrl.costmodel.errors import ConfigError
 
 METHODS = (*TUNERS, "ncclrl-pretrained", "ncclrl")
 
 
 def make_tuner(name: str, model=None, **kwargs) -> Tuner:
     """A tuner by name (``METHODS``); the ncclrl ones need the pretrained ``model``."""
-    from costmodel.errors import ConfigError
 
     if name in TUNERS:
         return TUNERS[name](**kwargs)
     if name in ("ncclrl-pretrained", "ncclrl"):
         if model is None:
             raise ConfigError("checkpoint", f"method {name} needs a pretrained policy (checkpoint=PATH/policy.zip)")
-        from agents.baselines.ncclrl import NcclrlFinetuned, NcclrlPretrained
 
         return (NcclrlPretrained if name == "ncclrl-pretrained" else NcclrlFinetuned)(model, **kwargs)
     raise ConfigError("methods", f"unknown method {name!r}; allowed: {', '.join(METHODS)}")

@@ -1,7 +1,7 @@
 """What every tuner of the benchmark shares: the search space, the budgeted evaluator, the
 decision a tuner returns, and how a decision is judged.
 
-The space is the live sweep's (:func:`runners.sweep.knob_grid` x :func:`runners.sweep.call_configs`
+The space is the live sweep's (:func:`ncclrl.runners.sweep.knob_grid` x :func:`ncclrl.runners.sweep.call_configs`
 plus NCCL's own choice): one per-process knob setting for the whole table (it goes to
 ``nccl.conf``), and per (collective, size) one per-call configuration (a table row) or NCCL's
 choice. An *evaluation* is one point (knob setting, collective, size, configuration) measured with
@@ -18,16 +18,13 @@ from typing import Protocol
 
 import numpy as np
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.replica import default_decisions
-from costmodel.simulator import Configs, Simulator
-from costmodel.topology import Topology
-from runners.store import Point, summarize
-from runners.sweep import call_configs, knob_grid, size_grid
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.noise import summarize
+from ncclrl.costmodel.simulator import Simulator
+from ncclrl.costmodel.space import DEFAULT, Key, Point, call_configs, knob_grid, point_configs, size_grid
+from ncclrl.costmodel.topology import Topology
 
-Key = tuple[str, str, int]  # (algo, proto, channels); DEFAULT = NCCL's own per-call choice
-DEFAULT: Key = ("default", "default", 0)
 # measure(knobs, points, samples, tag) -> samples per point (None: failed); one job per call live
 Measure = Callable[[Point, list[Point], int, str], list[list[float] | None]]
 
@@ -142,7 +139,7 @@ class Evaluator:
         return list(res) + [None] * (len(pts) - len(take))
 
     def measure_fn(self) -> Measure:
-        """The evaluator as a ``measure`` callable (what :class:`agents.finetune.Finetuner` takes),
+        """The evaluator as a ``measure`` callable (what :class:`ncclrl.agents.finetune.Finetuner` takes),
         still counted and cut to the budget."""
         return self._run
 
@@ -190,25 +187,6 @@ def assemble(problem: Problem, ev: Evaluator) -> Decision:
 
 
 # -- the simulator as the measured platform, and the judge ---------------------------------------
-
-def point_configs(topo: Topology, k: Point, coll: int, sizes: np.ndarray, keys: list[Key]) -> Configs:
-    """Simulator configurations of (size, key) pairs under knob setting ``k``."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    algo = np.empty(sizes.size, np.int64)
-    proto = np.empty(sizes.size, np.int64)
-    ch = np.zeros(sizes.size, np.int64)
-    # NCCL's own algorithm and protocol (at its own per-call channel count, or at the key's)
-    is_def = np.array([key[0] == "default" for key in keys])
-    if is_def.any():
-        d = default_decisions(topo, coll, sizes[is_def], comm_channels=k.comm_channels)
-        algo[is_def], proto[is_def] = d.algo, d.proto
-    for i, key in enumerate(keys):
-        if key[0] == "default":
-            ch[i] = key[2]
-        else:
-            algo[i], proto[i], ch[i] = N.ALGOS.index(key[0]), N.PROTOS.index(key[1]), key[2]
-    return Configs.make(coll, sizes, algo, proto, ch, k.comm_channels, k.buffsize_bytes, k.socket_nthreads,
-                        k.nsocks_perthread, k.socket_inline_bytes)
 
 
 def sim_measure(sim: Simulator) -> Measure:

@@ -1,14 +1,14 @@
 """ncclrl in the benchmark: the pretrained policy alone (no evaluations), and fine-tuned under the
-same budget as every other tuner (:class:`agents.finetune.Finetuner`, through the same evaluator)."""
+same budget as every other tuner (:class:`ncclrl.agents.finetune.Finetuner`, through the same evaluator)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from agents.baselines.base import DEFAULT, Decision, Evaluator, Problem
-from agents.finetune import FinetuneConfig, Finetuner, guard_reserve
-from costmodel import nccl as N
-from costmodel.simulator import Simulator
+from ncclrl.agents.baselines.base import DEFAULT, Decision, Evaluator, Problem
+from ncclrl.agents.finetune import FinetuneConfig, Finetuner, guard_reserve
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.simulator import Simulator
 
 
 class NcclrlPretrained:

@@ -1,9 +1,9 @@
 """The published tuning approaches, as black-box tuners over the benchmark's space.
 
-Each spends its evaluations through :class:`agents.baselines.base.Evaluator` (NCCL's plain
+Each spends its evaluations through :class:`ncclrl.agents.baselines.base.Evaluator` (NCCL's plain
 defaults first, every point counted), proposes points in batches (one batch is one job per knob
 setting on live GPUs), and turns what it measured into a table with
-:func:`agents.baselines.base.assemble`.
+:func:`ncclrl.agents.baselines.base.assemble`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Generator
 
 import numpy as np
 
-from agents.baselines.base import (
+from ncclrl.agents.baselines.base import (
     DEFAULT,
     BudgetExhausted,
     Decision,
@@ -23,8 +23,8 @@ from agents.baselines.base import (
     assemble,
     measure_defaults,
 )
-from costmodel import nccl as N
-from runners.store import KNOB_FIELDS
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.space import KNOB_FIELDS
 
 Cand = tuple[int, int, int, Key]  # (knob index, collective, size, per-call key)
 

@@ -18,7 +18,6 @@ from itertools import pairwise
 
 import numpy as np
 import pandas as pd
-
 from runners.noise import log_median
 from runners.store import Store
 

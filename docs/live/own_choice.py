@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from runners.table import lookup, parse_example_rows
 
 from costmodel.topology import Topology, load_topology
-from runners.table import lookup, parse_example_rows
 from runners.validate import parse_args, run_validate
 
 LIVE = Path(__file__).resolve().parent

@@ -13,7 +13,6 @@ import sys
 from collections import defaultdict
 
 import numpy as np
-
 from runners.store import KNOB_FIELDS, Store
 
 DEFAULT = ("default", "default", 0)

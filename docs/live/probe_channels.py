@@ -22,11 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from runners.store import Point, Store, summarize  # noqa: E402
+from runners.table_backend import TableWorkers  # noqa: E402
+
 from costmodel import nccl as N  # noqa: E402
 from costmodel.topology import load_topology  # noqa: E402
-from runners.store import Point, Store, summarize  # noqa: E402
 from runners.sweep import size_grid  # noqa: E402
-from runners.table_backend import TableWorkers  # noqa: E402
 
 TOPO = "h200-2x2-sock"
 SETTINGS = {"4ch": (4, 0, 2, 4, 262144), "2ch": (0, 0, 2, 4, 262144)}

@@ -10,11 +10,12 @@ import csv
 import os
 import sys
 
+from runners.store import Point, summarize
+from runners.table_backend import TableWorkers
+
 from costmodel import nccl as N
 from costmodel.topology import load_topology
-from runners.store import Point, summarize
 from runners.sweep import size_grid
-from runners.table_backend import TableWorkers
 
 
 def main() -> None:

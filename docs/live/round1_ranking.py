@@ -27,12 +27,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from runners.store import KNOB_FIELDS, Store  # noqa: E402
+
 from agents.finetune import FinetuneConfig, Finetuner, sizes_for  # noqa: E402
 from agents.pretrain import load_policy  # noqa: E402
 from costmodel import nccl as N  # noqa: E402
 from costmodel.topology import load_topology  # noqa: E402
 from runners.finetune import ReplayWorkers, recorded_sweep, sweep_reference  # noqa: E402
-from runners.store import KNOB_FIELDS, Store  # noqa: E402
 
 POLICY = "docs/live/pretrained/policy.zip"
 

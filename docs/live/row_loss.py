@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
 from runners.store import KNOB_FIELDS, Store
 from runners.table import parse_example_rows
+
 from runners.validate import read_conf
 
 

@@ -22,13 +22,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from costmodel import nccl as N  # noqa: E402
-from costmodel.topology import load_topology  # noqa: E402
 from runners.live_common import NCCL_PREFIX, SAFE_ENV  # noqa: E402
 from runners.nccltests import parse_stdout  # noqa: E402
 from runners.store import Point, Store  # noqa: E402
-from runners.sweep import size_grid  # noqa: E402
 from runners.table_backend import TableWorkers  # noqa: E402
+
+from costmodel import nccl as N  # noqa: E402
+from costmodel.topology import load_topology  # noqa: E402
+from runners.sweep import size_grid  # noqa: E402
 
 TOPO = "h200-1x4"
 MAX_BYTES = 256 << 20

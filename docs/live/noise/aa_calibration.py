@@ -14,11 +14,12 @@ from __future__ import annotations
 import sys
 
 import pandas as pd
+from ncclrl.costmodel.noise import compare
+from ncclrl.costmodel.space import Point
+from ncclrl.envs.store import Store, job_ids
 
-from costmodel.topology import load_topology
-from runners.noise import compare
-from runners.store import Point, Store, job_ids
-from runners.validate import judge
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.runners.validate import judge
 
 
 def base_jobs(store: Store) -> pd.DataFrame:
@@ -84,9 +85,9 @@ def no_row_sizes(path: str) -> pd.DataFrame:
     import hashlib
     from pathlib import Path
 
-    from costmodel import nccl as N
-    from runners.sweep import size_grid
-    from runners.validate import stored_jobs
+    from ncclrl.costmodel import nccl as N
+    from ncclrl.costmodel.space import size_grid
+    from ncclrl.runners.validate import stored_jobs
 
     topo = load_topology("h200-1x4")
     out = []

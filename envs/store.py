@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from costmodel.errors import ConfigError
-from runners.live_common import HANG, timing_label
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.noise import summarize
+from ncclrl.costmodel.space import KNOB_FIELDS, Point
+from ncclrl.envs.live import HANG, timing_label
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS measurements (
@@ -53,63 +53,6 @@ CREATE INDEX IF NOT EXISTS by_point ON measurements
     (topology, backend, collective, nbytes, algo, proto, channels, comm_channels, buffsize_bytes,
      socket_nthreads, nsocks_perthread, tag);
 """
-
-KNOB_FIELDS = ("comm_channels", "buffsize_bytes", "socket_nthreads", "nsocks_perthread", "socket_inline_bytes")
-
-
-@dataclass(frozen=True)
-class Point:
-    """One configuration of one collective at one size (per-process knobs included)."""
-
-    collective: str
-    nbytes: int
-    algo: str = "default"
-    proto: str = "default"
-    channels: int = 0
-    comm_channels: int = 0
-    buffsize_bytes: int = 0
-    socket_nthreads: int = 0
-    nsocks_perthread: int = 0
-    socket_inline_bytes: int = 0
-
-    @property
-    def knobs(self) -> tuple[int, int, int, int, int]:
-        return (self.comm_channels, self.buffsize_bytes, self.socket_nthreads, self.nsocks_perthread,
-                self.socket_inline_bytes)
-
-    @property
-    def is_default(self) -> bool:
-        return self.algo == "default" and self.channels == 0
-
-    def env(self) -> dict[str, str]:
-        """NCCL environment for the per-process knobs."""
-        e = {}
-        if self.comm_channels:
-            e["NCCL_MIN_NCHANNELS"] = e["NCCL_MAX_NCHANNELS"] = str(self.comm_channels)
-        if self.buffsize_bytes:
-            e["NCCL_BUFFSIZE"] = str(self.buffsize_bytes)
-        if self.socket_nthreads:
-            e["NCCL_SOCKET_NTHREADS"] = str(self.socket_nthreads)
-        if self.nsocks_perthread:
-            e["NCCL_NSOCKS_PERTHREAD"] = str(self.nsocks_perthread)
-        if self.socket_inline_bytes:
-            e["NCCL_SOCKET_INLINE"] = str(self.socket_inline_bytes)
-        return e
-
-
-def summarize(samples: list[float] | np.ndarray, n_boot: int = 400, seed: int = 0) -> tuple[float, float, float]:
-    """Median and a 95% bootstrap confidence interval of the median, after dropping outliers
-    beyond 3 median absolute deviations (slow outliers are real on these machines: warm-up, drift)."""
-    x = np.asarray(samples, dtype=float)
-    x = x[np.isfinite(x)]
-    if x.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    med = float(np.median(x))
-    mad = float(np.median(np.abs(x - med))) or 1e-12
-    kept = x[np.abs(x - med) <= 3 * 1.4826 * mad] if x.size >= 5 else x
-    rng = np.random.default_rng(seed)
-    boots = np.median(rng.choice(kept, size=(n_boot, kept.size), replace=True), axis=1)
-    return float(np.median(kept)), float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
 
 
 @dataclass

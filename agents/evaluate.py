@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from costmodel import nccl as N
-from costmodel.replica import default_decisions
-from costmodel.simulator import Configs, Simulator
-from envs import spaces as S
-from runners.export import Table
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.replica import default_decisions
+from ncclrl.costmodel.simulator import Configs, Simulator
+from ncclrl.costmodel.table import Table
+from ncclrl.envs import spaces as S
 
 EVAL_SIZES = 1 << np.arange(3, 31, dtype=np.int64)  # 8 B .. 1 GiB
 BANDS = ((0, 64 << 10, "8 B - 64 KiB"), (64 << 10, 4 << 20, "64 KiB - 4 MiB"), (4 << 20, 1 << 62, "4 MiB - 1 GiB"))

@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from costmodel import nccl as N
+from ncclrl.costmodel import nccl as N
 
 UNIQUE_ID_BYTES = 128
 # ncclDataType_t and ncclRedOp_t values from nccl.h
@@ -115,7 +115,7 @@ class DirectComm:
 
     def make_op(self, torch, coll: int, nbytes: int, dev, stream) -> Callable[[], None]:
         """A no-argument call issuing collective ``coll`` of ``nbytes`` on ``stream`` (the buffers
-        are allocated here, as ``runners.plugin_verify._make_op`` does for PyTorch's calls: uint8
+        are allocated here, as ``ncclrl.envs.live.make_collective`` does for PyTorch's calls: uint8
         for AllGather/Broadcast, float32 sums otherwise)."""
         one = coll in (N.ALLGATHER, N.BROADCAST)
         dtype, nccl_type, esize = (torch.uint8, NCCL_UINT8, 1) if one else (torch.float32, NCCL_FLOAT32, 4)

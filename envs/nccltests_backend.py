@@ -8,7 +8,7 @@ round-robin over the configurations of a request, so NCCL's default and the cand
 same drift. A launch that exceeds its timeout, exits non-zero, prints an NCCL ``WARN``, wrong
 results or a truncated table is reported as such for its points; nothing else is lost.
 
-Launchers are command templates (``conf/launcher/*.yaml``): ``{binary}``, ``{args}``, ``{nranks}``,
+Launchers are command templates (``ncclrl/conf/launchers/*.yaml``): ``{binary}``, ``{args}``, ``{nranks}``,
 ``{gpus_per_proc}``, ``{env_flags}`` (``-x VAR`` for mpirun) are filled in.
 """
 
@@ -19,19 +19,20 @@ import shlex
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 
 import yaml
 
-from costmodel.errors import ConfigError
-from runners.nccltests import NcclTestsError, parse_stdout
-from runners.store import Point
-from runners.table import format_row
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.nccltests import NcclTestsError, parse_stdout
+from ncclrl.costmodel.space import Point
+from ncclrl.costmodel.table import format_row
+from ncclrl.envs.live import SAFE_ENV
 
 PROGRAMS = {"allreduce": "all_reduce_perf", "allgather": "all_gather_perf", "reducescatter": "reduce_scatter_perf",
             "broadcast": "broadcast_perf", "reduce": "reduce_perf"}
-LAUNCHER_DIR = Path(__file__).resolve().parent.parent / "conf" / "launcher"
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+LAUNCHER_DIR = Path(str(files("ncclrl.conf"))) / "launchers"
 
 
 @dataclass

@@ -17,53 +17,28 @@ than ``margin`` (a table never carries a decision the model does not support).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from costmodel import nccl as N
-from costmodel.errors import ConfigError
-from costmodel.replica import auto_channels, build_model, default_decisions
-from costmodel.simulator import Configs, Simulator
-from costmodel.topology import Topology
-from envs import spaces as S
-from runners.table import lookup, parse_example_rows  # noqa: F401  (re-exported)
+from ncclrl.agents.pretrain import policy_scores
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.replica import auto_channels, build_model, default_decisions
+from ncclrl.costmodel.simulator import Configs, Simulator
+from ncclrl.costmodel.table import Row, Table, lookup, parse_example_rows  # noqa: F401  (re-exported)
+from ncclrl.costmodel.topology import Topology
+from ncclrl.envs import spaces as S
 
 MAX_BYTES = 4294967295
 EXPORT_SIZES = 1 << np.arange(0, 32, dtype=np.int64)  # 1 B .. 2 GiB; the last row runs to 4 GiB - 1
 
 
-@dataclass
-class Row:
-    collective: str
-    min_bytes: int
-    max_bytes: int
-    algo: str
-    proto: str
-    channels: int
-    chunk_factor: float
-    source: str  # "policy" or "nccl-default"
-    default_time_us: float
-    time_us: float
-
-
-@dataclass
-class Table:
-    topology: Topology
-    rows: list[Row]
-    conf: dict[str, int] = field(default_factory=dict)
-    provenance: dict[str, Any] = field(default_factory=dict)
-
-
 def _decide(model, topo: Topology, coll: int, sizes: np.ndarray, top_k: int = 1) -> np.ndarray:
     """The policy's ``top_k`` highest-scoring valid actions per size, best first: ``(top_k, n)``
     (``top_k`` 1: its deterministic decision, shape ``(n,)``)."""
-    from agents.pretrain import policy_scores
 
     obs = S.observations(topo, coll, sizes)
     mask = np.broadcast_to(S.action_mask(topo, coll), (sizes.size, S.N_ACTIONS))
@@ -188,23 +163,3 @@ def _git_revision() -> str:
         return "unknown"
 
 
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def write_table(table: Table, out_dir: Path) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    topo = table.topology
-    csv_path = out_dir / "nccl_tuner.csv"
-    lines = [f"# ncclrl table for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), NCCL {topo.nccl.version}",
-             "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"]
-    for r in table.rows:
-        lines.append(f"{r.collective},{r.min_bytes},{r.max_bytes},{r.algo},{r.proto},{r.channels},"
-                     f"{topo.nodes},{topo.nranks}")
-    csv_path.write_text("\n".join(lines) + "\n")
-    json_path = out_dir / "nccl_tuner.json"
-    json_path.write_text(json.dumps({"provenance": table.provenance, "nccl_conf": table.conf,
-                                     "rows": [r.__dict__ for r in table.rows]}, indent=1))
-    conf_path = out_dir / "nccl.conf"
-    conf_path.write_text("".join(f"{k}={v}\n" for k, v in sorted(table.conf.items())))
-    return {"csv": csv_path, "json": json_path, "conf": conf_path}

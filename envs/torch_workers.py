@@ -22,12 +22,20 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodel.errors import ConfigError
-from costmodel.nccl import COLL_INDEX
-from runners.live_common import LAUNCHES, PLUGIN, SAFE_ENV, WorkerError, _free_port, require_gpus, timing_label
-from runners.plugin_verify import _make_op as make_collective
-from runners.store import Point
-from runners.table import format_row
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.nccl import COLL_INDEX
+from ncclrl.costmodel.space import Point
+from ncclrl.costmodel.table import format_row
+from ncclrl.envs.live import (
+    LAUNCHES,
+    SAFE_ENV,
+    free_port,
+    make_collective,
+    plugin_library,
+    require_gpus,
+    timing_label,
+)
+from ncclrl.envs.nccl_direct import DirectComm, Nccl
 
 QUANTUM = 16
 # repetitions per sample (per captured graph): enough that an 8 B call's launch cost is amortized
@@ -72,7 +80,6 @@ def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, s
     direct = None
     if launch == "nccl":
         # a CPU (gloo) group for the rendezvous and agreements; the collectives go straight to NCCL
-        from runners.nccl_direct import DirectComm, Nccl
 
         dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
         ctrl = None
@@ -235,7 +242,7 @@ def last_item(out_dir: Path, nranks: int) -> int | None:
 
 
 class TableWorkers:
-    """Same interface as :class:`runners.live_common.TorchWorkers`; each ``measure`` is one job, so
+    """Same interface as :class:`ncclrl.envs.live.TorchWorkers`; each ``measure`` is one job, so
     a sweep hands it every point of a knob setting at once (``whole_request``).
 
     :param timing: ``graph`` (each point's repetitions captured in a CUDA graph and replayed, like
@@ -244,14 +251,14 @@ class TableWorkers:
     :param table: measure under this exported table as-is (``ncclrl validate``); every point must
         then be NCCL's default (the table decides), none is forced
     :param launch: ``torch`` (``torch.distributed`` calls) or ``nccl`` (NCCL called directly, on a
-        communicator of the worker's own: :mod:`runners.nccl_direct`; no Python overhead per call,
+        communicator of the worker's own: :mod:`ncclrl.envs.nccl_direct`; no Python overhead per call,
         stored with timing ``nccl-eager``/``nccl-graph``)
     """
 
     whole_request = True
 
     def __init__(self, nranks: int, nodes: int = 1, knobs: Point | None = None, timing: str = "eager",
-                 timeout_s: float = 300.0, plugin: Path = PLUGIN, log_dir: str | Path | None = None,
+                 timeout_s: float = 300.0, plugin: str | Path | None = None, log_dir: str | Path | None = None,
                  table: str | Path | None = None, launch: str = "torch") -> None:
         if timing not in ("graph", "eager"):
             raise ConfigError("timing", f"allowed: graph, eager; got {timing!r}")
@@ -259,15 +266,13 @@ class TableWorkers:
             raise ConfigError("launch", f"allowed: {', '.join(LAUNCHES)}; got {launch!r}")
         require_gpus(nranks)
         self.launch = launch
-        if not Path(plugin).exists():
-            raise WorkerError(f"plugin not built: {plugin} (run `ncclrl plugin build`)")
         if table is not None and not Path(table).is_file():
             raise ConfigError("table", f"no such file: {table}")
         self.timing = timing
         self.table = Path(table).resolve() if table is not None else None
         self.nranks, self.nodes, self.timeout_s = nranks, nodes, timeout_s
         self.knobs = knobs or Point("allreduce", 1)
-        self.plugin = Path(plugin).resolve()
+        self.plugin = plugin_library(plugin)  # built on first use
         self.log_dir = Path(log_dir) if log_dir else None
         self.nccl_version = "?"
         self.last_modes: list[str] = []
@@ -293,7 +298,7 @@ class TableWorkers:
             env = dict(SAFE_ENV, NCCL_TUNER_PLUGIN=str(self.plugin), NCCLRL_TUNER_TABLE=str(table),
                        **self.knobs.env())
             items = [(p.collective, int(p.nbytes), s) for p, s in zip(points, sizes, strict=True)]
-            ctx = mp.spawn(_job, args=(self.nranks, _free_port(), self.nodes, env, items, samples, budget_us,
+            ctx = mp.spawn(_job, args=(self.nranks, free_port(), self.nodes, env, items, samples, budget_us,
                                        str(out_dir), self.timing, self.launch), nprocs=self.nranks, join=False)
             started = time.time()
             error = None

@@ -24,9 +24,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runners.store import summarize
-
 #: neighbouring sizes (each side) whose repeated jobs are pooled into one size's sigma
+
+def summarize(samples: list[float] | np.ndarray, n_boot: int = 400, seed: int = 0) -> tuple[float, float, float]:
+    """Median and a 95% bootstrap confidence interval of the median, after dropping outliers
+    beyond 3 median absolute deviations (slow outliers are real on these machines: warm-up, drift)."""
+    x = np.asarray(samples, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    med = float(np.median(x))
+    mad = float(np.median(np.abs(x - med))) or 1e-12
+    kept = x[np.abs(x - med) <= 3 * 1.4826 * mad] if x.size >= 5 else x
+    rng = np.random.default_rng(seed)
+    boots = np.median(rng.choice(kept, size=(n_boot, kept.size), replace=True), axis=1)
+    return float(np.median(kept)), float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
+
+
 WINDOW = 2
 
 

@@ -1,0 +1,117 @@
+"""What every live PyTorch backend shares: the plugin's path, the environment every GPU job runs
+with, how collectives are launched and how that is recorded, the worker error, a free TCP port for
+the rendezvous."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from importlib.resources import files
+from pathlib import Path
+
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+
+PLUGIN_NAME = "libnccl-tuner-ncclrl.so"
+# where `ncclrl plugin build` puts the plugin and the live backends look for it
+PLUGIN_DIR = Path(os.environ.get("NCCLRL_PLUGIN_DIR", "~/.cache/ncclrl/plugin")).expanduser()
+PLUGIN = PLUGIN_DIR / PLUGIN_NAME
+# NVLink multicast off: it can take the shared GPUs down
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+# how the workers issue collectives: torch.distributed calls, or NCCL called directly (ncclrl.envs.nccl_direct)
+LAUNCHES = ("torch", "nccl")
+NCCL_PREFIX = "nccl-"  # the store's timing of a direct-call measurement: nccl-eager, nccl-graph
+
+
+def timing_label(launch: str, mode: str) -> str:
+    """The store's ``timing`` of a measurement taken in ``mode`` (eager|graph) with ``launch``."""
+    return NCCL_PREFIX + mode if launch == "nccl" else mode
+
+
+def launch_of(timing: str) -> str:
+    """The launch a stored ``timing`` was measured with (inverse of :func:`timing_label`)."""
+    return "nccl" if timing.startswith(NCCL_PREFIX) else "torch"
+
+
+# in the error of every point a job hung on (runners.table_backend, runners.nccltests_backend) and of
+# the points a sweep skipped after it (after_hang=skip)
+HANG = "NCCL hung"
+
+
+def is_hang(error: str | None) -> bool:
+    """Whether a stored failure is a hang (or a point skipped after one), not a crash or a start failure."""
+    return bool(error) and HANG in error
+
+
+def require_gpus(nranks: int) -> None:
+    """Fail early, in one line, when this machine cannot start ``nranks`` GPU workers (one per GPU):
+    no CUDA build of PyTorch, no GPU visible, or fewer GPUs than the topology's ranks."""
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have < nranks:
+        why = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        raise ConfigError("backend", f"live measurement needs {nranks} CUDA GPUs (one per rank of the topology); "
+                          f"PyTorch {torch.__version__} ({why}) sees {have} here: run it on the GPU machine, or "
+                          "use backend=replay with a recorded sweep")
+
+
+class WorkerError(RuntimeError):
+    """A worker failed (NCCL error, dead rank) or did not answer in time."""
+
+
+def elem_size(coll: int) -> int:
+    return 1 if coll in (N.ALLGATHER, N.BROADCAST) else 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_collective(dist, torch, coll: int, nbytes: int, world: int, dev, group=None):
+    """A closure issuing collective ``coll`` of ``nbytes`` through ``torch.distributed`` on buffers allocated
+    once on ``dev`` (uint8 where the collective needs no arithmetic, float32 otherwise)."""
+    dtype = torch.uint8 if elem_size(coll) == 1 else torch.float32
+    n = nbytes // elem_size(coll)
+    if coll == N.ALLGATHER:
+        x, y = torch.ones(n // world, dtype=dtype, device=dev), torch.empty(n, dtype=dtype, device=dev)
+        return lambda: dist.all_gather_into_tensor(y, x, group=group)
+    if coll == N.REDUCESCATTER:
+        x, y = torch.ones(n, dtype=dtype, device=dev), torch.empty(n // world, dtype=dtype, device=dev)
+        return lambda: dist.reduce_scatter_tensor(y, x, group=group)
+    x = torch.ones(n, dtype=dtype, device=dev)
+    if coll == N.ALLREDUCE:
+        return lambda: dist.all_reduce(x, group=group)
+    if coll == N.BROADCAST:
+        return lambda: dist.broadcast(x, 0, group=group)
+    return lambda: dist.reduce(x, 0, group=group)
+
+
+def build_plugin(out_dir: str | Path = PLUGIN_DIR) -> Path:
+    """Compile the tuner plugin from the C sources shipped with ncclrl into ``out_dir`` (the
+    sources stay where they are installed); returns the library's path."""
+    src = Path(str(files("ncclrl.plugin")))
+    out = Path(out_dir).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run(["make", "--no-print-directory", "-C", str(src), f"BUILD={out}", str(out / PLUGIN_NAME)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        last = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["make failed"]
+        raise ConfigError("plugin", f"build failed: {last[0]}")
+    return out / PLUGIN_NAME
+
+
+def plugin_library(path: str | Path | None = None) -> Path:
+    """The plugin a live job loads: ``path`` if given (it must exist), else the one ``ncclrl plugin
+    build`` made, built now if it is not there yet."""
+    if path:
+        lib = Path(path).expanduser()
+        if not lib.is_file():
+            raise ConfigError("plugin", f"{lib} does not exist; build it with `ncclrl plugin build`")
+        return lib.resolve()
+    return PLUGIN if PLUGIN.is_file() else build_plugin()

@@ -1,0 +1,81 @@
+"""Measuring points through a backend into the store, job by job."""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+
+from ncclrl.costmodel.space import Point
+from ncclrl.envs.live import HANG, is_hang, timing_label
+from ncclrl.envs.store import Store
+
+
+def hang_group(p: Point) -> tuple:
+    """What a hang on ``p`` says NCCL will hang on at larger sizes: its collective, algorithm and
+    protocol; for NCCL's own algorithm (which NCCL picks per size) only at the same channel count,
+    so that a hang of it at NCCL's count never skips NCCL's plain default."""
+    return (p.collective, p.algo, p.proto) + ((p.channels,) if p.algo == "default" else ())
+
+
+def measure_whole(workers, points: list[Point], store: Store, topology: str, *, backend: str, samples: int,
+                  tag: str, out=sys.stdout, after_hang: str = "retry", deadline: float | None = None,
+                  unmeasured: list[int] | None = None) -> list[list[float] | None]:
+    """Measure ``points`` in as many jobs as it takes and store every one: each job keeps what it
+    finished; a point NCCL hung on (or that failed) is stored as failed and left out of the next
+    job. With ``after_hang="skip"``, once NCCL hangs on an algorithm/protocol at some size, that
+    algorithm/protocol is stored as failed without measuring at larger sizes, and at that size
+    for the points after the hung one (same collective; the knobs are the job's; the job ran the
+    points before it). No job starts after ``deadline`` (``time.time()``); the
+    points it leaves are neither measured nor stored, and their indices go to ``unmeasured``.
+    Returns each point's samples (``None``: failed or left)."""
+    results: list[list[float] | None] = [None] * len(points)
+    remaining = list(range(len(points)))
+    job = ""
+    launch = getattr(workers, "launch", "torch")
+
+    def add(i: int, smp: list[float], **kw) -> None:
+        store.add(points[i], smp, backend=backend, topology=topology, nccl_version=workers.nccl_version, tag=tag,
+                  job=job, **kw)
+
+    def fail(i: int, error: str) -> None:
+        add(i, [], timing=timing_label(launch, "eager"), status="failed", error=error[:500])
+
+    while remaining:
+        if deadline is not None and time.time() > deadline and job:  # the first job always runs
+            if unmeasured is not None:
+                unmeasured.extend(remaining)
+            break
+        job = uuid.uuid4().hex[:12]  # one id per set of processes: the unit of between-job noise
+        res = workers.measure([points[i] for i in remaining], samples=samples)
+        fails = getattr(workers, "failures", {})
+        nxt, hung = [], []
+        for j, (i, r) in enumerate(zip(remaining, res, strict=True)):
+            if r is not None:
+                add(i, r, timing=workers.last_modes[j])
+                results[i] = r
+            elif j in fails:
+                fail(i, fails[j])
+                p = points[i]
+                print(f"# {p.collective} {p.nbytes} B {p.algo}/{p.proto}/{p.channels}: {fails[j]}", file=out,
+                      flush=True)
+                if after_hang == "skip" and is_hang(fails[j]):
+                    hung.append(i)
+            else:
+                nxt.append(i)
+        if len(nxt) == len(remaining):  # no progress and nothing to blame: give up on these
+            for i in nxt:
+                fail(i, "job made no progress")
+            break
+        for hi in hung:  # the job warmed the points before the hung one (item order): those ran
+            h = points[hi]
+            same = {i for i in nxt if hang_group(points[i]) == hang_group(h) and (points[i].nbytes, i) > (h.nbytes, hi)}
+            for i in sorted(same):
+                fail(i, f"not measured: {HANG} on {h.algo}/{h.proto} at {h.nbytes} B with these knobs "
+                     "(after_hang=retry measures it)")
+            if same:
+                print(f"# {h.collective} {h.algo}/{h.proto}: {len(same)} points at >= {h.nbytes} B not measured "
+                      "after the hang", file=out, flush=True)
+            nxt = [i for i in nxt if i not in same]
+        remaining = nxt
+    return results

@@ -1,0 +1,311 @@
+"""One grammar for every command: Hydra overrides against a structured config.
+
+Each command declares a dataclass (its keys, their types and defaults, one ``:param`` line of help
+each) and registers it with Hydra's ConfigStore under the command's name. The command line is
+composed by Hydra (``key=value``, ``group=option``, ``+key=value``) and checked twice: by Hydra
+against the schema's types (unknown keys and wrong types are rejected), then by the schema's own
+``check``. Every failure is one :class:`ConfigError` line naming the key. ``-m`` runs the
+cartesian product of comma-separated values, one job after another, each in its own folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import configure_log
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from ncclrl.costmodel.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# Python logging through Hydra's job logging: messages to stderr, so stdout carries only results
+JOB_LOGGING = {
+    "version": 1,
+    "formatters": {"plain": {"format": "%(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "stream": "ext://sys.stderr"}},
+    "root": {"level": "INFO", "handlers": ["console"]},
+    "disable_existing_loggers": False,
+}
+
+
+@dataclass
+class Command:
+    """A command of the ``ncclrl`` program.
+
+    :param name: what the user types (``sweep``, ``plugin verify``)
+    :param schema: the dataclass of its keys
+    :param run: called with the composed, checked config; returns the exit code (or None for 0)
+    :param summary: one line for ``ncclrl --help``
+    :param positional: the key that bare words fill (``ncclrl show TABLE``); a list key takes several
+    :param out_key: the key naming the output folder, which ``-m`` gives each job its own of
+    """
+
+    name: str
+    schema: type
+    run: Callable[[DictConfig], int | None]
+    summary: str
+    positional: str | None = None
+    out_key: str | None = None
+
+
+def _config_name(name: str) -> str:
+    return "cmd_" + name.replace(" ", "_")
+
+
+def register(cmd: Command) -> None:
+    ConfigStore.instance().store(name=_config_name(cmd.name), node=cmd.schema)
+
+
+ConfigStore.instance().store(group="hydra/job_logging", name="ncclrl", node=JOB_LOGGING)
+
+
+# -- help ---------------------------------------------------------------------------------------
+
+
+def param_docs(cls: type) -> dict[str, str]:
+    """The first line of each ``:param name: ...`` of a dataclass and its bases."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        for m in re.finditer(r":param (\w+): (.+?)(?=\n\s*:param |\n\s*\n|\Z)", klass.__doc__ or "", re.S):
+            docs[m.group(1)] = " ".join(m.group(2).split())
+    return docs
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (list, tuple):
+        return "list"
+    if origin is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _type_name(args[0]) if args else "any"
+    return getattr(tp, "__name__", str(tp))
+
+
+def help_rows(cls: type, default: Any, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(key, type, default, help) of every key of ``cls``, nested dataclasses flattened."""
+    rows = []
+    docs = param_docs(cls)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name == "defaults":
+            continue
+        tp = hints[f.name]
+        value = default[f.name] if default is not None and f.name in default else None
+        if dataclasses.is_dataclass(tp):
+            rows.append((prefix + f.name, "group", "", docs.get(f.name, "")))
+            rows += help_rows(tp, value, prefix + f.name + ".")
+            continue
+        shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        shown = "null" if shown is None else ("[" + ",".join(map(str, shown)) + "]" if isinstance(shown, list)
+                                              else str(shown).lower() if isinstance(shown, bool) else str(shown))
+        rows.append((prefix + f.name, _type_name(tp), shown, docs.get(f.name, "")))
+    return rows
+
+
+def command_help(cmd: Command) -> str:
+    cfg = compose_config(cmd, [], check=False)
+    pos = f" [{cmd.positional.upper()}...]" if cmd.positional else ""
+    lines = [f"usage: ncclrl {cmd.name}{pos} [key=value ...] [-m]", "", cmd.summary, ""]
+    doc = (cmd.schema.__doc__ or "").split(":param", 1)[0].strip()
+    if doc:
+        lines += [textwrap_block(doc), ""]
+    if cmd.positional:
+        lines += [f"Bare words fill {cmd.positional}= (ncclrl {cmd.name} X is ncclrl {cmd.name} {cmd.positional}=X).",
+                  ""]
+    groups = [g for g in _groups(cmd.schema)]
+    if groups:
+        lines.append("config groups (group=option):")
+        for g, opts in groups:
+            lines.append(f"  {g:<28} {'|'.join(opts)}")
+        lines.append("")
+    lines.append("keys (key=value; sizes as 8, 64K, 1M, 4G):")
+    for key, tp, default, text in help_rows(cmd.schema, cfg):
+        if tp == "group":
+            continue
+        lines.append(f"  {key + '=' + default:<36} {text}" if len(key + default) < 35 else
+                     f"  {key}={default}\n  {'':<36} {text}")
+    lines += ["", "-m runs every combination of comma-separated values (key=a,b), one job after another."]
+    return "\n".join(lines)
+
+
+def textwrap_block(text: str) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.fill(" ".join(p.split()), 100) for p in text.split("\n\n"))
+
+
+def _groups(schema: type) -> list[tuple[str, list[str]]]:
+    from importlib.resources import files
+
+    root = files("ncclrl.conf")
+    out = []
+    for f in dataclasses.fields(schema):
+        if f.name != "defaults":
+            continue
+        for entry in f.default_factory():  # type: ignore[misc]
+            if isinstance(entry, dict):
+                (g,) = entry
+                out.append((g, sorted(p.name[:-5] for p in root.joinpath(g).iterdir() if p.name.endswith(".yaml"))))
+    return out
+
+
+# -- composing ----------------------------------------------------------------------------------
+
+
+def _keys(schema: type, prefix: str = "") -> dict[str, type]:
+    out: dict[str, type] = {}
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        if f.name == "defaults":
+            continue
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            out[prefix + f.name] = tp
+            out.update(_keys(tp, prefix + f.name + "."))
+        else:
+            out[prefix + f.name] = tp
+    return out
+
+
+def _clean(message: str) -> str:
+    text = " ".join(message.split())
+    text = re.sub(r"\s*full_key: \S+.*$", "", text)
+    return re.sub(r"\s*(object_type|reference_type)=\S+", "", text)
+
+
+def compose_config(cmd: Command, overrides: list[str], check: bool = True) -> DictConfig:
+    """The command's config with ``overrides`` applied and checked (``check``); a bad override is
+    one ``ConfigError`` line."""
+    keys = _keys(cmd.schema)
+    groups = dict(_groups(cmd.schema))
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as e:
+        raise ConfigError("overrides", f"{_clean(str(e))}; write key=value") from None
+    for o in parsed:
+        key = o.key_or_group
+        if o.is_sweep_override():
+            raise ConfigError(key, f"{o.input_line!r} is several values: run with -m to run each, or quote a value "
+                              "with a comma ('key=\"a,b\"'); a list is key=[a,b]")
+        if key.startswith("hydra"):
+            continue
+        if key in groups:
+            value = o.value()
+            if value not in groups[key]:
+                raise ConfigError(key, f"unknown option {value!r}; allowed: {', '.join(groups[key])}")
+            continue
+        if key not in keys and o.get_key_element()[:1] != "+":
+            allowed = ", ".join(k for k in keys if "." not in k or k.split(".")[0] in groups)
+            raise ConfigError(key, f"unknown key; allowed: {allowed}")
+    overrides = [_as_list(o, keys) for o in overrides]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="ncclrl.conf", version_base="1.3"):
+            cfg = compose(config_name=_config_name(cmd.name), overrides=["hydra/job_logging=ncclrl", *overrides],
+                          return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as e:
+        cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else e
+        key = getattr(cause, "full_key", None)
+        m = re.search(r"full_key: (\S+)", str(cause))
+        raise ConfigError(str(key or (m.group(1) if m else "overrides")), _clean(str(cause))) from None
+    finally:
+        GlobalHydra.instance().clear()
+    with open_dict(cfg):
+        hydra_cfg = cfg.pop("hydra")
+    configure_log(hydra_cfg.job_logging, hydra_cfg.verbose)
+    if check and hasattr(cmd.schema, "check"):
+        OmegaConf.to_object(cfg).check()
+    return cfg
+
+
+def _as_list(override: str, keys: dict[str, type]) -> str:
+    """``key=value`` for a list key is the one-element list ``key=[value]``."""
+    key, sep, value = override.partition("=")
+    name = key.lstrip("+~")
+    if sep and name in keys and _type_name(keys[name]) == "list" and value and not value.startswith("["):
+        return f"{key}=[{value}]"
+    return override
+
+
+def job_overrides(overrides: list[str]) -> list[list[str]]:
+    """``-m``: one override list per combination of the comma-separated values, in order."""
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as e:
+        raise ConfigError("overrides", _clean(str(e))) from None
+    choices = []
+    for o in parsed:
+        if o.is_sweep_override():
+            prefix = o.get_key_element()
+            choices.append([f"{prefix}={v}" for v in o.sweep_string_iterator()])
+        else:
+            choices.append([o.input_line])
+    return [list(c) for c in itertools.product(*choices)]
+
+
+def split_argv(cmd: Command, argv: list[str]) -> tuple[list[str], bool]:
+    """Overrides and the multirun flag; bare words become the positional key."""
+    multirun = False
+    overrides, bare = [], []
+    for a in argv:
+        if a in ("-m", "--multirun"):
+            multirun = True
+        elif "=" in a and not a.startswith("/") and re.match(r"^[+~]{0,2}[\w./-]+=", a):
+            overrides.append(a)
+        else:
+            bare.append(a)
+    if bare:
+        if cmd.positional is None:
+            raise ConfigError(cmd.name, f"arguments are key=value, got {bare[0]!r}; see ncclrl {cmd.name} --help")
+        is_list = _type_name(_keys(cmd.schema)[cmd.positional]) == "list"
+        if not is_list and len(bare) > 1:
+            raise ConfigError(cmd.positional, f"takes one value, got {len(bare)}: {' '.join(bare)}")
+        quoted = [_quote(b) for b in bare]
+        overrides.insert(0, f"{cmd.positional}=[{','.join(quoted)}]" if is_list else f"{cmd.positional}={quoted[0]}")
+    return overrides, multirun
+
+
+def _quote(value: str) -> str:
+    """A path as one Hydra value, whatever characters it holds."""
+    if re.fullmatch(r"[\w./-]+", value) and not re.fullmatch(r"[\d.]+|true|false|null", value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def parse(cmd: Command, argv: list[str]) -> DictConfig:
+    """One command line (no ``-m``) as the command's composed, checked config."""
+    overrides, multirun = split_argv(cmd, argv)
+    if multirun:
+        raise ConfigError(cmd.name, "-m runs several jobs; parse one command line at a time")
+    return compose_config(cmd, overrides)
+
+
+def run_command(cmd: Command, argv: list[str]) -> int:
+    """Compose, check and run one command line (``-m``: every combination, one after another)."""
+    overrides, multirun = split_argv(cmd, argv)
+    if not multirun:
+        return int(cmd.run(compose_config(cmd, overrides)) or 0)
+    jobs = job_overrides(overrides)
+    configs = [compose_config(cmd, j) for j in jobs]  # every job checked before the first runs
+    worst = 0
+    for i, (j, cfg) in enumerate(zip(jobs, configs, strict=True)):
+        if cmd.out_key and not any(o.split("=", 1)[0].lstrip("+~") == cmd.out_key for o in j):
+            base = cfg[cmd.out_key] or f"multirun/{cmd.name.replace(' ', '-')}"
+            cfg[cmd.out_key] = f"{base}/{i}"
+        log.info("# job %d of %d: %s", i + 1, len(jobs), " ".join(j) or "(defaults)")
+        worst = max(worst, int(cmd.run(cfg) or 0))
+    return worst
