@@ -51,8 +51,8 @@ from ncclrl.costmodel.space import DEFAULT, Key, Point, call_configs, knob_grid,
 from ncclrl.costmodel.table import format_row
 from ncclrl.costmodel.topology import Topology
 from ncclrl.envs import spaces as S
-from ncclrl.envs.backend import SimBackend
 from ncclrl.envs.nccl_env import NcclTuneEnv
+from ncclrl.envs.sim import SimBackend
 
 
 @dataclass
@@ -84,16 +84,16 @@ class FinetuneConfig:
         size is exported (:func:`pick_option`), and the guard checks the setting whose search rows
         save the most time (:meth:`Finetuner.guard_order`). The guard measures each setting in one
         job, and two jobs of one configuration put its geometric mean over 26 sizes 7% apart in
-        the median (sd 0.11 in log, 187 pairs on the lent 2x2; docs/live/aa_geomean.py); 0
+        the median (sd 0.11 in log, 187 pairs on the 4 x H200 host run as h200-2x2-sock; docs/design/statistics.md); 0
         exports the best geometric mean
     :param rows_on_ties: under a knob setting other than NCCL's defaults, a row that its guard job
         did not show faster than NCCL's choice under the setting is still kept where it measured
         no slower there (its median at most NCCL's choice's). There NCCL's choice is not NCCL's
-        default either; both are judged against the plain default. On the lent 2x2, NCCL's own
+        default either; both are judged against the plain default. On h200-2x2-sock, NCCL's own
         choice at 32 B under 4 threads x 4 sockets + inline passed its one guard job (21.6 us,
-        the row 21.0 us) and ran 0.39-0.72x in three of four validations (docs/live.md, session
-        13); the Tree/LL rows next to it ran 1.3-1.6x. ``False``: NCCL's choice runs wherever a
-        row is not shown faster
+        the row 21.0 us) and ran 0.39-0.72x in three of four validations (docs/results/live.md);
+        the Tree/LL rows next to it ran 1.3-1.6x. ``False``: NCCL's choice runs wherever a row
+        is not shown faster
     :param seed: seed of the search and of the policy's updates
     """
 
@@ -145,7 +145,7 @@ def pick_option(options: list[tuple[float, float, Any]], tie_pct: float) -> tupl
     geometric-mean gain is within ``tie_pct`` percent of the best, the one that saves the most
     time (``saved_us``: NCCL's plain default minus the option, summed over one call at each size);
     ties in that keep the earlier option. The geometric mean weighs every size alike, so settings
-    2% apart on it can differ by 20-30% at 64-256 MiB (session 11: NCCL's 2 channels against 4),
+    2% apart on it can differ by 20-30% at 64-256 MiB (h200-2x2-sock: NCCL's 2 channels against 4),
     where a call takes milliseconds rather than microseconds."""
     best = max(o[0] for o in options)
     close = [o for o in options if o[0] >= best * (1 - tie_pct / 100)]
@@ -511,7 +511,7 @@ class Finetuner:
         (``("default", "default", count)``). At each size where NCCL's own per-call choice would
         use more channels than its count under ``conf`` (:func:`ncclrl.costmodel.replica.default_decisions`),
         unless the search's row there runs at least twice as fast as NCCL's plain default (the
-        raised count is why: there NCCL's count cannot compete; on the lent 2x2 Ring/Simple with 2
+        raised count is why: there NCCL's count cannot compete; on h200-2x2-sock Ring/Simple with 2
         channels also hangs at 256 MiB with inline sends)."""
         count = self.topo.nccl.channels
         if conf.comm_channels <= count:
@@ -687,7 +687,7 @@ class Finetuner:
         - a kept row must replicate: over its verification jobs alone, NCCL's choice measured next
           to it in each, the row must again be faster (:func:`replicated`); else it is withdrawn
           and NCCL's choice runs there. The guard's same-job test is passed by a job in which NCCL's
-          choice alone ran slow (session 10: a 1 MiB row kept against a 1.34x slower job of NCCL's
+          choice alone ran slow (seen on h200-2x1-sock: a 1 MiB row kept against a 1.34x slower job of NCCL's
           choice validated 0.89x); a second job seldom repeats that. Asking for a second
           significant test instead would withdraw most good rows at small sizes on socket
           networks, where one point's paired ratio spreads 0.23-0.48 (log) between jobs

@@ -13,8 +13,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.envs import spaces as S
-from ncclrl.envs.backend import SimBackend
 from ncclrl.envs.nccl_env import NcclTuneEnv
+from ncclrl.envs.sim import SimBackend
 
 
 @dataclass

@@ -2,10 +2,10 @@
 (:meth:`agents.finetune.Finetuner.refit`) and PPO on the refit model
 (:meth:`agents.finetune.Finetuner.train_policy`), at several torch thread counts.
 
-In session 8's live runs, the time between the first round's last job and the second round's
-first job ranged from about 8 s to about 70 s; this times the learning step alone (docs/live.md,
-session 9). The first round is replayed from the recorded sweep in the store, so the step learns
-from the same kind of data as a live run.
+In live runs on the 4 x H200 host, the time between the first round's last job and the second
+round's first job ranged from about 8 s to about 70 s; this times the learning step alone
+(docs/results/live.md). The first round is replayed from the recorded sweep in the store, so the
+step learns from the same kind of data as a live run.
 
     python benchmarks/bench_finetune_learn.py [--store docs/live/h200x4-2026-11-21.sqlite]
         [--topology h200-2x2-sock] [--threads 1,2,4,0] [--ppo-steps 8192]

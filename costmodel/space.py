@@ -82,8 +82,7 @@ def call_configs(topo: Topology, coll: int, knobs: Point, grid: str) -> list[tup
     when the setting raises the communicator's channels above NCCL's count, NCCL's own algorithm
     and protocol at NCCL's count (``("default", "default", count)``, last). A raised count that
     wins at large sizes can lose at mid sizes, where NCCL itself would use all of them (on the
-    lent 2x2, NCCL's own choice under 4 channels ran 0.78-0.91x at 1-4 MiB; docs/live.md,
-    session 13)."""
+    h200-2x2-sock, NCCL's own choice under 4 channels ran 0.78-0.91x at 1-4 MiB; docs/results/live.md)."""
     if grid == "default":
         return []
     comm = knobs.comm_channels or topo.nccl.channels

@@ -1,69 +1,59 @@
-"""The one interface every backend implements: the simulator now, live NCCL later.
+"""The one interface every measurement backend implements.
 
-A backend times batches of configurations on one platform. The environment only talks to this
-interface, so the same environment and agent run on the simulator or on real GPUs.
+A backend measures *points* (:class:`ncclrl.costmodel.space.Point`: a collective at a size, a
+per-call configuration and the per-process knobs) on one platform, a *job* at a time: one call of
+:meth:`Backend.measure` starts one set of processes (one NCCL communicator) and returns every
+point's samples. Jobs differ more than samples within a job do, so the job is the unit of
+between-job noise (:mod:`ncclrl.costmodel.noise`), and everything downstream (the store, the
+sweep, the fine-tuner's guard, validation) speaks of jobs.
+
+Implementations, one module each:
+
+* :class:`ncclrl.envs.sim.SimBackend`: the simulator (noisy samples from a seeded generator);
+  it also times whole arrays of configurations, which is what the Gymnasium environment uses;
+* :class:`ncclrl.envs.replay.ReplayWorkers`: answers from a recorded sweep in the store;
+* :class:`ncclrl.envs.torch_workers.TableWorkers`: PyTorch workers, one process per GPU, our
+  tuner plugin forcing each configuration;
+* :class:`ncclrl.envs.nccltests_backend.NcclTestsBackend`: the user's nccl-tests binaries.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from abc import ABC, abstractmethod
 
-import numpy as np
-
-from ncclrl.costmodel.simulator import Configs, Simulator
-from ncclrl.costmodel.topology import Topology, load_topology
+from ncclrl.costmodel.space import Point
 
 
-@runtime_checkable
-class Backend(Protocol):
-    """Times NCCL configurations on one platform."""
+class Backend(ABC):
+    """Measures points on one platform, one job per :meth:`measure` call.
 
-    name: str
+    After each call, implementations set:
 
-    @property
-    def topology(self) -> Topology: ...
+    * ``failures``: ``{index: reason}`` of the points the job could not measure (NCCL hung on
+      it, the configuration is invalid there, the launch failed); a point that is neither
+      measured nor failed was not reached and may be asked again;
+    * ``last_modes``: per point, how its samples were timed (the store's ``timing``);
+    * ``nccl_version``: the NCCL version that ran (``"?"`` until known).
 
-    def measure(self, configs: Configs, n_samples: int = 1) -> np.ndarray:
-        """Measured times (us), shape ``(len(configs), n_samples)``."""
-        ...
-
-    def expected(self, configs: Configs) -> np.ndarray | None:
-        """Noise-free times if the backend knows them (a simulator does), else ``None``."""
-        ...
-
-
-class SimBackend:
-    """The simulator as a backend, optionally re-drawn around its preset (domain randomization).
-
-    :param topology: preset name, YAML path or :class:`Topology`
-    :param noise: measure with the simulator's noise (``True``) or return expected times
-    :param seed: seed of the noise
+    Class attributes: ``name`` (the store's ``backend``), ``whole_request`` (``True``: give it
+    every point of a knob setting at once, it keeps what finished when a point hangs; ``False``:
+    one request per size, a failure raises :class:`ncclrl.envs.live.WorkerError`), ``launch``
+    (how collectives are issued: ``nccl``, ``torch``; the store's timing names it).
     """
 
-    name = "sim"
+    name: str = "backend"
+    whole_request: bool = True
+    launch: str = "nccl"
 
-    def __init__(self, topology: Topology | str, noise: bool = True, seed: int | None = 0,
-                 simulator: Simulator | None = None) -> None:
-        self.sim = simulator if simulator is not None else Simulator(load_topology(topology), seed=seed)
-        self.noise = noise
-        self._base = self.sim
+    def __init__(self) -> None:
+        self.failures: dict[int, str] = {}
+        self.last_modes: list[str] = []
+        self.nccl_version = "?"
 
-    @property
-    def topology(self) -> Topology:
-        return self.sim.topo
+    @abstractmethod
+    def measure(self, points: list[Point], samples: int = 5) -> list[list[float] | None]:
+        """One job: each point's per-call times in microseconds (``samples`` of them), or ``None``
+        where the job did not measure it (see ``failures``)."""
 
-    def measure(self, configs: Configs, n_samples: int = 1) -> np.ndarray:
-        if self.noise:
-            return self.sim.sample(configs, n_samples)
-        return np.repeat(self.sim.time_us(configs)[:, None], n_samples, axis=1)
-
-    def expected(self, configs: Configs) -> np.ndarray:
-        return self.sim.time_us(configs)
-
-    def randomize(self, rng: np.random.Generator, scale: float = 1.0) -> None:
-        """Draw a new platform around the preset (keeps the noise generator)."""
-        self.sim = self._base.randomized(rng, scale)
-        self.sim.rng = self._base.rng
-
-    def reset_platform(self) -> None:
-        self.sim = self._base
+    def close(self) -> None:  # noqa: B027  (a no-op for backends that hold nothing between jobs)
+        """Release what the backend holds between jobs (processes, temporary files)."""

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 import uuid
 
 from ncclrl.costmodel.space import Point
+from ncclrl.envs.backend import Backend
 from ncclrl.envs.live import HANG, is_hang, timing_label
 from ncclrl.envs.store import Store
 
+log = logging.getLogger(__name__)
 
 def hang_group(p: Point) -> tuple:
     """What a hang on ``p`` says NCCL will hang on at larger sizes: its collective, algorithm and
@@ -18,8 +20,8 @@ def hang_group(p: Point) -> tuple:
     return (p.collective, p.algo, p.proto) + ((p.channels,) if p.algo == "default" else ())
 
 
-def measure_whole(workers, points: list[Point], store: Store, topology: str, *, backend: str, samples: int,
-                  tag: str, out=sys.stdout, after_hang: str = "retry", deadline: float | None = None,
+def measure_whole(workers: Backend, points: list[Point], store: Store, topology: str, *, backend: str, samples: int,
+                  tag: str, after_hang: str = "retry", deadline: float | None = None,
                   unmeasured: list[int] | None = None) -> list[list[float] | None]:
     """Measure ``points`` in as many jobs as it takes and store every one: each job keeps what it
     finished; a point NCCL hung on (or that failed) is stored as failed and left out of the next
@@ -32,7 +34,7 @@ def measure_whole(workers, points: list[Point], store: Store, topology: str, *, 
     results: list[list[float] | None] = [None] * len(points)
     remaining = list(range(len(points)))
     job = ""
-    launch = getattr(workers, "launch", "torch")
+    launch = workers.launch
 
     def add(i: int, smp: list[float], **kw) -> None:
         store.add(points[i], smp, backend=backend, topology=topology, nccl_version=workers.nccl_version, tag=tag,
@@ -48,7 +50,7 @@ def measure_whole(workers, points: list[Point], store: Store, topology: str, *, 
             break
         job = uuid.uuid4().hex[:12]  # one id per set of processes: the unit of between-job noise
         res = workers.measure([points[i] for i in remaining], samples=samples)
-        fails = getattr(workers, "failures", {})
+        fails = workers.failures
         nxt, hung = [], []
         for j, (i, r) in enumerate(zip(remaining, res, strict=True)):
             if r is not None:
@@ -57,8 +59,7 @@ def measure_whole(workers, points: list[Point], store: Store, topology: str, *, 
             elif j in fails:
                 fail(i, fails[j])
                 p = points[i]
-                print(f"# {p.collective} {p.nbytes} B {p.algo}/{p.proto}/{p.channels}: {fails[j]}", file=out,
-                      flush=True)
+                log.warning("# %s %d B %s/%s/%d: %s", p.collective, p.nbytes, p.algo, p.proto, p.channels, fails[j])
                 if after_hang == "skip" and is_hang(fails[j]):
                     hung.append(i)
             else:
@@ -74,8 +75,8 @@ def measure_whole(workers, points: list[Point], store: Store, topology: str, *, 
                 fail(i, f"not measured: {HANG} on {h.algo}/{h.proto} at {h.nbytes} B with these knobs "
                      "(after_hang=retry measures it)")
             if same:
-                print(f"# {h.collective} {h.algo}/{h.proto}: {len(same)} points at >= {h.nbytes} B not measured "
-                      "after the hang", file=out, flush=True)
+                log.warning("# %s %s/%s: %d points at >= %d B not measured after the hang", h.collective, h.algo,
+                            h.proto, len(same), h.nbytes)
             nxt = [i for i in nxt if i not in same]
         remaining = nxt
     return results

@@ -13,7 +13,7 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.replica import default_decisions
 from ncclrl.envs import spaces as S
-from ncclrl.envs.backend import Backend, SimBackend
+from ncclrl.envs.sim import SimBackend
 
 
 class NcclTuneEnv(gym.Env):
@@ -38,7 +38,7 @@ class NcclTuneEnv(gym.Env):
     ``Box(0, 1, (OBS_DIM,), float32)``: the collective (one-hot), log2 of the size scaled to [0, 1]
     over 1 B .. 4 GiB, topology features (nodes, GPUs per node, ranks, GPU architecture, fabric,
     network, CPU vendor, bandwidths, NCCL's channel count), NCCL's default algorithm and protocol,
-    and NCCL's own predicted cost table, normalized. Field names: ``envs.spaces.OBS_FIELDS``.
+    and NCCL's own predicted cost table, normalized. Field names: ``ncclrl.envs.spaces.OBS_FIELDS``.
 
     ## Rewards
 
@@ -70,14 +70,14 @@ class NcclTuneEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, backends: Sequence[Backend | str] = ("h200-1x4",), collectives: Sequence[str] | None = None,
+    def __init__(self, backends: Sequence[SimBackend | str] = ("h200-1x4",), collectives: Sequence[str] | None = None,
                  min_bytes: int = 8, max_bytes: int = 1 << 30, randomize: float = 0.0, randomize_scale: float = 1.0,
                  noise: bool = True, samples: int = 1, with_optimum: bool = False,
                  platform_episodes: int = 32) -> None:
         super().__init__()
         if not backends:
             raise ConfigError("backends", "need at least one backend or topology preset")
-        self.backends: list[Backend] = [SimBackend(b, noise=noise) if isinstance(b, str) else b for b in backends]
+        self.backends: list[SimBackend] = [SimBackend(b, noise=noise) if isinstance(b, str) else b for b in backends]
         names = collectives or N.COLLECTIVES
         self.collectives = [N.parse_name("collective", c, N.COLLECTIVES) for c in names]
         if min_bytes < 1 or max_bytes < min_bytes:
@@ -205,7 +205,7 @@ class NcclTuneEnv(gym.Env):
             t = np.median(samples, axis=1)
         else:
             both = S.configs_for(coll, nbytes, np.array([da, a]))
-            t = np.median(backend.measure(both, self.samples), axis=1)
+            t = np.median(backend.time_configs(both, self.samples), axis=1)
             exp = backend.expected(both)
         reward = float(np.log(t[0] / t[1]))
         dd = S.decode(da)

@@ -28,6 +28,7 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.nccltests import NcclTestsError, parse_stdout
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.table import format_row
+from ncclrl.envs.backend import Backend
 from ncclrl.envs.live import SAFE_ENV
 
 PROGRAMS = {"allreduce": "all_reduce_perf", "allgather": "all_gather_perf", "reducescatter": "reduce_scatter_perf",
@@ -55,7 +56,7 @@ class Launcher:
         return cls(name=p.stem, template=str(d["template"]), gpus_per_proc=str(d.get("gpus_per_proc", "all")))
 
 
-class NcclTestsBackend:
+class NcclTestsBackend(Backend):
     """Measure points with nccl-tests.
 
     :param binary_dir: folder holding the user's ``*_perf`` binaries
@@ -67,10 +68,11 @@ class NcclTestsBackend:
     """
 
     name = "nccl-tests"
-    whole_request = True  # a sweep hands it every point of a knob setting: one launch per configuration
+    launch = "nccl-tests"  # its own timing: the store's timing is eager
 
     def __init__(self, binary_dir: str | Path, nranks: int, launcher: str = "local", plugin: str | Path | None = None,
                  timeout_s: float = 120.0, iters: int = 20, warmup: int = 5, extra_env: dict | None = None) -> None:
+        super().__init__()
         self.binary_dir = Path(binary_dir)
         if not self.binary_dir.is_dir():
             raise ConfigError("nccltests.binary_dir", f"not a folder: {self.binary_dir}; point it at the folder "
@@ -79,9 +81,6 @@ class NcclTestsBackend:
         self.launcher = Launcher.load(launcher)
         self.plugin = Path(plugin) if plugin else None
         self.extra_env = dict(extra_env or {})
-        self.nccl_version = "?"
-        self.last_modes: list[str] = []
-        self.failures: dict[int, str] = {}
 
     def _binary(self, collective: str) -> Path:
         b = self.binary_dir / PROGRAMS[collective]
@@ -97,7 +96,7 @@ class NcclTestsBackend:
                                             env_flags=" ".join(f"-x {k}" for k in sorted(env)))
         return shlex.split(cmd)
 
-    def launch(self, collective: str, sizes: list[int], config: Point, workdir: Path) -> dict[int, float]:
+    def launch_once(self, collective: str, sizes: list[int], config: Point, workdir: Path) -> dict[int, float]:
         """One launch: ``{size: time_us}`` (out-of-place); :class:`LaunchError` with a one-line reason
         when it times out, fails, or prints something that is not a complete, correct run."""
         env = dict(os.environ, **SAFE_ENV, **config.env(), **self.extra_env)
@@ -145,7 +144,7 @@ class NcclTestsBackend:
                         continue
                     cfg = points[idx[0]]
                     try:
-                        t = self.launch(cfg.collective, [points[i].nbytes for i in idx], cfg, Path(tmp))
+                        t = self.launch_once(cfg.collective, [points[i].nbytes for i in idx], cfg, Path(tmp))
                     except LaunchError as e:
                         dead.add(key)
                         for i in idx:

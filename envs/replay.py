@@ -10,21 +10,23 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.noise import aa_noise
 from ncclrl.costmodel.space import KNOB_FIELDS, Point, knob_grid
 from ncclrl.costmodel.topology import Topology
+from ncclrl.envs.backend import Backend
 from ncclrl.envs.live import launch_of
 from ncclrl.envs.store import Store, job_ids
 
 
-class ReplayWorkers:
+class ReplayWorkers(Backend):
     """Answers from a recorded sweep: each point's stored samples (the sweep's sample count); a
     point measured again gets the next recorded job of it (the sweep's, then its repeat's, then
     round again), so repeated jobs differ as they did on the machine; a point the sweep did not
     measure is a failure, like a configuration NCCL could not run. ``seen`` counts the requests
     per point across the jobs of one run (share it between them)."""
 
-    whole_request = True
+    name = "replay"
 
     def __init__(self, frame, knobs: Point, seen: dict[tuple, int] | None = None) -> None:
-        self.knobs, self.failures, self.last_modes = knobs, {}, []
+        super().__init__()
+        self.knobs = knobs
         self.nccl_version = str(frame["nccl_version"].iloc[0]) if len(frame) else "?"
         self._by: dict[tuple, list[list[float]]] = {}
         for r in frame.itertuples(index=False):  # in the frame's order: a point's first job first
@@ -50,8 +52,6 @@ class ReplayWorkers:
         self.last_modes = [self._timing] * len(points)
         return out
 
-    def close(self) -> None:
-        pass
 
 
 def recorded_sweep(path: str | Path, topo: Topology, launch: str, tags: tuple[str, ...] = ("sweep",),

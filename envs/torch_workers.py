@@ -26,6 +26,7 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.nccl import COLL_INDEX
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.table import format_row
+from ncclrl.envs.backend import Backend
 from ncclrl.envs.live import (
     LAUNCHES,
     SAFE_ENV,
@@ -241,7 +242,7 @@ def last_item(out_dir: Path, nranks: int) -> int | None:
     return min(last) if last else None
 
 
-class TableWorkers:
+class TableWorkers(Backend):
     """Same interface as :class:`ncclrl.envs.live.TorchWorkers`; each ``measure`` is one job, so
     a sweep hands it every point of a knob setting at once (``whole_request``).
 
@@ -255,7 +256,7 @@ class TableWorkers:
         stored with timing ``nccl-eager``/``nccl-graph``)
     """
 
-    whole_request = True
+    name = "torch"
 
     def __init__(self, nranks: int, nodes: int = 1, knobs: Point | None = None, timing: str = "eager",
                  timeout_s: float = 300.0, plugin: str | Path | None = None, log_dir: str | Path | None = None,
@@ -265,6 +266,7 @@ class TableWorkers:
         if launch not in LAUNCHES:
             raise ConfigError("launch", f"allowed: {', '.join(LAUNCHES)}; got {launch!r}")
         require_gpus(nranks)
+        super().__init__()
         self.launch = launch
         if table is not None and not Path(table).is_file():
             raise ConfigError("table", f"no such file: {table}")
@@ -274,8 +276,6 @@ class TableWorkers:
         self.knobs = knobs or Point("allreduce", 1)
         self.plugin = plugin_library(plugin)  # built on first use
         self.log_dir = Path(log_dir) if log_dir else None
-        self.nccl_version = "?"
-        self.last_modes: list[str] = []
 
     def measure(self, points: list[Point], samples: int = 7, budget_us: float = 1000.0) -> list[list[float] | None]:
         """Samples per point; ``None`` for points the job did not reach. A point NCCL hung on (or a

@@ -16,6 +16,7 @@ tables whatever ``workers`` is.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import zlib
@@ -36,7 +37,9 @@ from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.runners.config import Command, compose_config, register
 from ncclrl.runners.pretrain import CONF_DIR  # noqa: F401  (re-exported for the tests)
+from ncclrl.runners.progress import progress
 
+log = logging.getLogger(__name__)
 RESULT_COLUMNS = ["suite", "preset", "platform", "collective", "seed", "method", "budget", "used", "calls",
                   "speedup", "optimum", "fraction", "worst", "wall_s"]
 
@@ -249,18 +252,23 @@ def benchmark(cfg: DictConfig) -> pd.DataFrame:
     todo = tasks(cfg)
     t0 = time.time()
     rows: list[dict[str, Any]] = []
-    if int(cfg.workers) == 1:
-        for i, t in enumerate(todo):
-            rows += run_task(t, plain)
-            print(f"# {i + 1}/{len(todo)} {t['preset']}#{t['draw']} {t['collective']} seed {t['seed']}: "
-                  f"{time.time() - t0:.0f} s", flush=True)
-    else:
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
-        with ProcessPoolExecutor(int(cfg.workers)) as pool:
-            for i, r in enumerate(pool.map(run_task, todo, [plain] * len(todo))):
-                rows += r
-                print(f"# {i + 1}/{len(todo)} {todo[i]['preset']}#{todo[i]['draw']} {todo[i]['collective']} "
-                      f"seed {todo[i]['seed']}: {time.time() - t0:.0f} s", flush=True)
+
+    def done(i: int, t: dict[str, Any]) -> None:
+        log.info("# %d/%d %s#%d %s seed %d: %.0f s", i + 1, len(todo), t["preset"], t["draw"], t["collective"],
+                 t["seed"], time.time() - t0)
+        bar.advance()
+
+    with progress("benchmark", len(todo)) as bar:
+        if int(cfg.workers) == 1:
+            for i, t in enumerate(todo):
+                rows += run_task(t, plain)
+                done(i, t)
+        else:
+            os.environ.setdefault("OMP_NUM_THREADS", "1")
+            with ProcessPoolExecutor(int(cfg.workers)) as pool:
+                for i, r in enumerate(pool.map(run_task, todo, [plain] * len(todo))):
+                    rows += r
+                    done(i, todo[i])
     df = pd.DataFrame(rows, columns=RESULT_COLUMNS)
     df.to_csv(out / "results.csv", index=False, float_format="%.6g")
     s = summarize(df)
@@ -268,7 +276,7 @@ def benchmark(cfg: DictConfig) -> pd.DataFrame:
     plot(df, out / "benchmark.png")
     OmegaConf.save(cfg, out / "config.yaml")
     print_summary(s)
-    print(f"# {len(df)} results in {time.time() - t0:.0f} s -> {out}/results.csv, summary.csv, benchmark.png")
+    log.info("# %d results in %.0f s -> %s/results.csv, summary.csv, benchmark.png", len(df), time.time() - t0, out)
     return df
 
 

@@ -303,14 +303,14 @@ class PluginBuildConfig:
     """Compile ncclrl's NCCL tuner plugin (C11, libc only) from the sources shipped with ncclrl and
     print the library's path; the live commands load it from there.
 
-    :param out: the folder to build into (env NCCLRL_PLUGIN_DIR sets the default)
+    :param out: the folder to build into (empty: $NCCLRL_PLUGIN_DIR, else ~/.cache/ncclrl/plugin)
     """
 
-    out: str = str(PLUGIN_DIR)
+    out: str = ""
 
 
 def cmd_plugin_build(cfg) -> int:
-    print(build_plugin(cfg.out))
+    print(build_plugin(cfg.out or PLUGIN_DIR))
     return 0
 
 

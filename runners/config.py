@@ -14,9 +14,11 @@ import dataclasses
 import itertools
 import logging
 import re
+import textwrap
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.resources import files
 from typing import Any
 
 from hydra import compose, initialize_config_module
@@ -143,14 +145,10 @@ def command_help(cmd: Command) -> str:
 
 
 def textwrap_block(text: str) -> str:
-    import textwrap
-
     return "\n".join(textwrap.fill(" ".join(p.split()), 100) for p in text.split("\n\n"))
 
 
 def _groups(schema: type) -> list[tuple[str, list[str]]]:
-    from importlib.resources import files
-
     root = files("ncclrl.conf")
     out = []
     for f in dataclasses.fields(schema):
@@ -187,9 +185,10 @@ def _clean(message: str) -> str:
     return re.sub(r"\s*(object_type|reference_type)=\S+", "", text)
 
 
-def compose_config(cmd: Command, overrides: list[str], check: bool = True) -> DictConfig:
+def compose_config(cmd: Command, overrides: list[str], check: bool = True, setup_logging: bool = False) -> DictConfig:
     """The command's config with ``overrides`` applied and checked (``check``); a bad override is
-    one ``ConfigError`` line."""
+    one ``ConfigError`` line. ``setup_logging``: configure Python logging from Hydra's job logging
+    (what the command line does; a library caller keeps its own)."""
     keys = _keys(cmd.schema)
     groups = dict(_groups(cmd.schema))
     try:
@@ -226,7 +225,8 @@ def compose_config(cmd: Command, overrides: list[str], check: bool = True) -> Di
         GlobalHydra.instance().clear()
     with open_dict(cfg):
         hydra_cfg = cfg.pop("hydra")
-    configure_log(hydra_cfg.job_logging, hydra_cfg.verbose)
+    if setup_logging:
+        configure_log(hydra_cfg.job_logging, hydra_cfg.verbose)
     if check and hasattr(cmd.schema, "check"):
         OmegaConf.to_object(cfg).check()
     return cfg
@@ -298,9 +298,9 @@ def run_command(cmd: Command, argv: list[str]) -> int:
     """Compose, check and run one command line (``-m``: every combination, one after another)."""
     overrides, multirun = split_argv(cmd, argv)
     if not multirun:
-        return int(cmd.run(compose_config(cmd, overrides)) or 0)
+        return int(cmd.run(compose_config(cmd, overrides, setup_logging=True)) or 0)
     jobs = job_overrides(overrides)
-    configs = [compose_config(cmd, j) for j in jobs]  # every job checked before the first runs
+    configs = [compose_config(cmd, j, setup_logging=True) for j in jobs]  # every job checked before the first runs
     worst = 0
     for i, (j, cfg) in enumerate(zip(jobs, configs, strict=True)):
         if cmd.out_key and not any(o.split("=", 1)[0].lstrip("+~") == cmd.out_key for o in j):

@@ -14,6 +14,7 @@ Every measurement goes to ``store`` (tags ``finetune`` and ``guard``).
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from dataclasses import dataclass, fields
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.finetune import FinetuneConfig, Finetuner, knob_label, sizes_for, write_outcome
@@ -37,8 +39,10 @@ from ncclrl.envs.replay import ReplayWorkers, recorded_sweep, replay_knobs, repl
 from ncclrl.envs.store import Store
 from ncclrl.envs.torch_workers import TableWorkers
 from ncclrl.runners.config import Command, parse, register
+from ncclrl.runners.progress import progress
 from ncclrl.runners.sweep import LiveConfig
 
+logger = logging.getLogger(__name__)
 BASE_KNOBS_KEY = "/".join("0" * len(KNOB_FIELDS))  # NCCL's plain defaults, as sweep_reference keys settings
 
 
@@ -49,6 +53,7 @@ class TunedLiveConfig(LiveConfig):
     :param backend: torch (PyTorch workers on this machine's GPUs) or replay (answers from a recorded sweep)
     :param replay_store: backend=replay: the store holding the exhaustive sweep to replay
     :param out: the folder the table, nccl.conf and the run's summary go to
+    :param threads: PyTorch CPU threads for the policy's updates (1 is fastest for these small networks; 0: PyTorch's)
     """
 
     topology: str = ""
@@ -59,8 +64,11 @@ class TunedLiveConfig(LiveConfig):
     timing: str = "eager"
     timeout_s: float = 120.0
     store: str = "runs/finetune.sqlite"
+    threads: int = 1
 
     def check(self) -> None:
+        if self.threads < 0:
+            raise ConfigError("threads", f"must be >= 0 (0: PyTorch's default), got {self.threads}")
         if self.backend not in ("torch", "replay"):
             raise ConfigError("backend", f"unknown value {self.backend!r}; allowed: torch, replay")
         if not self.topology:
@@ -102,8 +110,9 @@ def main_finetune(args: DictConfig) -> int:
     return 0
 
 
-def make_measure(args: DictConfig, topo: Topology, store: Store, out=sys.stdout):
-    """``measure(knobs, points, samples, tag)`` over the chosen backend; every point is stored."""
+def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None):
+    """``measure(knobs, points, samples, tag)`` over the chosen backend; every point is stored (and
+    counted on ``bar``, a progress bar)."""
     replay, seen = None, {}
     if args["backend"] == "replay":  # the sweep's jobs, then its repeat's (a point measured again)
         replay = recorded_sweep(args["replay_store"], topo, args["launch"], ("sweep", "sweep-repeat"), status="ok")
@@ -115,8 +124,10 @@ def make_measure(args: DictConfig, topo: Topology, store: Store, out=sys.stdout)
 
             w = TableWorkers(topo.nranks, topo.nodes, knobs, timing=args["timing"], timeout_s=float(args["timeout_s"]),
                              launch=args["launch"])
-        return measure_whole(w, points, store, topo.name, backend=args["backend"], samples=samples, tag=tag,
-                             out=out)
+        res = measure_whole(w, points, store, topo.name, backend=args["backend"], samples=samples, tag=tag)
+        if bar is not None:
+            bar.advance(len(points))
+        return res
 
     return measure
 
@@ -175,13 +186,15 @@ def run_finetune(checkpoint: str, args: DictConfig, out=sys.stdout) -> dict[str,
     if args["backend"] == "torch":  # before the policy loads and the store opens
 
         require_gpus(topo.nranks)
+    if args["threads"]:
+        torch.set_num_threads(int(args["threads"]))
     model = load_policy(checkpoint)
     model.set_random_seed(cfg.seed)
     sizes = sizes_for(topo, colls, lo, hi)
     store = Store(Path(args["store"]))
 
     def log(msg: str) -> None:
-        print(msg, file=out, flush=True)
+        logger.info(msg)
 
     t0 = time.time()
     knobs, noise = None, None
@@ -190,12 +203,13 @@ def run_finetune(checkpoint: str, args: DictConfig, out=sys.stdout) -> dict[str,
         noise = replay_noise(args["replay_store"], topo, args["launch"], colls, sizes)
         log("# replay: the guard judges with the between-job spread of the store's validations" if noise else
             "# replay: the store has no validations to take the between-job spread from; the run's own repeats")
-    ft = Finetuner(topo, colls, sizes, model, make_measure(args, topo, store, out), cfg, log=log, knobs=knobs,
-                   noise_prior=noise)
-    if cfg.budget < ft.reserve + ft.n_sizes:
-        raise ConfigError("budget", f"{cfg.budget} points cannot cover {ft.n_sizes} sizes: the guard alone "
-                          f"reserves {ft.reserve}; use at least {ft.reserve + 2 * ft.n_sizes}")
-    res = ft.run()
+    with progress("finetune", cfg.budget) as bar:
+        ft = Finetuner(topo, colls, sizes, model, make_measure(args, topo, store, bar), cfg, log=log, knobs=knobs,
+                       noise_prior=noise)
+        if cfg.budget < ft.reserve + ft.n_sizes:
+            raise ConfigError("budget", f"{cfg.budget} points cannot cover {ft.n_sizes} sizes: the guard alone "
+                              f"reserves {ft.reserve}; use at least {ft.reserve + 2 * ft.n_sizes}")
+        res = ft.run()
     out_dir = Path(args["out"])
     prov = {"checkpoint": str(checkpoint), "policy_sha256": file_sha256(checkpoint_path(checkpoint)),
             "args": OmegaConf.to_container(args),

@@ -70,18 +70,15 @@ class ExportSettings:
 
 
 @dataclass
-class ExportConfig:
-    """Export a trained policy's table (nccl_tuner.csv, .json, nccl.conf) for a platform, with the
-    simulator's report, without retraining.
+class TargetConfig:
+    """Where a policy's table goes.
 
-    :param checkpoint: the policy: pretrained (shipped with ncclrl) or a policy.zip path
     :param topology: the target platform: a preset name (``ncclrl topologies``) or a topology YAML path
     :param run_dir: the output folder (default: runs/<date>_<time>)
     :param export: how the policy becomes a table
     :param threads: PyTorch CPU threads (1 is fastest for these small networks; 0: PyTorch's default)
     """
 
-    checkpoint: str = "pretrained"
     topology: str = "h200-2x2-sock"
     run_dir: str | None = None
     export: ExportSettings = field(default_factory=ExportSettings)
@@ -94,7 +91,18 @@ class ExportConfig:
 
 
 @dataclass
-class PretrainConfig(ExportConfig):
+class ExportConfig(TargetConfig):
+    """Export a trained policy's table (nccl_tuner.csv, .json, nccl.conf) for a platform, with the
+    simulator's report, without retraining.
+
+    :param checkpoint: the policy: pretrained (shipped with ncclrl) or a policy.zip path
+    """
+
+    checkpoint: str = "pretrained"
+
+
+@dataclass
+class PretrainConfig(TargetConfig):
     """Pretrain a MaskablePPO policy on simulated platforms drawn around every preset, evaluate it
     on the target platform and export its table.
 

@@ -6,6 +6,7 @@ into the store, resumably, and print nccl-tests-like tables (keys: :class:`Sweep
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 import uuid
@@ -27,7 +28,9 @@ from ncclrl.envs.nccltests_backend import NcclTestsBackend
 from ncclrl.envs.store import Store
 from ncclrl.envs.torch_workers import TableWorkers
 from ncclrl.runners.config import Command, parse, register
+from ncclrl.runners.progress import progress
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class LiveConfig:
@@ -154,6 +157,7 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
     store = Store(Path(args["store"]))
     measured, skipped, failed, left = 0, 0, 0, 0
     t0 = time.time()
+    plan = []  # (knobs, requests) of every knob setting with something left to measure
     for knobs in knob_grid(topo, grid):
         todo = []
         for c in colls:
@@ -168,56 +172,62 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
                 # NCCL's default is measured with every request (interleaved), even when stored already
                 todo.append([pts[0]] + [p for p, d in zip(pts[1:], done[1:], strict=True) if not d])
                 skipped += sum(done[1:])
-        if not todo:
-            continue
-        if deadline is not None and time.time() > deadline:
-            left += sum(map(len, todo))
-            continue
-        label = " ".join(f"{k}={v}" for k, v in knobs.env().items()) or "NCCL defaults"
-        print(f"# {topo.name}: {label}: {sum(map(len, todo))} points", file=out, flush=True)
-        try:
-            workers = workers_factory(topo, knobs, args["timing"], float(args["timeout_s"]))
-            job = uuid.uuid4().hex[:12]
-        except WorkerError as e:
-            print(f"# workers failed to start: {e}", file=out, flush=True)
-            failed += sum(map(len, todo))
-            continue
-        if getattr(workers, "whole_request", False):  # one job per setting; a hang costs one point
-            cut: list[int] = []
+        if todo:
+            plan.append((knobs, todo))
+    with progress("sweep", sum(len(p) for _k, todo in plan for p in todo)) as bar:
+        for knobs, todo in plan:
+            n_todo = sum(map(len, todo))
+            if deadline is not None and time.time() > deadline:
+                left += n_todo
+                continue
+            label = " ".join(f"{k}={v}" for k, v in knobs.env().items()) or "NCCL defaults"
+            log.info("# %s: %s: %d points", topo.name, label, n_todo)
             try:
-                res = measure_whole(workers, [p for pts in todo for p in pts], store, topo.name,
-                                    backend=args["backend"], samples=samples, tag=tag, out=out,
-                                    after_hang=args["after_hang"], deadline=deadline, unmeasured=cut)
+                workers = workers_factory(topo, knobs, args["timing"], float(args["timeout_s"]))
+                job = uuid.uuid4().hex[:12]
+            except WorkerError as e:
+                log.warning("# workers failed to start: %s", e)
+                failed += n_todo
+                bar.advance(n_todo)
+                continue
+            if workers.whole_request:  # one job per setting; a hang costs one point
+                cut: list[int] = []
+                try:
+                    res = measure_whole(workers, [p for pts in todo for p in pts], store, topo.name,
+                                        backend=args["backend"], samples=samples, tag=tag,
+                                        after_hang=args["after_hang"], deadline=deadline, unmeasured=cut)
+                finally:
+                    workers.close()
+                got = sum(r is not None for r in res)
+                measured, failed, left = measured + got, failed + len(res) - got - len(cut), left + len(cut)
+                bar.advance(n_todo)
+                continue
+            try:
+                for pts in todo:
+                    bar.advance(len(pts))
+                    try:
+                        res = workers.measure(pts, samples=samples)
+                    except WorkerError as e:
+                        for p in pts:
+                            store.add(p, [], backend=args["backend"], topology=topo.name, nccl_version="?",
+                                      timing=timing_label(launch or "torch", args["timing"]), tag=tag,
+                                      status="failed", error=str(e)[:500], job=job)
+                        failed += len(pts)
+                        log.warning("# %s %d B failed: %s; restarting workers", pts[0].collective, pts[0].nbytes, e)
+                        workers = workers_factory(topo, knobs, args["timing"], float(args["timeout_s"]))
+                        job = uuid.uuid4().hex[:12]
+                        continue
+                    for p, smp, mode in zip(pts, res, workers.last_modes, strict=True):
+                        store.add(p, smp, backend=args["backend"], topology=topo.name,
+                                  nccl_version=workers.nccl_version, timing=mode, tag=tag, job=job)
+                    measured += len(pts)
             finally:
                 workers.close()
-            got = sum(r is not None for r in res)
-            measured, failed, left = measured + got, failed + len(res) - got - len(cut), left + len(cut)
-            continue
-        try:
-            for pts in todo:
-                try:
-                    res = workers.measure(pts, samples=samples)
-                except WorkerError as e:
-                    for p in pts:
-                        store.add(p, [], backend=args["backend"], topology=topo.name, nccl_version="?",
-                                  timing=timing_label(launch or "torch", args["timing"]), tag=tag, status="failed",
-                                  error=str(e)[:500], job=job)
-                    failed += len(pts)
-                    print(f"# {pts[0].collective} {pts[0].nbytes} B failed: {e}; restarting workers", file=out)
-                    workers = workers_factory(topo, knobs, args["timing"], float(args["timeout_s"]))
-                    job = uuid.uuid4().hex[:12]
-                    continue
-                for p, smp, mode in zip(pts, res, workers.last_modes, strict=True):
-                    store.add(p, smp, backend=args["backend"], topology=topo.name, nccl_version=workers.nccl_version,
-                              timing=mode, tag=tag, job=job)
-                measured += len(pts)
-        finally:
-            workers.close()
-    print(f"# measured {measured} points, {skipped} already in {args['store']}, {failed} failed, "
-          f"{time.time() - t0:.0f} s", file=out, flush=True)
+    log.info("# measured %d points, %d already in %s, %d failed, %.0f s", measured, skipped, args["store"], failed,
+             time.time() - t0)
     if left:
-        print(f"# wall_s={args['wall_s']} reached: {left} points not measured; run the same command again to "
-              "measure them", file=out, flush=True)
+        log.warning("# wall_s=%s reached: %d points not measured; run the same command again to measure them",
+                    args["wall_s"], left)
     print_tables(store, topo, colls, tag, out, launch)
     return {"measured": measured, "skipped": skipped, "failed": failed, "left": left}
 

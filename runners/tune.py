@@ -15,12 +15,13 @@ point it lacks is a failure).
 from __future__ import annotations
 
 import json
-import sys
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.baselines import METHODS, Evaluator, Problem, make_tuner
@@ -34,7 +35,9 @@ from ncclrl.envs.replay import recorded_sweep, replay_knobs, replay_noise
 from ncclrl.envs.store import Store
 from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.finetune import TunedLiveConfig, make_measure, sweep_reference, table_speedup_on_sweep
+from ncclrl.runners.progress import progress
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class TuneCommand(TunedLiveConfig):
@@ -78,8 +81,7 @@ def main_tune(args: DictConfig) -> int:
     return 0
 
 
-def run_tune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
-
+def run_tune(args: DictConfig) -> dict[str, Any]:
     topo = load_topology(args["topology"])
     colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
     problem = Problem.make(topo, colls, parse_bytes(args["min_bytes"], "min_bytes"),
@@ -91,16 +93,18 @@ def run_tune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
         problem = Problem(topo, colls, problem.sizes, replay_knobs(sweep[sweep.status == "ok"], topo),
                           noise=replay_noise(args["replay_store"], topo, args["launch"], colls, problem.sizes))
     store = Store(Path(args["store"]))
-    measure = make_measure(args, topo, store, out)
-    tag = f"tune:{args['method']}"
-    ev = Evaluator(problem, lambda k, pts, n, _tag: measure(k, pts, n, tag), int(args["budget"]),
-                   samples=int(args["samples"]), tag=tag, wall_s=float(args["wall_s"]) or None)
     model = None
     if args["method"].startswith("ncclrl"):
-
+        if args["threads"]:
+            torch.set_num_threads(int(args["threads"]))
         model = load_policy(args["checkpoint"])
+    tag = f"tune:{args['method']}"
     t0 = time.time()
-    d = make_tuner(args["method"], model).tune(problem, ev, int(args["seed"]))
+    with progress(f"tune {args['method']}", int(args["budget"])) as bar:
+        measure = make_measure(args, topo, store, bar)
+        ev = Evaluator(problem, lambda k, pts, n, _tag: measure(k, pts, n, tag), int(args["budget"]),
+                       samples=int(args["samples"]), tag=tag, wall_s=float(args["wall_s"]) or None)
+        d = make_tuner(args["method"], model).tune(problem, ev, int(args["seed"]))
     wall = time.time() - t0
     rows = [{"collective": N.COLLECTIVES[c], "nbytes": s, "key": key} for (c, s), key in sorted(d.rows.items())]
     res = Outcome(conf=d.conf, rows=rows, measured=ev.used, rounds=ev.calls)
@@ -108,8 +112,8 @@ def run_tune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
             "wall_s": round(wall, 1), "jobs": ev.calls}
     paths = write_outcome(res, topo, problem.sizes, Path(args["out"]), prov, title=f"{args['method']} table")
     env = " ".join(f"{k}={v}" for k, v in d.conf.env().items()) or "NCCL defaults"
-    print(f"# {args['method']} on {topo.name}: {ev.used} measurements of {ev.budget} in {ev.calls} jobs, "
-          f"{wall:.0f} s; knobs: {env}; {len(rows)} rows -> {paths['csv']}", file=out, flush=True)
+    log.info("# %s on %s: %d measurements of %d in %d jobs, %.0f s; knobs: %s; %d rows -> %s", args["method"],
+             topo.name, ev.used, ev.budget, ev.calls, wall, env, len(rows), paths["csv"])
     summary = {"method": args["method"], "measured": ev.used, "jobs": ev.calls, "wall_s": wall, "rows": len(rows),
                "conf": d.conf.env()}
     if sweep is not None:
@@ -118,8 +122,8 @@ def run_tune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
         got = table_speedup_on_sweep(ref, d.conf, rows, problem.sizes)
         summary.update(sweep_points=ref["points"], optimum=ref["optimum"], speedup_on_sweep=got,
                        fraction=got / ref["optimum"])
-        print(f"# on the sweep's own data: {got:.3f}x vs the sweep optimum {ref['optimum']:.3f}x "
-              f"({100 * got / ref['optimum']:.1f}%), with {ev.used} of {ref['points']} measurements", file=out)
+        log.info("# on the sweep's own data: %.3fx vs the sweep optimum %.3fx (%.1f%%), with %d of %d measurements",
+                 got, ref["optimum"], 100 * got / ref["optimum"], ev.used, ref["points"])
     (Path(args["out"]) / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 

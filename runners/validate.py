@@ -25,6 +25,7 @@ the same table from the store, without a GPU.
 from __future__ import annotations
 
 import hashlib
+import logging
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -46,8 +47,10 @@ from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.store import Store, job_ids
 from ncclrl.envs.torch_workers import TableWorkers
 from ncclrl.runners.config import Command, parse, register
+from ncclrl.runners.progress import progress
 from ncclrl.runners.sweep import LiveConfig
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class ValidateConfig(LiveConfig):
@@ -138,9 +141,9 @@ def run_validate(args: DictConfig, out=sys.stdout, workers_factory=None):
         if not any(tuned):
             raise ConfigError("measure", f"no validation of {table} (sha256 {digest}) for {topo.name} in "
                               f"{args['store']}; run with measure=true")
-        print(f"# {table}: {max(map(len, tuned))} rounds from {args['store']}", file=out)
+        log.info("# %s: %d rounds from %s", table, max(map(len, tuned)), args["store"])
     else:
-        base, tuned = measure_rounds(args, topo, knobs, table, digest, points, store, out, workers_factory)
+        base, tuned = measure_rounds(args, topo, knobs, table, digest, points, store, workers_factory)
     df = judge(topo, points, base, tuned, digest)
     print_report(df, out)
     if args["out"]:
@@ -150,7 +153,7 @@ def run_validate(args: DictConfig, out=sys.stdout, workers_factory=None):
     return df
 
 
-def measure_rounds(args, topo, knobs, table, digest, points, store, out, workers_factory):
+def measure_rounds(args, topo, knobs, table, digest, points, store, workers_factory):
     """``rounds`` x (a base job, a tuned job), the order swapped every other round (base, tuned,
     tuned, base, ...): the job that runs second in a pair is not always the same side. Every sample
     stored. Returns per point its samples per job, for each side."""
@@ -162,26 +165,28 @@ def measure_rounds(args, topo, knobs, table, digest, points, store, out, workers
 
     jobs: dict[str, list[list[list[float]]]] = {"base": [[] for _ in points], "tuned": [[] for _ in points]}
     t0 = time.time()
-    if args["warmup"]:  # the first job after a pause runs apart from the rest (1x4: +-25%)
-        w = workers_factory(None, None)
-        measure_whole(w, points, store, topo.name, backend="torch", samples=int(args["samples"]),
-                      tag="validate-warmup", out=out)
-        print(f"# warm-up job (stored, not judged): {time.time() - t0:.0f} s", file=out, flush=True)
-    sides = (("base", None, None), ("tuned", knobs, table))
-    for r in range(int(args["rounds"])):
-        for which, kn, tab in sides if r % 2 == 0 else sides[::-1]:  # ABBA: an order effect cancels
-            w = workers_factory(kn, tab)
-            stored = [replace(kn, collective=p.collective, nbytes=p.nbytes) if kn else p for p in points]
-            tag = "validate-base" if which == "base" else f"validate-tuned:{digest}"
-            res = measure_whole(w, stored, store, topo.name, backend="torch", samples=int(args["samples"]), tag=tag,
-                                out=out)
-            done = 0
-            for i, smp in enumerate(res):
-                if smp:
-                    jobs[which][i].append(list(smp))
-                    done += 1
-            print(f"# round {r + 1}: {which}: {done}/{len(points)} points, {time.time() - t0:.0f} s", file=out,
-                  flush=True)
+    with progress("validate", 2 * int(args["rounds"]) + int(bool(args["warmup"]))) as bar:
+        if args["warmup"]:  # the first job after a pause runs apart from the rest (1x4: +-25%)
+            w = workers_factory(None, None)
+            measure_whole(w, points, store, topo.name, backend="torch", samples=int(args["samples"]),
+                          tag="validate-warmup")
+            log.info("# warm-up job (stored, not judged): %.0f s", time.time() - t0)
+            bar.advance()
+        sides = (("base", None, None), ("tuned", knobs, table))
+        for r in range(int(args["rounds"])):
+            for which, kn, tab in sides if r % 2 == 0 else sides[::-1]:  # ABBA: an order effect cancels
+                w = workers_factory(kn, tab)
+                stored = [replace(kn, collective=p.collective, nbytes=p.nbytes) if kn else p for p in points]
+                tag = "validate-base" if which == "base" else f"validate-tuned:{digest}"
+                res = measure_whole(w, stored, store, topo.name, backend="torch", samples=int(args["samples"]),
+                                    tag=tag)
+                done = 0
+                for i, smp in enumerate(res):
+                    if smp:
+                        jobs[which][i].append(list(smp))
+                        done += 1
+                log.info("# round %d: %s: %d/%d points, %.0f s", r + 1, which, done, len(points), time.time() - t0)
+                bar.advance()
     return jobs["base"], jobs["tuned"]
 
 

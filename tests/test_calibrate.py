@@ -91,9 +91,8 @@ def test_runs_from_another_machine_are_rejected(allreduce_files):
 
 def test_calibrate_from_the_live_store_beats_the_preset(tmp_path, capsys):
     """`ncclrl calibrate --store`: the H200 socket-emulation measurements of docs/live refit the
-    h200-2x2-sock preset; the fitted preset predicts them better than the preset (measured on the
-    store after session 5, 11,617 rows: median relative error 35.0% -> 21.8%). The store grows each
-    session; the test reads it as it was after session 10 (ids up to 29,285; 24,299 rows of h200-2x2-sock:
+    h200-2x2-sock preset; the fitted preset predicts them better than the preset (the store
+    grows with each recorded run; the test reads it as it was at ids up to 29,285; 24,299 rows of h200-2x2-sock:
     32.0% -> 21.8%)."""
     import shutil
     import sqlite3

@@ -178,7 +178,7 @@ def _one_size_platform(sim, at: int, clock: list[float], log: list, noise_seed: 
 def _bimodal_choice_platform(sim, at: int, clock: list[float], log: list, noise_seed: int = 2):
     """Every per-call configuration at ``at`` runs 0.6x NCCL's plain default, while NCCL's own
     choice there runs 0.61x in the first guard job under the setting and 1.2x in every later job
-    (what session 7 saw at 32 B under 4 socket threads x 4 sockets: NCCL's choice fast in a few
+    (what the 4 x H200 host showed at 32 B under 4 socket threads x 4 sockets: NCCL's choice fast in a few
     jobs, slow in most)."""
     return _one_size_platform(sim, at, clock, log, noise_seed,
                               lambda choice, tag, n: (0.61 if n <= 1 else 1.2) if choice else 0.6)
@@ -225,7 +225,7 @@ def test_search_leaves_time_to_verify_a_row_against_a_bimodal_choice(monkeypatch
 def _fluke_choice_platform(sim, at: int, clock: list[float], noise_seed: int):
     """NCCL's own choice at ``at`` runs 0.6x NCCL's plain default and every per-call configuration
     0.66x (10% slower than the choice), except 0.5x while searching (a lucky search) and NCCL's
-    choice 0.9x in the first guard job under the setting (one slow job of it alone; session 10
+    choice 0.9x in the first guard job under the setting (one slow job of it alone; h200-2x1-sock
     saw a 1 MiB row kept that way validate 0.89x)."""
     return _one_size_platform(sim, at, clock, [], noise_seed,
                               lambda choice, tag, n: (0.9 if tag == "guard" and n <= 1 else 0.6) if choice
@@ -293,7 +293,7 @@ def test_verification_proves_small_gains_with_enough_jobs():
 
 
 @pytest.mark.parametrize("options,tie_pct,want", [
-    ([(1.90, 100.0, "2ch"), (1.88, 5000.0, "4ch")], 3.0, "4ch"),  # session 11's guard: a tie, 4ch saves more
+    ([(1.90, 100.0, "2ch"), (1.88, 5000.0, "4ch")], 3.0, "4ch"),  # a guard seen live: a tie, 4ch saves more
     ([(1.90, 100.0, "2ch"), (1.88, 5000.0, "4ch")], 0.0, "2ch"),  # tie_pct=0: the best geometric mean
     ([(1.90, 100.0, "2ch"), (1.80, 5000.0, "4ch")], 3.0, "2ch"),  # 5% apart: no tie
     ([(1.42, 0.0, "plain"), (1.90, 100.0, "2ch"), (1.89, 100.0, "4ch")], 3.0, "2ch"),  # equal time: the first
@@ -313,7 +313,7 @@ def test_pick_option_breaks_ties_on_the_geometric_mean_by_time_saved(options, ti
 def test_guard_checks_the_setting_that_saves_the_most_time(tie_pct, guard_confs, want):
     """Export picks by time saved among near-ties on the geometric mean, so with ``tie_pct`` > 0 the
     guard must check the setting whose rows save the most time even when the search ranks it third
-    on the geometric mean (session 11: 4 channels 20-30% faster at 64-256 MiB, a few percent behind)."""
+    on the geometric mean (h200-2x2-sock: 4 channels 20-30% faster at 64-256 MiB, a few percent behind)."""
     topo = load_topology("h200-2x2-sock")
     ft = Finetuner(topo, [N.ALLREDUCE], {N.ALLREDUCE: [8, 1 << 28]}, None, lambda *a: [],
                    FinetuneConfig(budget=1000, ppo_steps=0, tie_pct=tie_pct, guard_confs=guard_confs),
@@ -459,7 +459,7 @@ def _platform_where_raised_channels_lose_mid_sizes(sim, raised, lo: int, hi: int
     """The simulator's times, except under the knob setting ``raised``: every point 3x faster, and
     at ``lo``-``hi`` bytes NCCL's own choice (at the communicator's raised channel count) and every
     explicit row 1.5x slower than NCCL's own algorithm at NCCL's count: what 4 channels did at
-    1-4 MiB on the lent 2x2 (docs/live.md, session 13)."""
+    1-4 MiB on h200-2x2-sock (docs/results/live.md)."""
     base = sim_measure(sim, [])
     count = sim.topo.nccl.channels
 

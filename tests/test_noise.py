@@ -82,7 +82,7 @@ def _calibration():
 
 def test_recorded_a_a_validations_are_judged_the_same_by_the_between_job_model():
     """The committed H200 store: 4 jobs of NCCL's defaults at a time as A/A validations (2 rounds).
-    Measured (docs/live.md, session 5: 53 validations, 1,375 sizes): within-job intervals of one
+    Measured (docs/design/statistics.md: 53 validations, 1,375 sizes): within-job intervals of one
     job each call 47% of sizes different, the pooled samples 17%, the between-job model 2.8%."""
     out = _calibration().main(str(LIVE))
     assert len(out) >= 300
@@ -133,7 +133,7 @@ def test_validate_from_the_store_repeats_the_live_report(tmp_path):
 def test_stored_a_a_validation_on_the_h200s():
     """The A/A table (no rows) validated on the H200s: every size "same" on h200-2x2-sock (3
     rounds), at most 2 of 26 different on h200-1x4 (9 rounds in three windows pooled: 0); with
-    NCCL called directly (session 6, 3 rounds each), every size "same" on both."""
+    NCCL called directly (3 rounds each), every size "same" on both."""
     from ncclrl.runners.validate import parse_args, run_validate
 
     table = REPO / "docs" / "live" / "noise" / "aa_table.csv"

@@ -15,16 +15,20 @@ from ncclrl.costmodel.noise import summarize
 from ncclrl.costmodel.simulator import Configs, Simulator
 from ncclrl.costmodel.space import Point, call_configs, knob_grid
 from ncclrl.costmodel.topology import load_topology
+from ncclrl.envs.backend import Backend
 from ncclrl.envs.live import WorkerError, timing_label
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.store import Store
 from ncclrl.runners.sweep import parse_args, run_sweep
 
 
-class FakeWorkers:
-    """Measures with the simulator's noise; can fail a request or refuse to start."""
+class FakeWorkers(Backend):
+    """Measures with the simulator's noise, one request per size; can fail a request or refuse to start."""
+
+    whole_request = False
 
     def __init__(self, topo, knobs, timing, timeout_s, fail_on=None, log=None, launch="nccl"):
+        super().__init__()
         self.sim = Simulator(topo, seed=1)
         self.timing, self.launch = timing, launch
         self.knobs, self.nccl_version, self.fail_on, self.log = knobs, "2.28.9", fail_on, log
@@ -49,8 +53,6 @@ class FakeWorkers:
         self.last_modes = [timing_label(self.launch, self.timing)] * len(points)
         return out
 
-    def close(self):
-        pass
 
 
 def test_summarize_median_and_interval():
@@ -121,11 +123,11 @@ def test_full_sweep_resumes_without_remeasuring(tmp_path):
     assert best.socket_nthreads > 0
 
 
-def test_failed_requests_are_stored_and_the_sweep_goes_on(tmp_path):
-    out = io.StringIO()
-    r = run_sweep(sweep_args(tmp_path), out, lambda *a: FakeWorkers(*a, fail_on=4096))
+def test_failed_requests_are_stored_and_the_sweep_goes_on(tmp_path, caplog):
+    caplog.set_level("INFO")
+    r = run_sweep(sweep_args(tmp_path), io.StringIO(), lambda *a: FakeWorkers(*a, fail_on=4096))
     assert r["failed"] > 0 and r["measured"] > 0
-    assert "Connection closed" in out.getvalue()
+    assert "Connection closed" in caplog.text
     with Store(tmp_path / "s.sqlite") as s:
         assert s.count(status="failed") == r["failed"]
     # a rerun retries only what failed
@@ -133,12 +135,12 @@ def test_failed_requests_are_stored_and_the_sweep_goes_on(tmp_path):
     assert r2["measured"] == r["failed"]
 
 
-def test_workers_that_cannot_start(tmp_path):
+def test_workers_that_cannot_start(tmp_path, caplog):
     def refuse(*a):
         raise WorkerError("no answer from ranks [0, 1, 2, 3] within 300 s")
-    out = io.StringIO()
-    r = run_sweep(sweep_args(tmp_path, grid="default"), out, refuse)
-    assert r["measured"] == 0 and r["failed"] > 0 and "failed to start" in out.getvalue()
+    caplog.set_level("INFO")
+    r = run_sweep(sweep_args(tmp_path, grid="default"), io.StringIO(), refuse)
+    assert r["measured"] == 0 and r["failed"] > 0 and "failed to start" in caplog.text
 
 
 @pytest.mark.parametrize("available, count", [(False, 0), (True, 1)])
@@ -227,7 +229,7 @@ def test_table_backend_shifts_sizes_and_writes_one_row_per_point():
 
 class HangingWholeWorkers(FakeWorkers):
     """One job per call; NCCL 'hangs' on one configuration: points before it are measured, it is
-    reported, the rest is left for the next job (what runners.table_backend does)."""
+    reported, the rest is left for the next job (what ncclrl.envs.torch_workers does)."""
 
     whole_request = True
 
@@ -258,7 +260,7 @@ def _hang_at_1k_and_2k(tmp_path, hang: tuple[str, str, int]):
            for key in [("default", "default", 0)] + call_configs(topo, N.ALLREDUCE, knobs, "full")]
     w = HangingWholeWorkers(topo, knobs, "eager", 15, hang=hang, jobs=[], lose_size=True)
     with Store(tmp_path / "s.sqlite") as s:
-        res = measure_whole(w, pts, s, topo.name, backend="torch", samples=3, tag="sweep", out=io.StringIO(),
+        res = measure_whole(w, pts, s, topo.name, backend="torch", samples=3, tag="sweep",
                             after_hang="skip")
     return pts, res, w
 
@@ -271,7 +273,8 @@ def test_a_hang_of_nccls_own_algorithm_at_its_count_never_skips_nccls_default(tm
     assert (2048, "default", 0) in got and (2048, "default", 2) not in got and (1024, "default", 0) in got
 
 
-def test_a_hanging_configuration_costs_one_point_not_the_sweep(tmp_path):
+def test_a_hanging_configuration_costs_one_point_not_the_sweep(tmp_path, caplog):
+    caplog.set_level("INFO")
     jobs = []
     out = io.StringIO()
     args = sweep_args(tmp_path, grid="full", max_bytes="4K", after_hang="retry")
@@ -281,7 +284,7 @@ def test_a_hanging_configuration_costs_one_point_not_the_sweep(tmp_path):
         good = s.frame(status="ok")
     hung = set(zip(bad.algo, bad.proto, bad.channels, strict=True))
     assert len(bad) == r["failed"] > 0 and hung == {("tree", "ll", 1)}
-    assert "NCCL hung" in out.getvalue() and len(good) == r["measured"] > 0
+    assert "NCCL hung" in caplog.text and len(good) == r["measured"] > 0
     assert r["measured"] + r["failed"] == sum(1 for _ in good.itertuples()) + len(bad)
     assert len(jobs) > 7  # the jobs after a hang carried on without the hung point
     # a rerun retries the hangs, and measures nothing else but NCCL's default next to them
@@ -341,7 +344,8 @@ def test_after_a_hang_the_points_the_job_ran_before_it_are_measured_again(tmp_pa
     assert len(w.jobs) == 2 and args["after_hang"] == "skip"
 
 
-def test_wall_s_stops_starting_jobs_and_a_rerun_measures_the_rest(tmp_path, monkeypatch):
+def test_wall_s_stops_starting_jobs_and_a_rerun_measures_the_rest(tmp_path, monkeypatch, caplog):
+    caplog.set_level("INFO")
     import ncclrl.runners.sweep as sweep
 
     clock = [0.0]
@@ -354,7 +358,7 @@ def test_wall_s_stops_starting_jobs_and_a_rerun_measures_the_rest(tmp_path, monk
     args = sweep_args(tmp_path, wall_s="250", max_bytes="64K")
     out = io.StringIO()
     r = run_sweep(args, out, factory)
-    assert r["left"] > 0 and r["measured"] > 0 and "wall_s=250 reached" in out.getvalue()
+    assert r["left"] > 0 and r["measured"] > 0 and "wall_s=250 reached" in caplog.text
     with Store(tmp_path / "s.sqlite") as s:
         n = s.count()
     assert n == r["measured"]  # what was left is not stored as failed
@@ -386,11 +390,12 @@ def test_collect_keeps_finished_sizes_and_names_the_stuck_point(tmp_path):
     assert last_item(tmp_path, 2) == 2
 
 
-class FakeTableWorkers:
+class FakeTableWorkers(Backend):
     """What ``ncclrl validate`` drives: NCCL's default (no table) or an exported table under knobs,
     replayed by the simulator; the table makes AllReduce 2x faster at 1 MiB and slower at 8 B."""
 
     def __init__(self, knobs, table, sim, launch="nccl"):
+        super().__init__()
         self.knobs, self.table, self.sim, self.launch = knobs, table, sim, launch
         self.nccl_version, self.last_modes, self.failures = "2.28.9", [], {}
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import sys
 
 import pandas as pd
+
 from ncclrl.costmodel.noise import compare
 from ncclrl.costmodel.space import Point
-from ncclrl.envs.store import Store, job_ids
-
 from ncclrl.costmodel.topology import load_topology
+from ncclrl.envs.store import Store, job_ids
 from ncclrl.runners.validate import judge
 
 
