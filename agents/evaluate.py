@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.noise import geomean
 from ncclrl.costmodel.replica import default_decisions
 from ncclrl.costmodel.simulator import Configs, Simulator
 from ncclrl.costmodel.table import Table
@@ -68,8 +69,8 @@ def evaluate_table(table: Table, sim: Simulator, collectives: list[str] | None =
 
 
 def summary(df: pd.DataFrame) -> dict[str, float]:
-    g = float(np.exp(np.mean(np.log(df["speedup"]))))
-    go = float(np.exp(np.mean(np.log(df["optimum_speedup"]))))
+    g = geomean(df["speedup"])
+    go = geomean(df["optimum_speedup"])
     return {"geomean_speedup": g, "optimum_geomean_speedup": go, "fraction_of_optimum": g / go,
             "worst_vs_default": float(df["speedup"].min()), "n": len(df)}
 
@@ -84,7 +85,7 @@ def band_report(df: pd.DataFrame) -> pd.DataFrame:
                 continue
             rows.append({"collective": name, "band": band,
                          "nccl": b["nccl"].mode().iloc[0], "ours": b["ours"].mode().iloc[0],
-                         "speedup": float(np.exp(np.mean(np.log(b["speedup"])))),
+                         "speedup": geomean(b["speedup"]),
                          "regret": float(np.mean(np.log(b["time_us"] / b["optimum_time_us"])))})
     return pd.DataFrame(rows)
 

@@ -48,6 +48,11 @@ def log_median(samples: Sequence[float]) -> float:
     return float(np.log(summarize(samples)[0]))
 
 
+def geomean(values) -> float:
+    """The geometric mean of positive ratios (speedups, fractions): how every figure averages them."""
+    return float(np.exp(np.mean(np.log(np.asarray(values, dtype=float)))))
+
+
 def log_geomean(jobs: Sequence[Sequence[float]]) -> float:
     """Mean log job median of ``jobs`` (each a list of samples): the log of their geometric mean."""
     return float(np.mean([log_median(j) for j in jobs]))

@@ -32,6 +32,7 @@ from ncclrl.agents.baselines import METHODS, Evaluator, Judge, Problem, make_tun
 from ncclrl.agents.pretrain import checkpoint_path, load_policy
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.noise import geomean
 from ncclrl.costmodel.simulator import Simulator
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
@@ -202,8 +203,8 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
     fraction of the optimum, the worst fraction, mean evaluations used, total wall time."""
     g = df.groupby(["method", "budget"], sort=False)
     out = pd.DataFrame({
-        "speedup": g["speedup"].apply(lambda x: float(np.exp(np.log(x).mean()))),
-        "fraction": g["fraction"].apply(lambda x: float(np.exp(np.log(x).mean()))),
+        "speedup": g["speedup"].apply(geomean),
+        "fraction": g["fraction"].apply(geomean),
         "worst_fraction": g["fraction"].min(),
         "used": g["used"].mean(),
         "problems": g.size(),

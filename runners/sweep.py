@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from omegaconf import DictConfig
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.noise import geomean
 from ncclrl.costmodel.space import KNOB_FIELDS, Point, call_configs, knob_grid, size_grid
 from ncclrl.costmodel.topology import Topology, load_topology
 from ncclrl.costmodel.units import parse_bytes
@@ -273,7 +273,7 @@ def print_tables(store: Store, topo: Topology, colls: list[int], tag: str, out=s
             print(f"{r['nbytes']:>12} {r.default_us:>10.1f} {r['nbytes'] * bf / r.default_us / 1e3:>7.2f} "
                   f"{r.best_us:>10.1f} {r['nbytes'] * bf / r.best_us / 1e3:>7.2f} {r.speedup:>7.2f}x  "
                   f"{r.best_config} {r.best_knobs}", file=out)
-        g = float(np.exp(np.mean(np.log(t["speedup"]))))
+        g = geomean(t["speedup"])
         print(f"# geometric-mean speedup of the best measured point: {g:.2f}x over {len(t)} sizes", file=out)
 
 

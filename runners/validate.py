@@ -31,13 +31,12 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from omegaconf import DictConfig
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.noise import compare, log_median, pooled_sigma
+from ncclrl.costmodel.noise import compare, geomean, log_median, pooled_sigma
 from ncclrl.costmodel.space import Point, size_grid
 from ncclrl.costmodel.table import read_conf
 from ncclrl.costmodel.topology import load_topology
@@ -233,9 +232,9 @@ def print_report(df, out=sys.stdout) -> None:
         for _, r in g.iterrows():
             print(f"{r['nbytes']:>10} {r.base_us:>10.1f} {r.tuned_us:>10.1f} {r.speedup:>7.2f}x "
                   f"[{r.speedup_lo:>5.2f}-{r.speedup_hi:<5.2f}] {r.jobs:>4}  {r.verdict}", file=out)
-        gm = float(np.exp(np.mean(np.log(g.speedup))))
+        gm = geomean(g.speedup)
         big = g[(g.nbytes >= 64 << 20) & (g.nbytes <= 256 << 20)]
-        gm_big = f", {float(np.exp(np.mean(np.log(big.speedup)))):.2f}x at 64-256 MiB" if len(big) else ""
+        gm_big = f", {geomean(big.speedup):.2f}x at 64-256 MiB" if len(big) else ""
         print(f"# {coll}: geometric-mean speedup {gm:.2f}x over {len(g)} sizes{gm_big}; "
               f"{int((g.verdict == 'faster').sum())} faster, {int((g.verdict == 'slower').sum())} slower", file=out)
         if int(g.df.min()) == 0:

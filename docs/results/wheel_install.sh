@@ -14,17 +14,18 @@ python3 -m venv venv >/dev/null
 pip install -q --disable-pip-version-check torch==2.13.0 >/dev/null 2>&1
 before=$(ls venv/lib/python3*/site-packages | sort)
 printf '$ pip install %s   # (not editable; torch==2.13.0 installed first)\n' "<repo>"
-pip install -q --disable-pip-version-check "$repo" 2>&1 | grep -v "^WARNING: Running pip as" || true
+pip install -q --disable-pip-version-check "$repo" 2>&1 | grep -v "^WARNING: " || true
 echo
 mkdir empty && cd empty
 echo "# site-packages entries the install added (dependencies and ncclrl):"
 comm -13 <(echo "$before") <(ls ../venv/lib/python3*/site-packages | sort) | grep -viE '^(__pycache__)$' | tr '\n' ' '
 echo; echo
-echo "# ncclrl's own: every top-level name of its RECORD"
+echo "# ncclrl's own files: the top-level names its RECORD puts into site-packages, and its scripts"
 python - <<'PY'
 from importlib.metadata import distribution
 files = distribution("ncclrl").files
-print(sorted({f.parts[0] for f in files}))
+print("site-packages:", sorted({f.parts[0] for f in files if f.parts[0] != ".."}))
+print("scripts:", sorted(f.name for f in files if f.parts[0] == ".."))
 PY
 echo
 run ncclrl --version
