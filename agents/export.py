@@ -28,11 +28,10 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.replica import auto_channels, build_model, default_decisions
 from ncclrl.costmodel.simulator import Configs, Simulator
-from ncclrl.costmodel.table import Row, Table, lookup, parse_example_rows  # noqa: F401  (re-exported)
+from ncclrl.costmodel.table import MAX_BYTES, Row, Table
 from ncclrl.costmodel.topology import Topology
 from ncclrl.envs import spaces as S
 
-MAX_BYTES = 4294967295
 EXPORT_SIZES = 1 << np.arange(0, 32, dtype=np.int64)  # 1 B .. 2 GiB; the last row runs to 4 GiB - 1
 
 
@@ -142,7 +141,8 @@ def export_table(model, sim: Simulator, collectives: list[str] | None = None, ma
             lo = 0 if i == 0 else int(s)
             hi = MAX_BYTES if i == sizes.size - 1 else int(sizes[i + 1] - 1)
             row = Row(N.COLLECTIVES[c], lo, hi, N.ALGOS[algo], N.PROTOS[proto], ch, 0.0,
-                      "policy" if use else "nccl-default", float(r["t_default"][i]), float(r["t"][i]))
+                      "policy" if use else "nccl-default", float(r["t_default"][i]), float(r["t"][i]),
+                      nnodes=topo.nodes, nranks=topo.nranks)
             last = rows[-1] if rows else None
             if last and last.collective == row.collective and (last.algo, last.proto, last.channels) == \
                     (row.algo, row.proto, row.channels) and last.source == row.source:

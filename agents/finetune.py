@@ -31,7 +31,6 @@ Every measurement counts against the budget, the guard's included.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,7 +47,7 @@ from ncclrl.costmodel.noise import compare, log_geomean, log_median, pooled_sigm
 from ncclrl.costmodel.replica import default_decisions
 from ncclrl.costmodel.simulator import Simulator
 from ncclrl.costmodel.space import DEFAULT, Key, Point, call_configs, knob_grid, point_configs, size_grid
-from ncclrl.costmodel.table import format_row
+from ncclrl.costmodel.table import MAX_BYTES, Row, Table
 from ncclrl.costmodel.topology import Topology
 from ncclrl.envs import spaces as S
 from ncclrl.envs.nccl_env import NcclTuneEnv
@@ -787,11 +786,8 @@ def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out
                   provenance: dict[str, Any], title: str = "ncclrl fine-tuned table") -> dict[str, Path]:
     """``nccl_tuner.csv`` (example-plugin format; NCCL decides where there is no row), ``nccl.conf``
     and ``finetune.json`` (every decision, the guard's checks, the budget used)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     by = {(r["collective"], r["nbytes"]): r for r in out.rows}
-    lines = [f"# {title} for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), "
-             f"{out.measured} live measurements",
-             "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"]
+    rows = []
     for c, ss in sizes.items():
         name = N.COLLECTIVES[c]
         for i, s in enumerate(ss):
@@ -799,17 +795,16 @@ def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out
             if r is None:
                 continue
             lo = 0 if i == 0 else s
-            hi = 4294967295 if i == len(ss) - 1 else ss[i + 1] - 1
-            lines.append(format_row(name, lo, hi, *r["key"], topo.nodes, topo.nranks))
-    paths = {"csv": out_dir / "nccl_tuner.csv", "conf": out_dir / "nccl.conf", "json": out_dir / "finetune.json"}
-    paths["csv"].write_text("\n".join(lines) + "\n")
+            hi = MAX_BYTES if i == len(ss) - 1 else ss[i + 1] - 1
+            rows.append(Row(name, lo, hi, *r["key"], nnodes=topo.nodes, nranks=topo.nranks))
     env = out.conf.env()
-    paths["conf"].write_text("".join(f"{k}={v}\n" for k, v in env.items()))
-    paths["json"].write_text(json.dumps({
+    table = Table(topo, rows, {k: int(v) for k, v in env.items()}, provenance,
+                  title=f"{title}, {out.measured} live measurements")
+    # the JSON keeps every per-size decision ("rows"), the guard's checks and the run's history
+    return table.write(out_dir, json_name="finetune.json", extra={
         "topology": topo.name, "measured": out.measured, "rounds": out.rounds, "conf": env,
         "rows": [dict(r, key="/".join(map(str, r["key"]))) for r in out.rows], "history": out.history,
-        "guard": out.guard, "provenance": provenance}, indent=1, default=str))
-    return paths
+        "guard": out.guard})
 
 
 def sizes_for(topo: Topology, colls: list[int], lo: int, hi: int) -> dict[int, list[int]]:

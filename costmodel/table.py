@@ -1,4 +1,5 @@
-"""Tuner tables in NVIDIA's example-plugin CSV format: reading and matching, as the plugins do.
+"""Tuned tables: NVIDIA's example-plugin CSV format (read and matched as the plugins do), the
+one table type ncclrl writes and reads (:class:`Table`: CSV, JSON, ``nccl.conf``).
 
 Light on purpose (no numpy, no gymnasium): the GPU-side verifier imports it.
 """
@@ -46,48 +47,110 @@ def lookup(rows: list[dict[str, Any]], collective: str, nbytes: int, nodes: int,
     return None
 
 
+MAX_BYTES = 4294967295  # the last row of a table runs to 4 GiB - 1
+CSV_HEADER = "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"
+
+
 @dataclass
 class Row:
+    """One row of a tuned table: NCCL runs ``collective`` calls of ``min_bytes``..``max_bytes``
+    (inclusive) with this algorithm, protocol and channel count (``default``/``-1``: NCCL's
+    own), on communicators of ``nnodes`` nodes and ``nranks`` ranks (-1: any).
+
+    :param source: where the decision comes from: policy, nccl-default, measured
+    :param chunk_factor: the policy's chunk factor (0: NCCL's chunk size)
+    :param default_time_us: predicted or measured time of NCCL's default at ``min_bytes`` (if known)
+    :param time_us: predicted or measured time of this row's decision at ``min_bytes`` (if known)
+    """
+
     collective: str
     min_bytes: int
     max_bytes: int
     algo: str
     proto: str
     channels: int
-    chunk_factor: float
-    source: str  # "policy" or "nccl-default"
-    default_time_us: float
-    time_us: float
+    chunk_factor: float = 0.0
+    source: str = "measured"
+    default_time_us: float | None = None
+    time_us: float | None = None
+    nnodes: int = -1
+    nranks: int = -1
+
+    def line(self) -> str:
+        return format_row(self.collective, self.min_bytes, self.max_bytes, self.algo, self.proto, self.channels,
+                          self.nnodes, self.nranks)
 
 
 @dataclass
 class Table:
-    topology: Topology
+    """A tuned table: its rows (``nccl_tuner.csv``), the per-process knobs it needs
+    (``nccl.conf``), and where it comes from (the JSON next to them). The one type every producer
+    (export, fine-tuning, the baseline tuners) writes and every reader (show, validate, plugin
+    verify) reads; rows match as both plugins match them (:meth:`lookup`: the first row wins).
+
+    :param topology: the platform the table is for (rows name its nodes and ranks when written)
+    :param rows: the rows, in order
+    :param conf: ``nccl.conf``: NCCL variable -> value
+    :param provenance: what made the table (written into the JSON)
+    :param title: the CSV's first comment line
+    """
+
+    topology: Topology | None
     rows: list[Row]
     conf: dict[str, int] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
+    title: str = "ncclrl table"
+
+    def lookup(self, collective: str, nbytes: int, nodes: int = -1, nranks: int = -1) -> Row | None:
+        for r in self.rows:
+            if r.collective == collective and r.min_bytes <= nbytes <= r.max_bytes and \
+                    r.nnodes in (-1, nodes) and r.nranks in (-1, nranks):
+                return r
+        return None
+
+    def write(self, out_dir: Path, json_name: str = "nccl_tuner.json", extra: dict[str, Any] | None = None,
+              ) -> dict[str, Path]:
+        """``nccl_tuner.csv``, ``nccl.conf`` and the JSON (``extra`` added to it) into ``out_dir``."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        topo = self.topology
+        where = f" for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), NCCL {topo.nccl.version}" if topo else ""
+        paths = {"csv": out_dir / "nccl_tuner.csv", "json": out_dir / json_name, "conf": out_dir / "nccl.conf"}
+        lines = [f"# {self.title}{where}", CSV_HEADER] + [r.line() for r in self.rows]
+        paths["csv"].write_text("\n".join(lines) + "\n")
+        paths["json"].write_text(json.dumps({"provenance": self.provenance, "nccl_conf": self.conf,
+                                             "rows": [dict(r.__dict__) for r in self.rows], **(extra or {})},
+                                            indent=1, default=str))
+        paths["conf"].write_text("".join(f"{k}={v}\n" for k, v in sorted(self.conf.items())))
+        return paths
+
+    @classmethod
+    def read(cls, path: str | Path, topology: Topology | None = None) -> Table:
+        """A table from ``nccl_tuner.csv`` (with the ``nccl.conf`` beside it, if any) or from its
+        JSON; a file that is neither is a one-line :class:`ConfigError`."""
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError("table", f"file not found: {path}")
+        text = path.read_text()
+        if path.suffix == ".json":
+            try:
+                doc = json.loads(text)
+                fields_ = set(Row.__dataclass_fields__)
+                rows = [Row(**{k: v for k, v in r.items() if k in fields_}) for r in doc["rows"]]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ConfigError("table", f"{path} is not an ncclrl JSON table ({type(e).__name__}: {e})") from None
+            return cls(topology, rows, dict(doc.get("nccl_conf", {})), dict(doc.get("provenance", {})))
+        try:
+            raw = parse_example_rows(text)
+        except ValueError as e:
+            raise ConfigError("table", f"{path}: {e}") from None
+        rows = [Row(r["collective"], r["min_bytes"], r["max_bytes"], r["algo"], r["proto"], r["channels"],
+                    nnodes=r["nNodes"], nranks=r["nRanks"]) for r in raw]
+        conf_path = path.with_name("nccl.conf")
+        return cls(topology, rows, read_conf_env(conf_path) if conf_path.is_file() else {})
 
 
 def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def write_table(table: Table, out_dir: Path) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    topo = table.topology
-    csv_path = out_dir / "nccl_tuner.csv"
-    lines = [f"# ncclrl table for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), NCCL {topo.nccl.version}",
-             "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"]
-    for r in table.rows:
-        lines.append(f"{r.collective},{r.min_bytes},{r.max_bytes},{r.algo},{r.proto},{r.channels},"
-                     f"{topo.nodes},{topo.nranks}")
-    csv_path.write_text("\n".join(lines) + "\n")
-    json_path = out_dir / "nccl_tuner.json"
-    json_path.write_text(json.dumps({"provenance": table.provenance, "nccl_conf": table.conf,
-                                     "rows": [r.__dict__ for r in table.rows]}, indent=1))
-    conf_path = out_dir / "nccl.conf"
-    conf_path.write_text("".join(f"{k}={v}\n" for k, v in sorted(table.conf.items())))
-    return {"csv": csv_path, "json": json_path, "conf": conf_path}
 
 
 CONF_KEYS = {"NCCL_MIN_NCHANNELS": "comm_channels", "NCCL_MAX_NCHANNELS": "comm_channels",
@@ -95,9 +158,10 @@ CONF_KEYS = {"NCCL_MIN_NCHANNELS": "comm_channels", "NCCL_MAX_NCHANNELS": "comm_
              "NCCL_NSOCKS_PERTHREAD": "nsocks_perthread", "NCCL_SOCKET_INLINE": "socket_inline_bytes"}
 
 
-def read_conf(path: str | Path) -> Point:
-    """The per-process knobs of an ``nccl.conf`` (KEY=VALUE lines, ``#`` comments) as a Point."""
-    knobs: dict[str, int] = {}
+def read_conf_env(path: str | Path) -> dict[str, int]:
+    """An ``nccl.conf`` (KEY=VALUE lines, ``#`` comments) as NCCL variable -> value; a key ncclrl
+    does not set, or a value that is not a whole number >= 1, is a one-line :class:`ConfigError`."""
+    env: dict[str, int] = {}
     for ln, line in enumerate(Path(path).read_text().splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
@@ -108,5 +172,10 @@ def read_conf(path: str | Path) -> Point:
             raise ConfigError(f"{path}:{ln}", f"unknown setting {key!r}; allowed: {', '.join(CONF_KEYS)}")
         if not value.isdigit() or int(value) < 1:
             raise ConfigError(f"{path}:{ln}:{key}", f"must be a whole number >= 1, got {value!r}")
-        knobs[CONF_KEYS[key]] = int(value)
-    return Point("allreduce", 1, **knobs)
+        env[key] = int(value)
+    return env
+
+
+def read_conf(path: str | Path) -> Point:
+    """The per-process knobs of an ``nccl.conf`` as a knob setting."""
+    return Point("allreduce", 1, **{CONF_KEYS[k]: v for k, v in read_conf_env(path).items()})

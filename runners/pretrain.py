@@ -24,7 +24,7 @@ from ncclrl.agents.pretrain import AgentConfig, checkpoint_path, load_policy, pr
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.simulator import Simulator
-from ncclrl.costmodel.table import file_sha256, write_table
+from ncclrl.costmodel.table import file_sha256
 from ncclrl.costmodel.topology import Topology, load_topology
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.runners.config import Command, compose_config, register
@@ -183,7 +183,7 @@ def export_and_report(model, target: Topology, run_dir: Path, cfg: DictConfig, p
                          top_k=int(cfg.export.top_k),
                          provenance={"policy_sha256": file_sha256(policy_path), "seed": seed,
                                      "checkpoint": str(policy_path)})
-    paths = write_table(table, run_dir / "table")
+    paths = table.write(run_dir / "table")
     export_s = time.perf_counter() - t0
     df = evaluate_table(table, sim)
     df.to_csv(run_dir / "evaluation.csv", index=False)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.table import parse_example_rows
+from ncclrl.costmodel.table import Row, Table
 from ncclrl.runners.config import Command, register
 
 
@@ -19,57 +18,41 @@ def _human(n: int) -> str:
     return f"{n} B"
 
 
-def load_rows(path: Path) -> tuple[list[dict], dict]:
-    if not path.exists():
-        raise ConfigError("table", f"file not found: {path}")
-    text = path.read_text()
-    if path.suffix == ".json":
-        try:
-            doc = json.loads(text)
-            rows = [{"collective": r["collective"], "min_bytes": r["min_bytes"], "max_bytes": r["max_bytes"],
-                     "algo": r["algo"], "proto": r["proto"], "channels": r["channels"],
-                     "speedup": r["default_time_us"] / r["time_us"]} for r in doc["rows"]]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ConfigError("table", f"{path} is not an ncclrl JSON table ({type(e).__name__}: {e})") from None
-        return rows, doc.get("provenance", {})
-    try:
-        return parse_example_rows(text), {}
-    except ValueError as e:
-        raise ConfigError("table", f"{path}: {e}") from None
-
-
 def show(table: str, plot: str | None = None) -> int:
-    rows, prov = load_rows(Path(table))
-    if prov:
-        print("# " + ", ".join(f"{k}={v}" for k, v in prov.items()))
+    tab = Table.read(table)
+    if tab.provenance:
+        print("# " + ", ".join(f"{k}={v}" for k, v in tab.provenance.items()))
+    if tab.conf:
+        print("# nccl.conf: " + " ".join(f"{k}={v}" for k, v in sorted(tab.conf.items())))
+    timed = bool(tab.rows) and all(r.time_us and r.default_time_us for r in tab.rows)
     print(f"{'collective':<14} {'from':>10} {'to':>10}  {'algorithm':<10} {'protocol':<8} {'channels':>8}"
-          + ("  predicted speedup" if rows and "speedup" in rows[0] else ""))
-    for r in rows:
-        extra = f"  {r['speedup']:.2f}x" if "speedup" in r else ""
-        print(f"{r['collective']:<14} {_human(r['min_bytes']):>10} {_human(r['max_bytes']):>10}  {r['algo']:<10} "
-              f"{r['proto']:<8} {r['channels']:>8}{extra}")
+          + ("  predicted speedup" if timed else ""))
+    for r in tab.rows:
+        extra = f"  {r.default_time_us / r.time_us:.2f}x" if timed else ""
+        print(f"{r.collective:<14} {_human(r.min_bytes):>10} {_human(r.max_bytes):>10}  {r.algo:<10} "
+              f"{r.proto:<8} {r.channels:>8}{extra}")
     if plot:
-        decision_map(rows, Path(plot))
+        decision_map(tab.rows, Path(plot))
         print(f"# decision map: {plot}")
     return 0
 
 
-def decision_map(rows: list[dict], path: Path) -> None:
+def decision_map(rows: list[Row], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colls = [c for c in N.COLLECTIVES if any(r["collective"] == c for r in rows)]
-    labels = sorted({f"{r['algo']}/{r['proto']}" for r in rows})
+    colls = [c for c in N.COLLECTIVES if any(r.collective == c for r in rows)]
+    labels = sorted({f"{r.algo}/{r.proto}" for r in rows})
     cmap = plt.get_cmap("tab10")
     fig, ax = plt.subplots(figsize=(9, 0.6 * len(colls) + 1.2))
     for y, c in enumerate(colls):
-        for r in (r for r in rows if r["collective"] == c):
-            lo, hi = max(r["min_bytes"], 1), r["max_bytes"] + 1
-            color = cmap(labels.index(f"{r['algo']}/{r['proto']}") % 10)
+        for r in (r for r in rows if r.collective == c):
+            lo, hi = max(r.min_bytes, 1), r.max_bytes + 1
+            color = cmap(labels.index(f"{r.algo}/{r.proto}") % 10)
             ax.barh(y, hi - lo, left=lo, color=color, edgecolor="white")
-            ax.text((lo * hi) ** 0.5, y, str(r["channels"]), ha="center", va="center", fontsize=7)
+            ax.text((lo * hi) ** 0.5, y, str(r.channels), ha="center", va="center", fontsize=7)
     ax.set_xscale("log", base=2)
     ax.set_yticks(range(len(colls)), colls)
     ax.set_xlabel("message size (bytes); bar labels: channels")

@@ -1,0 +1,55 @@
+"""The one tuned-table type: written as CSV + nccl.conf + JSON, read back from either, matched as
+the plugins match (first row wins, nNodes/nRanks -1 match any)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.table import MAX_BYTES, Row, Table, lookup, parse_example_rows, read_conf
+from ncclrl.costmodel.topology import load_topology
+
+
+@pytest.fixture
+def table():
+    topo = load_topology("h200-2x2-sock")
+    rows = [Row("allreduce", 0, 4095, "tree", "ll", 2, source="measured", default_time_us=30.0, time_us=20.0,
+                nnodes=2, nranks=4),
+            Row("allreduce", 4096, MAX_BYTES, "default", "default", 0, nnodes=2, nranks=4),
+            Row("allgather", 0, MAX_BYTES, "ring", "simple", 8)]
+    return Table(topo, rows, {"NCCL_SOCKET_NTHREADS": 4, "NCCL_NSOCKS_PERTHREAD": 4}, {"seed": 3}, title="t")
+
+
+def test_write_and_read_back_csv_and_json(table, tmp_path):
+    paths = table.write(tmp_path)
+    csv = paths["csv"].read_text()
+    assert csv.startswith("# t for h200-2x2-sock (2 nodes, 4 ranks)")
+    assert "allreduce,4096,4294967295,-1,-1,-1,2,4" in csv  # NCCL's own choice, as the plugins spell it
+    from_csv = Table.read(paths["csv"])
+    assert [(r.collective, r.min_bytes, r.max_bytes, r.channels, r.nnodes) for r in from_csv.rows] == \
+        [("allreduce", 0, 4095, 2, 2), ("allreduce", 4096, MAX_BYTES, -1, 2), ("allgather", 0, MAX_BYTES, 8, -1)]
+    assert from_csv.conf == table.conf  # the nccl.conf beside it
+    assert read_conf(paths["conf"]).knobs == (0, 0, 4, 4, 0)
+    from_json = Table.read(paths["json"])
+    assert from_json.rows == table.rows and from_json.provenance == {"seed": 3}
+
+
+def test_lookup_matches_the_plugins_rules(table, tmp_path):
+    raw = parse_example_rows(table.write(tmp_path)["csv"].read_text())
+    for coll, nbytes, nodes, nranks in [("allreduce", 8, 2, 4), ("allreduce", 4096, 2, 4), ("allreduce", 8, 1, 4),
+                                        ("allgather", 1 << 20, 1, 8), ("broadcast", 8, 2, 4)]:
+        got, want = table.lookup(coll, nbytes, nodes, nranks), lookup(raw, coll, nbytes, nodes, nranks)
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert (got.min_bytes, got.max_bytes) == (want["min_bytes"], want["max_bytes"])
+    assert table.lookup("allreduce", 8, 1, 4) is None  # a row for 2 nodes does not match 1
+
+
+@pytest.mark.parametrize("text, suffix", [("{not json", ".json"), ('{"rows": [{"x": 1}]}', ".json"),
+                                          ("allreduce,0,8,ring\n", ".csv")])
+def test_a_file_that_is_no_table_is_one_line(tmp_path, text, suffix):
+    p = tmp_path / f"t{suffix}"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        Table.read(p)
+    assert e.value.field == "table" and "\n" not in str(e.value)
