@@ -23,6 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
+
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.space import Point
 
 #: neighbouring sizes (each side) whose repeated jobs are pooled into one size's sigma
 
@@ -158,3 +162,27 @@ def aa_noise(frame, sizes: Sequence[int], span_s: float = 600.0,
                for n, rows in f.groupby("nbytes", sort=False)}
     sigma, df = pooled_sigma([by_size.get(s, []) for s in sizes], window)
     return {s: (float(sigma[i]), int(df[i])) for i, s in enumerate(sizes)}
+
+
+def judge(topo, points: list[Point], base: list[list[list[float]]], tuned: list[list[list[float]]],
+          digest: str = "") -> pd.DataFrame:
+    """The judge of a table against NCCL's defaults, from measured jobs: per point, the tuned jobs
+    against the base jobs under the between-job noise model above, sigma from the repeated jobs of
+    both sides pooled over neighbouring sizes of the same collective. ``base[i]``/``tuned[i]``:
+    point ``i``'s samples, one list per job."""
+    rows = []
+    for coll in dict.fromkeys(p.collective for p in points):
+        idx = [i for i, p in enumerate(points) if p.collective == coll and base[i] and tuned[i]]
+        groups = [[[log_median(j) for j in base[i]], [log_median(j) for j in tuned[i]]] for i in idx]
+        sigma, df = pooled_sigma(groups)
+        bf = float(N.bus_factor(N.COLLECTIVES.index(coll), topo.nranks))
+        for k, i in enumerate(idx):
+            c = compare(base[i], tuned[i], float(sigma[k]), int(df[k]))
+            nb = points[i].nbytes
+            rows.append({"topology": topo.name, "collective": coll, "nbytes": nb, "base_us": c.a_us,
+                         "tuned_us": c.b_us, "speedup": c.ratio, "speedup_lo": c.ratio_lo, "speedup_hi": c.ratio_hi,
+                         "verdict": c.verdict, "jobs": min(len(base[i]), len(tuned[i])),
+                         "sigma_between": float(sigma[k]), "df": c.df,
+                         "base_busbw_gbps": nb * bf / c.a_us / 1e3, "tuned_busbw_gbps": nb * bf / c.b_us / 1e3,
+                         "table_sha256_12": digest})
+    return pd.DataFrame(rows)

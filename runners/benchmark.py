@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from ncclrl.agents.baselines import METHODS, Evaluator, Judge, Problem, make_tuner, sim_measure
+from ncclrl.agents.baselines import METHODS, Evaluator, Oracle, Problem, make_tuner, sim_measure
 from ncclrl.agents.pretrain import checkpoint_path, load_policy
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
@@ -173,7 +173,7 @@ def run_task(task: dict[str, Any], cfg: dict[str, Any]) -> list[dict[str, Any]]:
     problem = Problem.make(topo, [coll], parse_bytes(s["min_bytes"]), parse_bytes(s["max_bytes"]))
     rng = np.random.default_rng([int(s["platform_seed"]), _stable(task["preset"]), task["draw"]])
     truth = Simulator(topo).randomized(rng, float(s["randomize_scale"]))
-    judge = Judge(problem, truth)
+    oracle = Oracle(problem, truth)
     rows = []
     for method in s["methods"]:
         for budget in s["budgets"]:
@@ -189,7 +189,7 @@ def run_task(task: dict[str, Any], cfg: dict[str, Any]) -> list[dict[str, Any]]:
             wall = time.perf_counter() - t0
             if ev.used > ev.budget:
                 raise AssertionError(f"{method} used {ev.used} evaluations of a budget of {ev.budget}")
-            v = judge.judge(decision)
+            v = oracle.score(decision)
             rows.append({"suite": s["name"], "preset": task["preset"],
                          "platform": f"{task['preset']}#{task['draw']}", "collective": task["collective"],
                          "seed": task["seed"], "method": method, "budget": int(budget), "used": ev.used,

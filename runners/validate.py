@@ -31,12 +31,11 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import pandas as pd
 from omegaconf import DictConfig
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.noise import compare, geomean, log_median, pooled_sigma
+from ncclrl.costmodel.noise import geomean, judge
 from ncclrl.costmodel.space import Point, size_grid
 from ncclrl.costmodel.table import read_conf
 from ncclrl.costmodel.topology import load_topology
@@ -96,31 +95,6 @@ def parse_args(argv: list[str]) -> DictConfig:
 def main_validate(args: DictConfig) -> int:
     run_validate(args)
     return 0
-
-
-def judge(topo, points: list[Point], base: list[list[list[float]]], tuned: list[list[list[float]]],
-          digest: str = "") -> pd.DataFrame:
-    """Per point, the tuned jobs against the base jobs under the between-job noise model
-    (:mod:`ncclrl.costmodel.noise`): sigma from the repeated jobs of both sides, pooled over neighbouring
-    sizes of the same collective. ``base[i]``/``tuned[i]``: point ``i``'s samples, one list per job."""
-    import pandas as pd
-
-    rows = []
-    for coll in dict.fromkeys(p.collective for p in points):
-        idx = [i for i, p in enumerate(points) if p.collective == coll and base[i] and tuned[i]]
-        groups = [[[log_median(j) for j in base[i]], [log_median(j) for j in tuned[i]]] for i in idx]
-        sigma, df = pooled_sigma(groups)
-        bf = float(N.bus_factor(N.COLLECTIVES.index(coll), topo.nranks))
-        for k, i in enumerate(idx):
-            c = compare(base[i], tuned[i], float(sigma[k]), int(df[k]))
-            nb = points[i].nbytes
-            rows.append({"topology": topo.name, "collective": coll, "nbytes": nb, "base_us": c.a_us,
-                         "tuned_us": c.b_us, "speedup": c.ratio, "speedup_lo": c.ratio_lo, "speedup_hi": c.ratio_hi,
-                         "verdict": c.verdict, "jobs": min(len(base[i]), len(tuned[i])),
-                         "sigma_between": float(sigma[k]), "df": c.df,
-                         "base_busbw_gbps": nb * bf / c.a_us / 1e3, "tuned_busbw_gbps": nb * bf / c.b_us / 1e3,
-                         "table_sha256_12": digest})
-    return pd.DataFrame(rows)
 
 
 def run_validate(args: DictConfig, out=sys.stdout, workers_factory=None):
@@ -270,7 +244,6 @@ def plot_scurves(df, path: str | Path, title: str = "") -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return Path(path)
-
 
 
 COMMAND = Command("validate", ValidateConfig, main_validate,

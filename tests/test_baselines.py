@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ncclrl.agents.baselines import METHODS, Evaluator, Judge, Problem, make_tuner, sim_measure
+from ncclrl.agents.baselines import METHODS, Evaluator, Oracle, Problem, make_tuner, sim_measure
 from ncclrl.agents.baselines.base import DEFAULT, BudgetExhausted, Decision, assemble
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
@@ -82,15 +82,15 @@ def test_finds_known_optimum(method):
     start gives it 84-100% there."""
     problem = small_problem()
     plat = Synthetic(problem.topo)
-    judge = Judge(problem, plat)
-    best = judge.best_decision()
-    assert best.conf.knobs == (4, 0, 4, 4, 262144) and judge.optimum > 3
+    oracle = Oracle(problem, plat)
+    best = oracle.best_decision()
+    assert best.conf.knobs == (4, 0, 4, 4, 262144) and oracle.optimum > 3
     full = method in ("exhaustive", "random")
     got = []
     for seed in range(1 if full else 5):
         ev = Evaluator(problem, sim_measure(plat), problem.n_points if full else problem.n_points // 3)
         d = make_tuner(method).tune(problem, ev, seed=seed)
-        got.append(judge.judge(d).fraction)
+        got.append(oracle.score(d).fraction)
     if full:
         assert d == best
         assert got[0] == pytest.approx(1.0)
@@ -116,10 +116,10 @@ def test_tpe_reaches_nccls_own_algorithm_at_its_count(seed):
     93.9% when its index stopped at the plain setting's space)."""
     problem = small_problem()
     plat = CountWins(problem.topo)
-    judge = Judge(problem, plat)
-    assert ("default", "default", 2) in judge.best_decision().rows.values()
+    oracle = Oracle(problem, plat)
+    assert ("default", "default", 2) in oracle.best_decision().rows.values()
     ev = Evaluator(problem, sim_measure(plat), problem.n_points // 3)
-    assert judge.judge(make_tuner("tpe").tune(problem, ev, seed=seed)).fraction == pytest.approx(1.0)
+    assert oracle.score(make_tuner("tpe").tune(problem, ev, seed=seed)).fraction == pytest.approx(1.0)
 
 
 def test_ncclrl_finetuned_recovers_from_a_wrong_prior(model):
@@ -127,10 +127,11 @@ def test_ncclrl_finetuned_recovers_from_a_wrong_prior(model):
     with a quarter of the space must reach 80% of it and beat the pretrained table."""
     problem = small_problem()
     plat = Synthetic(problem.topo, noise=0.02)
-    judge = Judge(problem, plat)
-    pre = judge.judge(make_tuner("ncclrl-pretrained", model).tune(problem, Evaluator(problem, sim_measure(plat), 0), 0))
+    oracle = Oracle(problem, plat)
+    pretrained = make_tuner("ncclrl-pretrained", model).tune(problem, Evaluator(problem, sim_measure(plat), 0), 0)
+    pre = oracle.score(pretrained)
     ev = Evaluator(problem, sim_measure(plat), problem.n_points // 4)
-    ft = judge.judge(make_tuner("ncclrl", model).tune(problem, ev, 0))
+    ft = oracle.score(make_tuner("ncclrl", model).tune(problem, ev, 0))
     assert ft.fraction >= 0.8 and ft.fraction > pre.fraction, (pre, ft)
 
 

@@ -1,7 +1,7 @@
 """Tuners compared by ``ncclrl benchmark``: NCCL's default, the published approaches, and ncclrl,
 all behind one interface (:class:`ncclrl.agents.baselines.base.Tuner`) and one budgeted evaluator."""
 
-from ncclrl.agents.baselines.base import DEFAULT, Decision, Evaluator, Judge, Problem, Tuner, sim_measure
+from ncclrl.agents.baselines.base import DEFAULT, Decision, Evaluator, Oracle, Problem, Tuner, sim_measure
 from ncclrl.agents.baselines.ncclrl import NcclrlFinetuned, NcclrlPretrained
 from ncclrl.agents.baselines.search import TUNERS
 from ncclrl.costmodel.errors import ConfigError
@@ -22,4 +22,4 @@ def make_tuner(name: str, model=None, **kwargs) -> Tuner:
     raise ConfigError("methods", f"unknown method {name!r}; allowed: {', '.join(METHODS)}")
 
 
-__all__ = ["DEFAULT", "METHODS", "Decision", "Evaluator", "Judge", "Problem", "Tuner", "make_tuner", "sim_measure"]
+__all__ = ["DEFAULT", "METHODS", "Decision", "Evaluator", "Oracle", "Problem", "Tuner", "make_tuner", "sim_measure"]

@@ -186,7 +186,7 @@ def assemble(problem: Problem, ev: Evaluator) -> Decision:
     return Decision(best_conf, best_rows)
 
 
-# -- the simulator as the measured platform, and the judge ---------------------------------------
+# -- the simulator as the measured platform, and the oracle that scores decisions ------------------
 
 
 def sim_measure(sim: Simulator) -> Measure:
@@ -221,8 +221,10 @@ class Verdict:
         return self.speedup / self.optimum
 
 
-class Judge:
-    """Noise-free times of every point of a problem on one simulated platform, computed once."""
+class Oracle:
+    """What the benchmark scores decisions with: the noise-free times of every point of a problem
+    on one simulated platform, computed once (measured tables are judged from their jobs instead:
+    :func:`ncclrl.costmodel.noise.judge`)."""
 
     def __init__(self, problem: Problem, sim: Simulator) -> None:
         self.problem, self.sim = problem, sim
@@ -250,7 +252,7 @@ class Judge:
             raise ConfigError("conf", f"knob setting {d.conf.knobs} is not in the problem's space")
         return np.array([tab[keys.index(d.key(coll, s)), i] for i, s in enumerate(self.problem.sizes[coll])])
 
-    def judge(self, d: Decision) -> Verdict:
+    def score(self, d: Decision) -> Verdict:
         t = {c: self.time_of(d, c) for c in self.problem.colls}
         worst = min(float((self.base[c] / t[c]).min()) for c in self.problem.colls)
         return Verdict(self._geo(t), self.optimum, worst)

@@ -15,11 +15,10 @@ import sys
 
 import pandas as pd
 
-from ncclrl.costmodel.noise import compare
+from ncclrl.costmodel.noise import compare, judge
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.envs.store import Store, job_ids
-from ncclrl.runners.validate import judge
 
 
 def base_jobs(store: Store) -> pd.DataFrame:
