@@ -690,7 +690,7 @@ class Finetuner:
           choice validated 0.89x); a second job seldom repeats that. Asking for a second
           significant test instead would withdraw most good rows at small sizes on socket
           networks, where one point's paired ratio spreads 0.23-0.48 (log) between jobs
-          (docs/live/paired_spread.py).
+          (docs/results/scripts/paired_spread.py).
 
         When the budget left cannot pay for ``verify`` jobs of them all, the kept rows and the
         dropped ones that measured faster in their guard job, if it pays for three; else the kept

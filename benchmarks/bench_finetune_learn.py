@@ -7,7 +7,7 @@ round's first job ranged from about 8 s to about 70 s; this times the learning s
 (docs/results/live.md). The first round is replayed from the recorded sweep in the store, so the
 step learns from the same kind of data as a live run.
 
-    python benchmarks/bench_finetune_learn.py [--store docs/live/h200x4-2026-11-21.sqlite]
+    python benchmarks/bench_finetune_learn.py [--store docs/data/h200x4-2026-11-21/store.sqlite]
         [--topology h200-2x2-sock] [--threads 1,2,4,0] [--ppo-steps 8192]
 
 ``--threads 0`` is torch's default (``torch.get_num_threads()`` at start). Prints one line per
@@ -23,9 +23,9 @@ import time
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--store", default="docs/live/h200x4-2026-11-21.sqlite")
+    ap.add_argument("--store", default="docs/data/h200x4-2026-11-21/store.sqlite")
     ap.add_argument("--topology", default="h200-2x2-sock")
-    ap.add_argument("--checkpoint", default="docs/live/pretrained/policy.zip")
+    ap.add_argument("--checkpoint", default="pretrained")
     ap.add_argument("--threads", default="1,2,4,0")
     ap.add_argument("--ppo-steps", type=int, default=8192)
     ap.add_argument("--launch", default="nccl")

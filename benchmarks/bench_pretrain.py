@@ -4,7 +4,7 @@ preset and on a preset held out of pretraining.
 
     python benchmarks/bench_pretrain.py [--timesteps 200000] [--seed 0] [--out runs/bench]
 
-Prints a Markdown table (what docs/pretrain.md holds).
+Prints a Markdown table (what docs/results/pretrain.md holds).
 """
 
 from __future__ import annotations

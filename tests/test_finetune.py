@@ -1,5 +1,5 @@
 """Fine-tuning on CPU: the budget, the guard and the search, replaying the exhaustive sweep we
-measured on the 4 x H200 box (docs/live/h200x4-2026-11-21.sqlite) and a synthetic platform."""
+measured on the 4 x H200 box (docs/data/h200x4-2026-11-21/store.sqlite) and a synthetic platform."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ncclrl.envs.store import Store
 from ncclrl.runners.finetune import parse_args, run_finetune
 
 REPO = Path(__file__).resolve().parent.parent
-LIVE = REPO / "docs" / "live" / "h200x4-2026-11-21.sqlite"
+LIVE = REPO / "docs" / "data" / "h200x4-2026-11-21" / "store.sqlite"
 
 
 @pytest.fixture(scope="module")
@@ -542,7 +542,7 @@ def test_a_row_that_ties_with_nccls_choice_under_another_setting(rows_on_ties):
 def test_finetune_replaying_the_h200_sweep(tmp_path):
     """The replay path on the real sweep (9 knob settings), without a policy (the model alone
     proposes): <= 10% of the sweep's measurements; the table never loses to NCCL's default on the
-    sweep's own data, and reaches >= 60% of the sweep's optimum (docs/live.md: 67.4% with the
+    sweep's own data, and reaches >= 60% of the sweep's optimum (docs/results/live.md: 67.4% with the
     pretrained policy; the best setting loses at 256 KiB with the candidates fine-tuning measured,
     so the guard keeps NCCL's defaults and their rows)."""
     from ncclrl.envs.replay import ReplayWorkers, replay_knobs

@@ -21,7 +21,7 @@ from ncclrl.costmodel.topology import load_topology
 from ncclrl.envs.store import Store, job_ids
 
 REPO = Path(__file__).resolve().parent.parent
-LIVE = REPO / "docs" / "live" / "h200x4-2026-11-21.sqlite"
+LIVE = REPO / "docs" / "data" / "h200x4-2026-11-21" / "store.sqlite"
 
 
 def jobs(rng, center: float, n_jobs: int, job_sigma: float, n: int = 9, within: float = 0.01) -> list[list[float]]:
@@ -74,7 +74,7 @@ def test_between_job_noise_keeps_a_job_shift_from_being_a_verdict():
 
 
 def _calibration():
-    spec = importlib.util.spec_from_file_location("aa", REPO / "docs" / "live" / "noise" / "aa_calibration.py")
+    spec = importlib.util.spec_from_file_location("aa", REPO / "docs" / "results" / "noise" / "aa_calibration.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -136,7 +136,7 @@ def test_stored_a_a_validation_on_the_h200s():
     NCCL called directly (3 rounds each), every size "same" on both."""
     from ncclrl.runners.validate import parse_args, run_validate
 
-    table = REPO / "docs" / "live" / "noise" / "aa_table.csv"
+    table = REPO / "docs" / "results" / "noise" / "aa_table.csv"
     assert hashlib.sha256(table.read_bytes()).hexdigest()[:12] == "ccd1ca9cdf15"
     for topo, launch, most in (("h200-2x2-sock", "torch", 0), ("h200-1x4", "torch", 2), ("h200-2x2-sock", "nccl", 0),
                                ("h200-1x4", "nccl", 0)):

@@ -1,5 +1,5 @@
 """The GPU verifier's logic (which sizes it calls, what NCCL must log, reading NCCL's log), on a
-synthetic log; the GPU run itself is docs/plugin.md's evidence."""
+synthetic log; the GPU run itself is docs/results/plugin.md's evidence."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ncclrl.costmodel.table import parse_example_rows
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.runners.plugin_verify import MARKER_BYTES, expected, match_log, plan_cases
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugin"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "results" / "plugin"
 
 
 def fake_log(cases, answers, nranks):
