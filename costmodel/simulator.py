@@ -23,7 +23,7 @@ Every parameter is named with its unit; :data:`PARAM_DOC` documents them and
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -129,7 +129,6 @@ class SimParams:
     outlier_scale: float
     sock_send_us: float = 0.0
     sock_thread_us: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     # -- construction ------------------------------------------------------------------------
     @classmethod

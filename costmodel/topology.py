@@ -82,7 +82,7 @@ class NcclSettings:
     :param channels: collective channels of a communicator (NCCL INFO "24 coll channels")
     :param tree_pattern: the tree graph's pattern (``balanced``, ``split`` or plain ``tree``)
     :param ring_same_channels: the ring graph's ``sameChannels`` (Broadcast/Reduce latency)
-    :param nvls: NVLink SHARP usable (we always keep it off on shared machines)
+    :param nvls: NVLink SHARP (NVLS) usable by NCCL on this platform
     :param collnet: a CollNet (in-network reduction) network is present
     :param socket_nthreads: ``NCCL_SOCKET_NTHREADS`` default on this platform
     :param nsocks_perthread: ``NCCL_NSOCKS_PERTHREAD`` default on this platform
