@@ -2,7 +2,7 @@
 run's row order, and write results.csv, summary.csv and benchmark.png (run h200x4-2026-11-22/run5: TPE re-run after
 its index fix).
 
-    python docs/results/benchmarks/merge_rows.py runs/benchmark/full runs/benchmark/tpe docs/benchmarks
+    python docs/results/benchmarks/merge_rows.py runs/benchmark/full runs/benchmark/tpe docs/results/benchmarks
 """
 
 import sys
