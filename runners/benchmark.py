@@ -1,17 +1,21 @@
-"""``ncclrl benchmark``: every tuner on the same simulated problems, space and budgets.
+"""``ncclrl benchmark``: every tuner on the same problems, space, information and budgets.
 
     ncclrl benchmark                    # suite=full
     ncclrl benchmark suite=ci workers=1
     ncclrl benchmark -m suite.seeds=[0],[1]    # multirun: one folder per run
 
-A *problem* is one held-out platform (a preset's simulator parameters drawn afresh, with a seed
-stream pretraining never used) and one collective over its sizes. Each method tunes it through
-:class:`ncclrl.agents.baselines.base.Evaluator` (noisy simulated measurements, every point counted)
-under each budget; its decision is judged on the platform's noise-free times: geometric-mean
-speedup over NCCL's plain default and the fraction of the optimum (the best a table plus one
-``nccl.conf`` can reach in the space). Writes ``results.csv`` (one row per problem, seed,
-method, budget), ``summary.csv`` and plots into ``out``; the same configuration gives the same
-tables whatever ``workers`` is.
+Problem sets (:mod:`ncclrl.agents.suite`): ``lofo`` (platforms of a preset family the strategy was
+trained without), ``misspecified`` (the same with effects the simulator lacks) and ``replay``
+(recorded sweeps of real machines as truth). Each method tunes each problem through
+:class:`ncclrl.agents.problem.Evaluator` (every point counted; a job per knob setting per request)
+under each budget and seed; its decision is judged on the problem's truth as the fraction of the
+optimum (the best a table plus one ``nccl.conf`` reaches in the space). Writes ``results.csv``
+(one row per problem, seed, method and budget, with live points, model evaluations and wall
+time), ``summary.csv`` (per set, method and budget: the mean over problems of the median over
+seeds, with a 95% bootstrap interval over problems; ncclrl's paired difference to it with its
+interval; wins and losses over problems) and ``benchmark.png`` into ``out``. The strategies a set
+needs are trained into ``strategies`` first (or read from there). The same configuration gives
+the same tables whatever ``workers`` is.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,12 +31,13 @@ import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
-from ncclrl.agents.baselines import METHODS, Evaluator, Oracle, Problem, make_tuner, sim_measure
-from ncclrl.agents.pretrain import checkpoint_path, load_policy
+from ncclrl.agents.baselines import METHODS, Evaluator, make_tuner
+from ncclrl.agents.strategy import PolicyController
+from ncclrl.agents.strategy_train import StrategyConfig, train
+from ncclrl.agents.suite import SETS, Instance, replayed, simulated
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.noise import geomean
-from ncclrl.costmodel.simulator import Simulator
+from ncclrl.costmodel.platforms import FAMILIES
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.runners.config import Command, compose_config, register
@@ -41,8 +45,22 @@ from ncclrl.runners.pretrain import CONF_DIR  # noqa: F401  (re-exported for the
 from ncclrl.runners.progress import progress
 
 log = logging.getLogger(__name__)
-RESULT_COLUMNS = ["suite", "preset", "platform", "collective", "seed", "method", "budget", "used", "calls",
-                  "speedup", "optimum", "fraction", "worst", "wall_s"]
+RESULT_COLUMNS = ["suite", "set", "problem", "family", "collective", "seed", "method", "budget", "used", "calls",
+                  "model_evals", "fraction", "speedup", "optimum", "worst", "wall_s"]
+
+
+@dataclass
+class ReplayConfig:
+    """A recorded sweep replayed as truth.
+
+    :param store: the store holding the sweep (a path inside the repository or absolute)
+    :param topology: the preset the sweep was measured as
+    :param launch: how it was measured (nccl or torch)
+    """
+
+    store: str = "docs/data/h200x4-2026-11-21/store.sqlite"
+    topology: str = "h200-2x2-sock"
+    launch: str = "nccl"
 
 
 @dataclass
@@ -50,55 +68,54 @@ class SuiteConfig:
     """Which problems, budgets and methods (group suite=).
 
     :param name: the suite's name (its results folder)
-    :param topologies: presets the held-out platforms are drawn around
-    :param platforms: held-out platforms per preset: simulator parameters drawn around it
-    :param platform_seed: seed of those draws (pretraining draws from seed * 1000 + rank, never this)
-    :param randomize_scale: 1 = the full bounds of the simulator's RANDOMIZATION
-    :param collectives: the collectives of the problems
-    :param min_bytes: the smallest size of a problem
-    :param max_bytes: the largest size of a problem
-    :param seeds: seeds of the tuners' randomness and the measurement noise
-    :param budgets: evaluations per (platform, collective), over all its sizes
-    :param methods: default, exhaustive, random, afnfa, tpe, autoccl, ncclrl-pretrained, ncclrl
+    :param sets: problem sets: lofo, misspecified, replay
+    :param families: preset families of the lofo and misspecified sets
+    :param platforms: platforms drawn per preset
+    :param platform_seed: seed of those draws (training draws from other streams)
+    :param collectives: the collectives of the simulated problems
+    :param min_bytes: the smallest size of a simulated problem
+    :param max_bytes: the largest size of a simulated problem
+    :param replays: recorded sweeps replayed as truth (their AllReduce)
+    :param seeds: seeds of the tuners' randomness and the measurement noise (>= 5 for a report)
+    :param budgets: live points per problem, over all its sizes
+    :param methods: default, exhaustive, random, afnfa, tpe, autoccl, zero-shot, bo, rank, ncclrl
+    :param strategy_steps: picks each left-out strategy is trained on, when it is not in ``strategies``
     """
 
     name: str = "full"
-    topologies: list[str] = field(default_factory=lambda: [
-        "h200-1x4", "h200-2x2-sock", "dgx-h100-2n", "dgx-h100-16n", "a100-16x4-ib", "a40-4x8-ib", "v100-2x8-eth"])
-    platforms: int = 2
-    platform_seed: int = 20261121
-    randomize_scale: float = 1.0
-    collectives: list[str] = field(default_factory=lambda: ["allreduce", "allgather", "reducescatter", "broadcast"])
+    sets: list[str] = field(default_factory=lambda: list(SETS))
+    families: list[str] = field(default_factory=lambda: list(FAMILIES))
+    platforms: int = 1
+    platform_seed: int = 20261123
+    collectives: list[str] = field(default_factory=lambda: ["allreduce"])
     min_bytes: str = "8"
     max_bytes: str = "1G"
-    seeds: list[int] = field(default_factory=lambda: [0, 1])
-    budgets: list[int] = field(default_factory=lambda: [50, 200, 1000, 5000])
+    replays: list[ReplayConfig] = field(default_factory=lambda: [
+        ReplayConfig(), ReplayConfig("docs/data/h200x2-2026-11-22/store.sqlite", "h200-2x1-sock", "nccl")])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    budgets: list[int] = field(default_factory=lambda: [50, 200, 1000])
     methods: list[str] = field(default_factory=lambda: list(METHODS))
+    strategy_steps: int = 50_000
 
 
 @dataclass
 class BenchmarkConfig:
-    """Every tuner (NCCL's default, exhaustive sweep, random, AFNFA, Optuna TPE, AutoCCL-style
-    coordinate descent, ncclrl pretrained and fine-tuned) on held-out simulated platforms under
-    the same budgets; writes results.csv, summary.csv and benchmark.png.
+    """Every tuner (NCCL's default, exhaustive sweep, random, AFNFA and Optuna TPE warm-started from
+    the prior, AutoCCL-style coordinate descent, the prior's zero-shot table, Bayesian optimization
+    with the prior, ncclrl with its learner removed, ncclrl) on the same problems under the same
+    budgets; writes results.csv, summary.csv and benchmark.png.
 
     :param suite: the problems, budgets and methods (group suite=full|ci)
-    :param checkpoint: the policy ncclrl starts from: pretrained (shipped with ncclrl) or a policy.zip path
+    :param strategies: folder of the left-out strategies (without-FAMILY.json); missing ones are trained there
     :param samples: repetitions per evaluation (their median is what a tuner sees)
-    :param ppo_steps: ncclrl: PPO steps on the refit model per fine-tuning round
-    :param rounds: ncclrl: most fine-tuning search rounds
-    :param verify: ncclrl: most extra guard jobs for the rows the guard dropped (0: none)
     :param workers: processes; results do not depend on it
     :param out: the results folder (default: runs/benchmark/<suite name>)
     """
 
     defaults: list[Any] = field(default_factory=lambda: ["_self_", {"suite": "full"}])
     suite: SuiteConfig = field(default_factory=SuiteConfig)
-    checkpoint: str = "pretrained"
+    strategies: str | None = None
     samples: int = 5
-    ppo_steps: int = 0
-    rounds: int = 8
-    verify: int = 32
     workers: int = 2
     out: str | None = None
 
@@ -115,8 +132,18 @@ def check(cfg: DictConfig) -> None:
     """Early, one-line errors for every field a run would trip on later."""
 
     s = cfg.suite
-    for t in s.topologies:
-        load_topology(str(t))
+    for x in s.sets:
+        if x not in SETS:
+            raise ConfigError("suite.sets", f"unknown set {x!r}; allowed: {', '.join(SETS)}")
+    for f in s.families:
+        if f not in FAMILIES:
+            raise ConfigError("suite.families", f"unknown family {f!r}; allowed: {', '.join(FAMILIES)}")
+    for r in s.replays:
+        load_topology(str(r.topology))
+        if not Path(str(r.store)).is_file():
+            raise ConfigError("suite.replays", f"no store at {r.store}")
+        if r.launch not in ("nccl", "torch"):
+            raise ConfigError("suite.replays", f"launch must be nccl or torch, got {r.launch!r}")
     for c in s.collectives:
         N.parse_name("suite.collectives", str(c), N.COLLECTIVES)
     for m in s.methods:
@@ -127,115 +154,153 @@ def check(cfg: DictConfig) -> None:
             raise ConfigError("suite.budgets", f"budgets are whole numbers >= 0, got {b!r}")
     if int(s.platforms) < 1:
         raise ConfigError("suite.platforms", f"must be >= 1, got {s.platforms}")
+    if int(s.strategy_steps) < 1:
+        raise ConfigError("suite.strategy_steps", f"must be >= 1, got {s.strategy_steps}")
     if not 0 < parse_bytes(s.min_bytes, "suite.min_bytes") <= parse_bytes(s.max_bytes, "suite.max_bytes"):
         raise ConfigError("suite.min_bytes", f"need 0 < min_bytes <= max_bytes, got {s.min_bytes}, {s.max_bytes}")
     if int(cfg.workers) < 1:
         raise ConfigError("workers", f"must be >= 1, got {cfg.workers}")
     if int(cfg.samples) < 1:
         raise ConfigError("samples", f"must be >= 1, got {cfg.samples}")
-    if int(cfg.rounds) < 1:
-        raise ConfigError("rounds", f"must be >= 1, got {cfg.rounds}")
-    if int(cfg.verify) < 0:
-        raise ConfigError("verify", f"must be >= 0, got {cfg.verify}")
-    if any(m.startswith("ncclrl") for m in s.methods) and not checkpoint_path(cfg.checkpoint).is_file():
-        raise ConfigError("checkpoint", f"no policy at {cfg.checkpoint!r}; pass checkpoint=PATH/policy.zip or "
-                          "drop the ncclrl methods from suite.methods")
-
-
-def _stable(*parts: Any) -> int:
-    return zlib.crc32("/".join(map(str, parts)).encode())
 
 
 def tasks(cfg: DictConfig) -> list[dict[str, Any]]:
+    """One task per (set, problem, seed): the left-out family names the strategy it uses."""
     s = cfg.suite
-    return [{"preset": str(t), "draw": d, "collective": str(c), "seed": int(seed)}
-            for t in s.topologies for d in range(int(s.platforms)) for c in s.collectives for seed in s.seeds]
-
-
-_MODEL: dict[str, Any] = {}
-
-
-def _model(path: str, fresh: bool):
-
-    if fresh or path not in _MODEL:
-        _MODEL[path] = load_policy(checkpoint_path(path))
-    return _MODEL[path]
-
-
-def run_task(task: dict[str, Any], cfg: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every method and budget on one (platform, collective, seed)."""
-    import torch
-
-    torch.set_num_threads(1)
-    s = cfg["suite"]
-    topo = load_topology(task["preset"])
-    coll = N.COLLECTIVES.index(task["collective"])
-    problem = Problem.make(topo, [coll], parse_bytes(s["min_bytes"]), parse_bytes(s["max_bytes"]))
-    rng = np.random.default_rng([int(s["platform_seed"]), _stable(task["preset"]), task["draw"]])
-    truth = Simulator(topo).randomized(rng, float(s["randomize_scale"]))
-    oracle = Oracle(problem, truth)
-    rows = []
-    for method in s["methods"]:
-        for budget in s["budgets"]:
-            noise = _stable(task["preset"], task["draw"], task["collective"], task["seed"], method, budget)
-            ev = Evaluator(problem, sim_measure(Simulator(topo, truth.params, seed=noise)), int(budget),
-                           samples=int(cfg["samples"]))
-            kwargs = {"ppo_steps": int(cfg["ppo_steps"]), "rounds": int(cfg["rounds"]),
-                      "verify": int(cfg["verify"])} if method == "ncclrl" else {}
-            model = _model(cfg["checkpoint"], fresh=int(cfg["ppo_steps"]) > 0) if method.startswith("ncclrl") \
-                else None
-            t0 = time.perf_counter()
-            decision = make_tuner(method, model, **kwargs).tune(problem, ev, task["seed"])
-            wall = time.perf_counter() - t0
-            if ev.used > ev.budget:
-                raise AssertionError(f"{method} used {ev.used} evaluations of a budget of {ev.budget}")
-            v = oracle.score(decision)
-            rows.append({"suite": s["name"], "preset": task["preset"],
-                         "platform": f"{task['preset']}#{task['draw']}", "collective": task["collective"],
-                         "seed": task["seed"], "method": method, "budget": int(budget), "used": ev.used,
-                         "calls": ev.calls, "speedup": v.speedup, "optimum": v.optimum, "fraction": v.fraction,
-                         "worst": v.worst, "wall_s": wall})
-    return rows
-
-
-def summarize(df: pd.DataFrame) -> pd.DataFrame:
-    """Per method and budget: geometric means over problems and seeds of the speedup and of the
-    fraction of the optimum, the worst fraction, mean evaluations used, total wall time."""
-    g = df.groupby(["method", "budget"], sort=False)
-    out = pd.DataFrame({
-        "speedup": g["speedup"].apply(geomean),
-        "fraction": g["fraction"].apply(geomean),
-        "worst_fraction": g["fraction"].min(),
-        "used": g["used"].mean(),
-        "problems": g.size(),
-        "wall_s": g["wall_s"].sum(),
-    }).reset_index()
+    out = []
+    for st in s.sets:
+        if st == "replay":
+            probs = [{"set": st, "replay": dict(r), "collective": "allreduce", "problem": f"{r['topology']}:recorded",
+                      "family": _family(r["topology"])} for r in OmegaConf.to_container(s.replays)]
+        else:
+            probs = [{"set": st, "preset": p, "draw": d, "collective": str(c), "family": f,
+                      "problem": f"{p}#{d}:{c}"}
+                     for f in s.families for p in FAMILIES[f] for d in range(int(s.platforms)) for c in s.collectives]
+        out += [dict(pr, seed=int(seed)) for pr in probs for seed in s.seeds]
     return out
 
 
-def plot(df: pd.DataFrame, path: Path) -> Path:
+def _family(preset: str) -> str:
+    from ncclrl.costmodel.platforms import family_of
+
+    return family_of(preset)
+
+
+def strategy_path(folder: Path, family: str) -> Path:
+    return folder / f"without-{family}.json"
+
+
+def ensure_strategies(cfg: DictConfig, folder: Path) -> None:
+    """Train the left-out strategies the tasks need and ``folder`` lacks."""
+    if "ncclrl" not in cfg.suite.methods:
+        return
+    for fam in sorted({t["family"] for t in tasks(cfg)}):
+        path = strategy_path(folder, fam)
+        if path.is_file():
+            continue
+        rest = [f for f in FAMILIES if f != fam]
+        log.info("# training the strategy without %s (%d picks)", fam, int(cfg.suite.strategy_steps))
+        train(StrategyConfig(families=rest, total_timesteps=int(cfg.suite.strategy_steps)),
+              log=log.info).save(path)
+
+
+_CACHE: dict[str, Any] = {}
+
+
+def instance(task: dict[str, Any], s: dict[str, Any]) -> Instance:
+    key = task["problem"] + task["set"]
+    if key not in _CACHE:
+        if task["set"] == "replay":
+            r = task["replay"]
+            _CACHE[key] = replayed(r["store"], r["topology"], r["launch"], task["collective"])
+        else:
+            _CACHE[key] = simulated(task["preset"], task["draw"], task["collective"], int(s["platform_seed"]),
+                                    task["set"] == "misspecified", parse_bytes(s["min_bytes"]),
+                                    parse_bytes(s["max_bytes"]))
+    return _CACHE[key]
+
+
+def run_task(task: dict[str, Any], cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every method and budget on one (problem, seed)."""
+    s = cfg["suite"]
+    inst = instance(task, s)
+    strategy = None
+    if "ncclrl" in s["methods"]:
+        strategy = PolicyController.load(strategy_path(Path(cfg["strategies"]), task["family"]))
+    rows = []
+    for method in s["methods"]:
+        for budget in s["budgets"]:
+            ev = Evaluator(inst.problem, inst.measure_for(task["seed"]), int(budget), samples=int(cfg["samples"]))
+            t0 = time.perf_counter()
+            decision = make_tuner(method, strategy).tune(inst.problem, ev, task["seed"])
+            wall = time.perf_counter() - t0
+            if ev.used > ev.budget:
+                raise AssertionError(f"{method} used {ev.used} evaluations of a budget of {ev.budget}")
+            v = inst.oracle.score(decision)
+            rows.append({"suite": s["name"], "set": task["set"], "problem": task["problem"], "family": task["family"],
+                         "collective": task["collective"], "seed": task["seed"], "method": method,
+                         "budget": int(budget), "used": ev.used, "calls": ev.calls, "model_evals": ev.model_evals,
+                         "fraction": v.fraction, "speedup": v.speedup, "optimum": v.optimum, "worst": v.worst,
+                         "wall_s": wall})
+    return rows
+
+
+def _boot(x: np.ndarray, rng: np.random.Generator, n: int = 2000) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the mean of ``x``."""
+    if len(x) < 2:
+        return float(np.mean(x)), float(np.mean(x))
+    m = x[rng.integers(0, len(x), (n, len(x)))].mean(axis=1)
+    return float(np.quantile(m, 0.025)), float(np.quantile(m, 0.975))
+
+
+def summarize(df: pd.DataFrame, ref: str = "ncclrl") -> pd.DataFrame:
+    """Per set, method and budget: the mean over problems of the median over seeds of the fraction
+    of the optimum with its 95% bootstrap interval over problems; ``ref`` minus the method, paired
+    by problem, with its interval; the problems ``ref`` wins and loses by more than 0.1 point;
+    mean live points, model evaluations and wall time per run."""
+    rng = np.random.default_rng(0)
+    per = df.groupby(["set", "method", "budget", "problem"], sort=False).agg(
+        fraction=("fraction", "median"), used=("used", "mean"), model_evals=("model_evals", "mean"),
+        wall_s=("wall_s", "mean")).reset_index()
+    out = []
+    for (st, method, budget), g in per.groupby(["set", "method", "budget"], sort=False):
+        g = g.set_index("problem")
+        x = g["fraction"].to_numpy()
+        lo, hi = _boot(x, rng)
+        row = {"set": st, "method": method, "budget": budget, "problems": len(g), "fraction": x.mean(),
+               "lo": lo, "hi": hi, "used": g["used"].mean(), "model_evals": g["model_evals"].mean(),
+               "wall_s": g["wall_s"].mean()}
+        r = per[(per["set"] == st) & (per["method"] == ref) & (per["budget"] == budget)].set_index("problem")
+        if len(r) and method != ref:
+            d = (r["fraction"] - g["fraction"]).dropna().to_numpy()
+            dlo, dhi = _boot(d, rng)
+            row.update(diff=d.mean(), diff_lo=dlo, diff_hi=dhi, wins=int((d > 1e-3).sum()),
+                       losses=int((d < -1e-3).sum()))
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def plot(s: pd.DataFrame, path: Path) -> Path:
+    """Fraction of the optimum against the budget, one panel per set, with the 95% intervals."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    s = summarize(df)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for method, g in s.groupby("method", sort=False):
-        g = g.sort_values("budget")
-        style = "-o" if method.startswith("ncclrl") else "--."
-        axes[0].plot(g["used"].clip(lower=1), g["fraction"], style, label=method)
-        axes[1].plot(g["budget"], g["speedup"], style, label=method)
-    axes[0].set_xlabel("evaluations used (mean per problem)")
-    axes[0].set_ylabel("fraction of the optimum (geo. mean)")
-    axes[1].set_xlabel("budget (evaluations per problem)")
-    axes[1].set_ylabel("speedup over NCCL default (geo. mean)")
-    for ax in axes:
+    sets = list(dict.fromkeys(s["set"]))
+    fig, axes = plt.subplots(1, len(sets), figsize=(5 * len(sets), 4), squeeze=False)
+    for ax, st in zip(axes[0], sets, strict=True):
+        for method, g in s[s["set"] == st].groupby("method", sort=False):
+            g = g.sort_values("budget")
+            style = "-o" if method == "ncclrl" else "--."
+            ax.errorbar(g["budget"], g["fraction"], yerr=[g["fraction"] - g["lo"], g["hi"] - g["fraction"]],
+                        fmt=style, capsize=2, label=method)
+        ax.set_title(st)
         ax.set_xscale("log")
+        ax.set_xlabel("budget (live points per problem)")
+        ax.set_ylabel("fraction of the optimum")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"ncclrl benchmark: {df['platform'].nunique()} held-out platforms, "
-                 f"{df['collective'].nunique()} collectives, {df['seed'].nunique()} seeds")
+    axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -243,20 +308,22 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
 
 
 def benchmark(cfg: DictConfig) -> pd.DataFrame:
-    """Run the suite of ``cfg`` (conf/benchmark.yaml); returns the results table."""
+    """Run the suite of ``cfg``; returns the results table."""
     from concurrent.futures import ProcessPoolExecutor
 
     check(cfg)
     out = Path(str(cfg.out or f"runs/benchmark/{cfg.suite.name}"))
     out.mkdir(parents=True, exist_ok=True)
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    todo = tasks(cfg)
+    folder = Path(str(cfg.strategies or out / "strategies"))
     t0 = time.time()
+    ensure_strategies(cfg, folder)
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain["strategies"] = str(folder)
+    todo = tasks(cfg)
     rows: list[dict[str, Any]] = []
 
     def done(i: int, t: dict[str, Any]) -> None:
-        log.info("# %d/%d %s#%d %s seed %d: %.0f s", i + 1, len(todo), t["preset"], t["draw"], t["collective"],
-                 t["seed"], time.time() - t0)
+        log.info("# %d/%d %s %s seed %d: %.0f s", i + 1, len(todo), t["set"], t["problem"], t["seed"], time.time() - t0)
         bar.advance()
 
     with progress("benchmark", len(todo)) as bar:
@@ -274,7 +341,7 @@ def benchmark(cfg: DictConfig) -> pd.DataFrame:
     df.to_csv(out / "results.csv", index=False, float_format="%.6g")
     s = summarize(df)
     s.to_csv(out / "summary.csv", index=False, float_format="%.6g")
-    plot(df, out / "benchmark.png")
+    plot(s, out / "benchmark.png")
     OmegaConf.save(cfg, out / "config.yaml")
     print_summary(s)
     log.info("# %d results in %.0f s -> %s/results.csv, summary.csv, benchmark.png", len(df), time.time() - t0, out)
@@ -282,11 +349,15 @@ def benchmark(cfg: DictConfig) -> pd.DataFrame:
 
 
 def print_summary(s: pd.DataFrame) -> None:
-    print("# fraction of the optimum (geometric mean over problems); speedup over NCCL's default")
-    print(f"{'method':>18} {'budget':>7} {'used':>7} {'fraction':>9} {'worst':>6} {'speedup':>8} {'wall_s':>7}")
+    print("# fraction of the optimum: mean over problems of the median over seeds [95% interval];")
+    print("# ncclrl minus the method, paired by problem [95% interval], problems won/lost by ncclrl")
+    print(f"{'set':>12} {'method':>10} {'budget':>6} {'used':>6} {'fraction':>22} {'ncclrl - method':>24} "
+          f"{'w/l':>6} {'model_evals':>11} {'wall_s':>6}")
     for r in s.itertuples(index=False):
-        print(f"{r.method:>18} {r.budget:>7} {r.used:>7.0f} {r.fraction:>9.3f} {r.worst_fraction:>6.2f} "
-              f"{r.speedup:>8.3f} {r.wall_s:>7.1f}")
+        diff = "" if pd.isna(getattr(r, "diff", np.nan)) else f"{r.diff:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}]"
+        wl = "" if pd.isna(getattr(r, "wins", np.nan)) else f"{int(r.wins)}/{int(r.losses)}"
+        print(f"{r.set:>12} {r.method:>10} {r.budget:>6} {r.used:>6.0f} {r.fraction:>8.3f} [{r.lo:.3f}, {r.hi:.3f}] "
+              f"{diff:>24} {wl:>6} {r.model_evals:>11.0f} {r.wall_s:>6.2f}")
 
 
 def main_benchmark(cfg: DictConfig) -> int:
@@ -295,5 +366,6 @@ def main_benchmark(cfg: DictConfig) -> int:
 
 
 COMMAND = Command("benchmark", BenchmarkConfig, main_benchmark,
-                  "every tuner on held-out simulated platforms under the same budgets", out_key="out")
+                  "every tuner on the same problems (left-out families, misspecified, real replays) under the "
+                  "same budgets", out_key="out")
 register(COMMAND)

@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.baselines import METHODS, Evaluator, Problem, make_tuner
 from ncclrl.agents.finetune import Outcome, write_outcome
-from ncclrl.agents.pretrain import checkpoint_path, load_policy
+from ncclrl.agents.strategy import PolicyController, strategy_path
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.topology import load_topology
@@ -44,18 +43,18 @@ class TuneCommand(TunedLiveConfig):
     """Run one of the benchmark's tuners on a live (or replayed) platform under a measurement
     budget and export its table, as ``ncclrl finetune`` does for ncclrl.
 
-    :param method: the tuner: default, exhaustive, random, afnfa, tpe, autoccl, ncclrl-pretrained, ncclrl
+    :param method: the tuner: default, exhaustive, random, afnfa, tpe, autoccl, zero-shot, bo, rank, ncclrl
     :param budget: measured points allowed
     :param seed: the tuner's seed
     :param wall_s: no new measurement after this many seconds (0: no limit), whatever is left of budget
-    :param checkpoint: ncclrl methods: the policy to start from (pretrained: shipped with ncclrl)
+    :param strategy: method ncclrl: the search strategy (shipped: installed with ncclrl, or a strategy.json path)
     """
 
     method: str = ""
     budget: int = 200
     seed: int = 0
     wall_s: float = 0.0
-    checkpoint: str = "pretrained"
+    strategy: str = "shipped"
     out: str = "runs/tune"
     store: str = "runs/tune.sqlite"
 
@@ -66,9 +65,9 @@ class TuneCommand(TunedLiveConfig):
         for k in ("budget", "seed", "wall_s"):
             if getattr(self, k) < 0:
                 raise ConfigError(k, f"must be >= 0, got {getattr(self, k)}")
-        if self.method.startswith("ncclrl") and not checkpoint_path(self.checkpoint).is_file():
-            raise ConfigError("checkpoint", f"method {self.method} needs checkpoint=PATH/policy.zip (or pretrained), "
-                              f"got {self.checkpoint!r}")
+        if self.method == "ncclrl" and not strategy_path(self.strategy).is_file():
+            raise ConfigError("strategy", f"method ncclrl needs strategy=PATH/strategy.json (or shipped), "
+                              f"got {self.strategy!r}")
 
 
 def parse_args(argv: list[str]) -> DictConfig:
@@ -93,18 +92,14 @@ def run_tune(args: DictConfig) -> dict[str, Any]:
         problem = Problem(topo, colls, problem.sizes, replay_knobs(sweep[sweep.status == "ok"], topo),
                           noise=replay_noise(args["replay_store"], topo, args["launch"], colls, problem.sizes))
     store = Store(Path(args["store"]))
-    model = None
-    if args["method"].startswith("ncclrl"):
-        if args["threads"]:
-            torch.set_num_threads(int(args["threads"]))
-        model = load_policy(args["checkpoint"])
+    strategy = PolicyController.load(strategy_path(args["strategy"])) if args["method"] == "ncclrl" else None
     tag = f"tune:{args['method']}"
     t0 = time.time()
     with progress(f"tune {args['method']}", int(args["budget"])) as bar:
         measure = make_measure(args, topo, store, bar)
         ev = Evaluator(problem, lambda k, pts, n, _tag: measure(k, pts, n, tag), int(args["budget"]),
                        samples=int(args["samples"]), tag=tag, wall_s=float(args["wall_s"]) or None)
-        d = make_tuner(args["method"], model).tune(problem, ev, int(args["seed"]))
+        d = make_tuner(args["method"], strategy).tune(problem, ev, int(args["seed"]))
     wall = time.time() - t0
     rows = [{"collective": N.COLLECTIVES[c], "nbytes": s, "key": key} for (c, s), key in sorted(d.rows.items())]
     res = Outcome(conf=d.conf, rows=rows, measured=ev.used, rounds=ev.calls)

@@ -2,24 +2,26 @@
 all behind one interface (:class:`ncclrl.agents.baselines.base.Tuner`) and one budgeted evaluator."""
 
 from ncclrl.agents.baselines.base import DEFAULT, Decision, Evaluator, Oracle, Problem, Tuner, sim_measure
-from ncclrl.agents.baselines.ncclrl import NcclrlFinetuned, NcclrlPretrained
+from ncclrl.agents.baselines.ncclrl import SearchTuner, ZeroShot, search_tuner
 from ncclrl.agents.baselines.search import TUNERS
+from ncclrl.agents.strategy import PolicyController, SearchConfig
 from ncclrl.costmodel.errors import ConfigError
 
-METHODS = (*TUNERS, "ncclrl-pretrained", "ncclrl")
+METHODS = (*TUNERS, "zero-shot", "bo", "rank", "ncclrl")
 
 
-def make_tuner(name: str, model=None, **kwargs) -> Tuner:
-    """A tuner by name (``METHODS``); the ncclrl ones need the pretrained ``model``."""
-
+def make_tuner(name: str, strategy: PolicyController | None = None, search: SearchConfig | None = None) -> Tuner:
+    """A tuner by name (``METHODS``); ``ncclrl`` needs a trained ``strategy``."""
     if name in TUNERS:
-        return TUNERS[name](**kwargs)
-    if name in ("ncclrl-pretrained", "ncclrl"):
-        if model is None:
-            raise ConfigError("checkpoint", f"method {name} needs a pretrained policy (checkpoint=PATH/policy.zip)")
-
-        return (NcclrlPretrained if name == "ncclrl-pretrained" else NcclrlFinetuned)(model, **kwargs)
+        return TUNERS[name]()
+    if name == "zero-shot":
+        return ZeroShot()
+    if name in ("bo", "rank", "ncclrl"):
+        if name == "ncclrl" and strategy is None:
+            raise ConfigError("strategy", "method ncclrl needs a trained strategy (strategy=PATH/strategy.json)")
+        return search_tuner(name, strategy, search)
     raise ConfigError("methods", f"unknown method {name!r}; allowed: {', '.join(METHODS)}")
 
 
-__all__ = ["DEFAULT", "METHODS", "Decision", "Evaluator", "Oracle", "Problem", "Tuner", "make_tuner", "sim_measure"]
+__all__ = ["DEFAULT", "METHODS", "Decision", "Evaluator", "Oracle", "Problem", "SearchTuner", "Tuner", "make_tuner",
+           "sim_measure"]

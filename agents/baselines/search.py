@@ -24,7 +24,7 @@ from ncclrl.agents.baselines.base import (
     measure_defaults,
 )
 from ncclrl.costmodel import nccl as N
-from ncclrl.costmodel.space import KNOB_FIELDS
+from ncclrl.costmodel.space import KNOB_FIELDS, point_configs
 
 Cand = tuple[int, int, int, Key]  # (knob index, collective, size, per-call key)
 
@@ -76,7 +76,10 @@ class DefaultTuner:
 class ExhaustiveTuner:
     """NVIDIA's recipe: sweep every configuration at every size, one knob setting after another
     (NCCL's defaults first), then keep the best per size. With a budget smaller than the space the
-    sweep stops where the budget does."""
+    sweep stops where the budget does; a budget larger than the space is spent re-measuring, in
+    fresh jobs, the leaders: per size NCCL's choice and the two best measured points under the
+    best knob setting so far, and the best point under each other setting, round after round
+    (:meth:`leaders`)."""
 
     name = "exhaustive"
 
@@ -87,7 +90,24 @@ class ExhaustiveTuner:
             if ev.remaining <= 0:
                 break
             evaluate_cands(problem, ev, xs[: ev.remaining])
+        while ev.remaining > 0:
+            xs = self.leaders(problem, ev)
+            if not xs:
+                break
+            evaluate_cands(problem, ev, xs[: ev.remaining])
         return assemble(problem, ev)
+
+    @staticmethod
+    def leaders(problem: Problem, ev: Evaluator) -> list[Cand]:
+        best = assemble(problem, ev)
+        out: list[Cand] = []
+        for ki, k in enumerate(problem.knobs):
+            top = 2 if k.knobs == best.conf.knobs else 1
+            for c, s in problem.cells():
+                got = {key: m for key in problem.space(c, k) if (m := ev.measured(k, c, s, key)) is not None}
+                lead = sorted((key for key in got if key != DEFAULT), key=got.get)[:top]
+                out += [(ki, c, s, key) for key in ([DEFAULT] if DEFAULT in got and top == 2 else []) + lead]
+        return out
 
 
 class RandomTuner:
@@ -118,13 +138,42 @@ def features(problem: Problem, cands: list[Cand]) -> np.ndarray:
     return f
 
 
+def prior_log(problem: Problem, ev: Evaluator, cands: list[Cand]) -> dict[Cand, float]:
+    """The prior's log time of each candidate (counted as model evaluations)."""
+    out: dict[Cand, float] = {}
+    by: dict[tuple[int, int], list[Cand]] = {}
+    for x in cands:
+        by.setdefault((x[0], x[1]), []).append(x)
+    for (ki, c), xs in by.items():
+        cfg = point_configs(problem.topo, problem.knobs[ki], c, np.array([x[2] for x in xs]), [x[3] for x in xs])
+        out.update(zip(xs, np.log(problem.prior.time_us(cfg, validate=False)), strict=True))
+    ev.count_model(len(cands))
+    return out
+
+
+def best_predicted(problem: Problem, prior: dict[Cand, float], pts: list[Cand], top: int = 1) -> list[Cand]:
+    """Per (collective, size), the ``top`` points the prior predicts fastest (over every knob setting)."""
+    per: dict[tuple[int, int], list[Cand]] = {}
+    for x in pts:
+        per.setdefault((x[1], x[2]), []).append(x)
+    return [x for xs in per.values() for x in sorted(xs, key=lambda x: (prior[x], x))[:top]]
+
+
+def with_prior(f: np.ndarray, prior: dict[Cand, float], cands: list[Cand]) -> np.ndarray:
+    return np.hstack([f, np.array([[prior[x]] for x in cands])])
+
+
 class AfnfaTuner:
     """AFNFA: measure a random ~5% of the space, fit a random forest to log time, run simulated
     annealing on the forest's predictions per (collective, size), then measure the best predicted
     points with the rest of the budget.
 
+    Warm-started from the problem's prior: the first sample also holds, per size, the point the
+    prior predicts fastest, and the forest gets the prior's log time as a feature.
+
     :param sample_fraction: share of the space measured at random first (at most half the budget)
     :param sa_steps: annealing steps per (collective, size)
+    :param n_estimators: trees of the forest
     """
 
     name = "afnfa"
@@ -138,27 +187,40 @@ class AfnfaTuner:
         rng = np.random.default_rng(seed)
         measure_defaults(problem, ev)
         pts = all_points(problem)
+        prior = prior_log(problem, ev, pts + [(0, c, s, DEFAULT) for c, s in problem.cells()])
         n0 = min(math.ceil(self.sample_fraction * problem.n_points), ev.remaining // 2)
-        evaluate_cands(problem, ev, [pts[i] for i in sorted(rng.permutation(len(pts))[:n0])])
+        first = list(dict.fromkeys(best_predicted(problem, prior, pts)))[:n0]
+        rest = [pts[i] for i in rng.permutation(len(pts)) if pts[i] not in set(first)]
+        evaluate_cands(problem, ev, first + rest[: n0 - len(first)])
         if ev.remaining <= 0:
             return assemble(problem, ev)
         seen = [(ki, c, s, key) for ki, k in enumerate(problem.knobs) for c, s in problem.cells()
                 for key in problem.space(c, k) if ev.measured(k, c, s, key) is not None]
         y = np.log([ev.measured(problem.knobs[x[0]], *x[1:]) for x in seen])
         model = RandomForestRegressor(n_estimators=self.n_estimators, random_state=seed, n_jobs=1)
-        model.fit(features(problem, seen), y)
+        model.fit(with_prior(features(problem, seen), prior, seen), y)
         # per cell, the predicted time of every (knob setting, key): annealing walks this landscape
         per_cell: dict[tuple[int, int], list[Cand]] = {}
         for x in pts + [(0, c, s, DEFAULT) for c, s in problem.cells()]:
             per_cell.setdefault((x[1], x[2]), []).append(x)
         flat = [x for xs in per_cell.values() for x in xs]
-        pred = dict(zip(flat, model.predict(features(problem, flat)), strict=True))
+        pred = dict(zip(flat, model.predict(with_prior(features(problem, flat), prior, flat)), strict=True))
+        ev.count_model(len(flat) * self.n_estimators)
         share = shares(list(per_cell), ev.remaining)
         want: list[Cand] = []
+        ranked: dict[tuple[int, int], list[Cand]] = {}
         for cell, xs in per_cell.items():
             found = self._anneal(problem, xs, pred, rng)
-            want += [x for x in found if _fresh(problem, ev, x)][: share[cell]]
+            # the annealing's finds first, then the rest of the cell by the forest's prediction
+            ranked[cell] = list(dict.fromkeys(found + sorted(xs, key=lambda x: (pred[x], x))))
+            want += [x for x in ranked[cell] if _fresh(problem, ev, x)][: share[cell]]
         evaluate_cands(problem, ev, want[: ev.remaining])
+        while ev.remaining > 0:  # budget left by cells with fewer points than their share
+            more = [x for xs in ranked.values() for x in [next((y for y in xs if _fresh(problem, ev, y)), None)]
+                    if x is not None]
+            if not more:
+                break
+            evaluate_cands(problem, ev, more[: ev.remaining])
         return assemble(problem, ev)
 
     def _anneal(self, problem: Problem, xs: list[Cand], pred: dict[Cand, float], rng) -> list[Cand]:
@@ -189,12 +251,15 @@ class AfnfaTuner:
 class TpeTuner:
     """Optuna's TPE sampler, one study per (collective, size) over (knob setting, configuration),
     minimizing log time; the budget is split evenly over the studies, asked in ``rounds`` batches.
-    A point already measured is told its value again without being measured (not counted)."""
+    A point already measured is told its value again without being measured (not counted).
+    Warm-started from the problem's prior: each study first tries the ``warm`` points the prior
+    predicts fastest at its size. Each ask counts TPE's 24 candidate evaluations as model
+    evaluations."""
 
     name = "tpe"
 
-    def __init__(self, rounds: int = 8) -> None:
-        self.rounds = rounds
+    def __init__(self, rounds: int = 8, warm: int = 2) -> None:
+        self.rounds, self.warm = rounds, warm
 
     def tune(self, problem: Problem, ev: Evaluator, seed: int) -> Decision:
         import optuna
@@ -207,6 +272,9 @@ class TpeTuner:
             return assemble(problem, ev)
         dists = {}
         studies = {}
+        pts = all_points(problem)
+        prior = prior_log(problem, ev, pts)
+        warm = best_predicted(problem, prior, pts, self.warm)
         for i, (c, s) in enumerate(cells):
             n_keys = max(len(problem.space(c, k)) for k in problem.knobs)  # the largest setting's space
             dists[(c, s)] = {"knobs": optuna.distributions.CategoricalDistribution(list(range(len(problem.knobs)))),
@@ -216,6 +284,8 @@ class TpeTuner:
             if base is not None:  # NCCL's defaults are known: the study starts from them
                 st.add_trial(optuna.trial.create_trial(params={"knobs": 0, "config": 0},
                                                        distributions=dists[(c, s)], value=float(np.log(base))))
+            for ki, _c, _s, key in (x for x in warm if (x[1], x[2]) == (c, s)):
+                st.enqueue_trial({"knobs": ki, "config": problem.space(c, problem.knobs[ki]).index(key)})
             studies[(c, s)] = st
         spent = dict.fromkeys(cells, 0)
         batch = max(1, math.ceil(max(share.values()) / self.rounds))
@@ -228,6 +298,7 @@ class TpeTuner:
                 while n > 0 and tries < 4 * batch:
                     tries += 1
                     tr = st.ask(dists[cell])
+                    ev.count_model(24)
                     k = problem.knobs[tr.params["knobs"]]
                     keys = problem.space(cell[0], k)
                     x = (tr.params["knobs"], cell[0], cell[1], keys[min(tr.params["config"], len(keys) - 1)])

@@ -1,0 +1,294 @@
+"""A tuning problem, the budgeted evaluator every tuner measures through, and the oracle that
+judges a tuner's decision.
+
+The space is the live sweep's (:func:`ncclrl.costmodel.space.knob_grid` x
+:func:`ncclrl.costmodel.space.call_configs` plus NCCL's own choice): one per-process knob setting
+for the whole table (it goes to ``nccl.conf``), and per (collective, size) one per-call
+configuration (a table row) or NCCL's choice. An *evaluation* is one point (knob setting,
+collective, size, configuration) measured with ``samples`` repetitions; every tuner pays for every
+evaluation, NCCL's defaults included, through the same :class:`Evaluator`, whether it wraps a
+simulated platform, a replayed sweep or live GPUs. Every problem carries the *prior*: the
+simulator a user starts from (the topology's nominal parameters), which every tuner that can use a
+prior gets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.noise import summarize
+from ncclrl.costmodel.platforms import Platform
+from ncclrl.costmodel.simulator import Configs, Simulator
+from ncclrl.costmodel.space import DEFAULT, Key, Point, call_configs, knob_grid, point_configs, size_grid
+from ncclrl.costmodel.topology import Topology
+
+# measure(knobs, points, samples, tag) -> samples per point (None: failed); one job per call live
+Measure = Callable[[Point, list[Point], int, str], list[list[float] | None]]
+
+
+@dataclass
+class Problem:
+    """One tuning problem: a platform, its collectives and sizes, the knob settings to choose from."""
+
+    topo: Topology
+    colls: list[int]
+    sizes: dict[int, list[int]]
+    knobs: list[Point] = field(default_factory=list)
+    #: the platform's between-job spread per collective name and size, (sigma, df), when known from
+    #: recorded repeated jobs (a replayed platform); tuners that judge across jobs use it
+    noise: dict[str, dict[int, tuple[float, int]]] | None = None
+    #: the simulator every tuner may use as its prior (default: the topology's nominal parameters)
+    prior: Simulator | None = None
+    #: points the platform can run (``None``: all); a replayed sweep has only what it recorded
+    available: set[tuple[tuple[int, ...], int, int, Key]] | None = None
+    #: how many independent jobs each point can be measured in (``None``: any number); a replayed
+    #: sweep answers a repeat of a point it recorded once with the same samples
+    repeats: dict[tuple[tuple[int, ...], int, int, Key], int] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.knobs:
+            self.knobs = knob_grid(self.topo, "full")
+        if any(self.knobs[0].knobs):
+            raise ConfigError("knobs", "the first knob setting must be NCCL's defaults (the reference)")
+        if self.prior is None:
+            self.prior = Simulator(self.topo, seed=0)
+
+    @classmethod
+    def make(cls, topo: Topology, colls: list[int], min_bytes: int = 8, max_bytes: int = 1 << 30,
+             **kw) -> Problem:
+        return cls(topo, colls, {c: size_grid(min_bytes, max_bytes, topo.nranks, c) for c in colls}, **kw)
+
+    @property
+    def base(self) -> Point:
+        return self.knobs[0]
+
+    def space(self, coll: int, k: Point) -> list[Key]:
+        """Per-call choices under knob setting ``k``: NCCL's own first, then the sweep's configurations."""
+        return [DEFAULT, *call_configs(self.topo, coll, k, "full")]
+
+    def runs(self, k: Point, coll: int, s: int, key: Key) -> bool:
+        """Whether the platform can run the point."""
+        return self.available is None or (k.knobs, coll, s, key) in self.available
+
+    def cells(self) -> list[tuple[int, int]]:
+        """Every (collective, size)."""
+        return [(c, s) for c in self.colls for s in self.sizes[c]]
+
+    @property
+    def n_cells(self) -> int:
+        return sum(len(v) for v in self.sizes.values())
+
+    @property
+    def n_points(self) -> int:
+        """Size of the whole space: what an exhaustive sweep measures."""
+        return sum(1 for k in self.knobs for c in self.colls for s in self.sizes[c] for key in self.space(c, k)
+                   if self.runs(k, c, s, key))
+
+
+@dataclass
+class Decision:
+    """What a tuner returns: one knob setting (``nccl.conf``) and table rows; a (collective,
+    size) without a row keeps NCCL's choice."""
+
+    conf: Point
+    rows: dict[tuple[int, int], Key] = field(default_factory=dict)
+
+    def key(self, coll: int, s: int) -> Key:
+        return self.rows.get((coll, s), DEFAULT)
+
+
+class BudgetExhausted(Exception):
+    """Raised by :meth:`Evaluator.evaluate` when a request finds no budget left at all."""
+
+
+class Evaluator:
+    """The only way a tuner measures: counts every point against ``budget`` (and, live, the time
+    against ``wall_s``: no request starts after it), keeps every job's median per point, and counts
+    the model evaluations a tuner reports (:meth:`count_model`). A request beyond the remaining
+    budget is cut to it (the cut points answer ``None``); a request with nothing left raises
+    :class:`BudgetExhausted`."""
+
+    def __init__(self, problem: Problem, measure: Measure, budget: int, samples: int = 5, tag: str = "benchmark",
+                 wall_s: float | None = None):
+        if budget < 0:
+            raise ConfigError("budget", f"must be >= 0, got {budget}")
+        self.problem, self._measure, self.budget, self.samples, self.tag = problem, measure, budget, samples, tag
+        self.used = 0
+        self.calls = 0
+        self.model_evals = 0
+        #: per point, every job's median (us) and the job's number
+        self.jobs: dict[tuple[tuple[int, ...], int, int, Key], list[tuple[int, float]]] = {}
+        self.deadline = None if wall_s is None else time.monotonic() + wall_s
+
+    @property
+    def remaining(self) -> int:
+        """Points left: the count budget, 0 once the wall-clock budget (if any) is spent."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            return 0
+        return self.budget - self.used
+
+    def count_model(self, n: int) -> None:
+        """Record ``n`` evaluations of a model (a prediction of one point's time)."""
+        self.model_evals += int(n)
+
+    def measured(self, k: Point, coll: int, s: int, key: Key) -> float | None:
+        """The geometric mean of the point's job medians (``None``: never measured)."""
+        v = self.jobs.get((k.knobs, coll, s, key))
+        return float(np.exp(np.mean(np.log([m for _, m in v])))) if v else None
+
+    def evaluate(self, k: Point, items: list[tuple[int, int, Key]]) -> list[float | None]:
+        """Median time (us) of each (collective, size, configuration) under knob setting ``k``, in one job."""
+        if not items:
+            return []
+        if self.remaining <= 0:
+            raise BudgetExhausted
+        res = self._run(k, [Point(N.COLLECTIVES[c], s, *key, *k.knobs) for c, s, key in items], self.samples)
+        return [summarize(r)[0] if r else None for r in res]
+
+    def _run(self, k: Point, pts: list[Point], samples: int, tag: str | None = None) -> list[list[float] | None]:
+        """Measure what the budget leaves of ``pts`` (the rest answer ``None``), count it, keep medians."""
+        take = pts[: max(self.remaining, 0)]
+        if not take:
+            return [None] * len(pts)
+        res = self._measure(k, take, samples, tag or self.tag)
+        self.used += len(take)
+        self.calls += 1
+        for p, r in zip(take, res, strict=True):
+            if r:
+                key = (p.algo, p.proto, p.channels)
+                self.jobs.setdefault((k.knobs, N.COLLECTIVES.index(p.collective), p.nbytes, key), []).append(
+                    (self.calls, summarize(r)[0]))
+        return list(res) + [None] * (len(pts) - len(take))
+
+    def measure_fn(self) -> Measure:
+        """The evaluator as a ``measure`` callable, still counted and cut to the budget."""
+        return self._run
+
+
+# -- measured platforms -------------------------------------------------------------------------
+
+def _measure_with(topo: Topology, run: Callable[[Point, Configs, int], np.ndarray]) -> Measure:
+    """``measure`` from ``run(knobs, configs, samples)``, called once per collective of a request."""
+
+    def measure(k: Point, pts: list[Point], samples: int, tag: str) -> list[list[float] | None]:
+        out: list[list[float] | None] = [None] * len(pts)
+        by: dict[int, list[int]] = {}
+        for i, p in enumerate(pts):
+            by.setdefault(N.COLLECTIVES.index(p.collective), []).append(i)
+        for c, idx in by.items():
+            cfg = point_configs(topo, k, c, np.array([pts[i].nbytes for i in idx]),
+                                [(pts[i].algo, pts[i].proto, pts[i].channels) for i in idx])
+            t = run(k, cfg, samples)
+            for j, i in enumerate(idx):
+                out[i] = [float(x) for x in t[j]]
+        return out
+
+    return measure
+
+
+def platform_measure(platform: Platform | Simulator, rng: np.random.Generator) -> Measure:
+    """``measure`` over a simulated platform: each call is one job (:meth:`Platform.job`)."""
+    if isinstance(platform, Simulator):
+        platform = Platform(platform, None, 0.0)
+    return _measure_with(platform.topo, lambda _k, cfg, n: platform.job(cfg, n, rng))
+
+
+def sim_measure(sim) -> Measure:
+    """``measure`` over anything with ``topo`` and ``sample(cfg, n, validate=False)`` (a simulator,
+    a synthetic platform in the tests), with no job effect."""
+    return _measure_with(sim.topo, lambda _k, cfg, n: sim.sample(cfg, n, validate=False))
+
+
+def replay_measure(recorded: dict[tuple[tuple[int, ...], int, int, Key], list[list[float]]],
+                   rng: np.random.Generator) -> Measure:
+    """``measure`` answering from recorded jobs: each point's recorded jobs in an order shuffled by
+    ``rng``, a repeat getting the next one (round again after the last); a point never recorded fails."""
+    order = {x: list(rng.permutation(len(v))) for x, v in recorded.items()}
+    seen: dict[tuple, int] = {}
+
+    def measure(k: Point, pts: list[Point], samples: int, tag: str) -> list[list[float] | None]:
+        out: list[list[float] | None] = []
+        for p in pts:
+            x = (k.knobs, N.COLLECTIVES.index(p.collective), p.nbytes, (p.algo, p.proto, p.channels))
+            jobs = recorded.get(x)
+            if not jobs:
+                out.append(None)
+                continue
+            n = seen.get(x, 0)
+            seen[x] = n + 1
+            out.append(list(jobs[order[x][n % len(jobs)]]))
+        return out
+
+    return measure
+
+
+# -- judging decisions ------------------------------------------------------------------------------
+
+@dataclass
+class Verdict:
+    """A decision judged on a platform's expected times."""
+
+    speedup: float  # geometric mean over sizes, over NCCL's plain default
+    optimum: float  # the best a table + one knob setting can reach in the space
+    worst: float  # the worst per-size speedup
+
+    @property
+    def fraction(self) -> float:
+        return self.speedup / self.optimum
+
+
+class Oracle:
+    """What the benchmark scores decisions with: the expected time of every point of a problem
+    (a simulated platform's noise-free times, or a replayed sweep's pooled medians; a point the
+    platform cannot run is infinitely slow), computed once."""
+
+    def __init__(self, problem: Problem, truth: Platform | Simulator | None = None,
+                 times: dict[tuple[tuple[int, ...], int], np.ndarray] | None = None) -> None:
+        self.problem = problem
+        self.times: dict[tuple[tuple[int, ...], int], np.ndarray] = {}  # (knobs, coll) -> [key, size]
+        for k in problem.knobs:
+            for c in problem.colls:
+                if times is not None:
+                    self.times[(k.knobs, c)] = times[(k.knobs, c)]
+                    continue
+                sizes = np.asarray(problem.sizes[c], dtype=np.int64)
+                keys = problem.space(c, k)
+                cfg = point_configs(problem.topo, k, c, np.repeat(sizes, len(keys)), keys * sizes.size)
+                self.times[(k.knobs, c)] = truth.time_us(cfg, validate=False).reshape(sizes.size, len(keys)).T
+        self.base = {c: self.times[(problem.base.knobs, c)][0] for c in problem.colls}
+        per_conf = [self._geo({c: self.times[(k.knobs, c)].min(axis=0) for c in problem.colls})
+                    for k in problem.knobs]
+        self.optimum = float(max(per_conf))
+        self.optimum_conf = problem.knobs[int(np.argmax(per_conf))]
+
+    def _geo(self, t: dict[int, np.ndarray]) -> float:
+        logs = np.concatenate([np.log(self.base[c] / t[c]) for c in self.problem.colls])
+        return float(np.exp(logs.mean()))
+
+    def time_of(self, d: Decision, coll: int) -> np.ndarray:
+        keys = self.problem.space(coll, d.conf)
+        tab = self.times.get((d.conf.knobs, coll))
+        if tab is None:
+            raise ConfigError("conf", f"knob setting {d.conf.knobs} is not in the problem's space")
+        return np.array([tab[keys.index(d.key(coll, s)), i] for i, s in enumerate(self.problem.sizes[coll])])
+
+    def score(self, d: Decision) -> Verdict:
+        t = {c: self.time_of(d, c) for c in self.problem.colls}
+        worst = min(float((self.base[c] / t[c]).min()) for c in self.problem.colls)
+        return Verdict(self._geo(t), self.optimum, worst)
+
+    def best_decision(self) -> Decision:
+        """The optimum as a decision (what an exhaustive noise-free sweep would export)."""
+        k = self.optimum_conf
+        rows = {}
+        for c in self.problem.colls:
+            keys = self.problem.space(c, k)
+            j = self.times[(k.knobs, c)].argmin(axis=0)
+            rows.update({(c, s): keys[j[i]] for i, s in enumerate(self.problem.sizes[c]) if j[i] != 0})
+        return Decision(k, rows)

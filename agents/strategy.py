@@ -1,0 +1,618 @@
+"""The search strategy of a tuning run: what to measure next, when to stop, and what the
+measurements support.
+
+A tuning run (:class:`Search`) works over every point of a problem (:class:`Space`: knob setting x
+per-call configuration x collective x size). Three parts, each replaceable:
+
+1. **The model** (:class:`Model`): the prior simulator's log time plus a Bayesian linear
+   correction learned from the measurements (features: algorithm/protocol, channel level, knob
+   setting, and their trends over size), plus each point's own misfit. Every point gets a posterior
+   mean and standard deviation of its log time; a measured point is pulled towards its
+   measurements. With no measurement this is the prior.
+2. **The controller** picks the next point to measure from a shortlist of candidates, each
+   described by :data:`FEATURES` (its predicted gain over the best known point of its cell and
+   over the current table, its uncertainty and expected improvement, its knob setting's
+   potential and coverage, whether NCCL's choice next to it is measured, the budget left), or
+   stops. :class:`PolicyController` is the learned strategy (a PPO-trained network scoring each
+   candidate alike, shipped as weights + JSON); :class:`RankController` ranks by the model's
+   predicted gain (the learner removed); :class:`EIController` by expected improvement (Bayesian
+   optimization with the same prior and model).
+3. **The decision** (:func:`decide`), one rule for rows and knob settings: a row replaces NCCL's
+   choice, and a knob setting NCCL's defaults, only when the model's posterior probability that
+   it is at least ``delta`` faster exceeds ``1 - alpha`` (:class:`DecisionConfig`).
+
+Points are picked one at a time and measured in rounds of ``round_points`` (one job per knob
+setting in the round), after which the model is refit and the decision redone. The first round is
+fixed: NCCL's plain defaults at every size, then the zero-shot table (:func:`zero_shot`, the exact
+argmin of the prior) next to NCCL's choice under its knob setting.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from ncclrl.agents.problem import BudgetExhausted, Decision, Evaluator, Problem
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.space import DEFAULT, Key, point_configs
+
+FEATURES = ("gain", "std", "ei", "gain_vs_table", "in_table_knob", "knob_potential", "knob_coverage",
+            "is_default", "times_measured", "default_measured", "is_cell_row", "row_confidence",
+            "budget_left", "log_budget", "size_pos", "is_stop")
+N_FEATURES = len(FEATURES)
+GAIN_SCALE = 10.0  # log-time gains are given to the controller in tenths (0.1 in log -> 1.0)
+
+
+def _phi(z: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+
+def _cdf(z: np.ndarray | float) -> np.ndarray:
+    from scipy.special import ndtr
+
+    return ndtr(z)
+
+
+# -- the space ---------------------------------------------------------------------------------
+
+
+class Space:
+    """Every point of ``problem`` the platform can run, as flat arrays, with the prior's log time."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        cells = problem.cells()
+        self.n_cells = len(cells)
+        at = {x: i for i, x in enumerate(cells)}
+        knob, cell, keys, prior = [], [], [], []
+        for ki, k in enumerate(problem.knobs):
+            for c in problem.colls:
+                sizes = problem.sizes[c]
+                space = problem.space(c, k)
+                cfg = point_configs(problem.topo, k, c, np.repeat(sizes, len(space)), space * len(sizes))
+                t = problem.prior.time_us(cfg, validate=False).reshape(len(sizes), len(space))
+                for i, s in enumerate(sizes):
+                    for j, key in enumerate(space):
+                        if problem.runs(k, c, s, key):
+                            knob.append(ki)
+                            cell.append(at[(c, s)])
+                            keys.append(key)
+                            prior.append(float(np.log(t[i, j])))
+        self.cells = cells
+        self.knob = np.asarray(knob, dtype=np.int64)
+        self.cell = np.asarray(cell, dtype=np.int64)
+        self.keys: list[Key] = keys
+        self.prior = np.asarray(prior)
+        self.is_default = np.array([k == DEFAULT for k in keys])
+        self.n_knobs = len(problem.knobs)
+        self.size = len(keys)
+        # per (knob, cell): its candidates and NCCL's choice among them (-1: NCCL's choice cannot run)
+        self.group = self.knob * self.n_cells + self.cell
+        self.members: list[np.ndarray] = [np.empty(0, np.int64)] * (self.n_knobs * self.n_cells)
+        order = np.argsort(self.group, kind="stable")
+        bounds = np.searchsorted(self.group[order], np.arange(self.n_knobs * self.n_cells + 1))
+        for g in range(self.n_knobs * self.n_cells):
+            self.members[g] = order[bounds[g]:bounds[g + 1]]
+        self.default = np.full(self.n_knobs * self.n_cells, -1, dtype=np.int64)
+        self.default[self.group[self.is_default]] = np.flatnonzero(self.is_default)
+        if (self.default[: self.n_cells] < 0).any():
+            raise ConfigError("problem", "NCCL's plain default must be measurable at every size")
+        self.default_of = self.default[self.group]  # NCCL's choice next to each point
+        sizes = np.array([s for _, s in cells], dtype=float)
+        lsz = np.log2(sizes)
+        self.size_pos = np.zeros(self.n_cells)
+        for c in problem.colls:  # position of each size in its collective's grid, 0..1
+            idx = [i for i, (cc, _) in enumerate(cells) if cc == c]
+            r = lsz[idx]
+            self.size_pos[idx] = (r - r.min()) / max(r.max() - r.min(), 1.0)
+        self.X = self._features(lsz)
+
+    def _features(self, lsz: np.ndarray) -> np.ndarray:
+        """The model's regressors per point: intercept, algorithm/protocol, channel level, knob
+        setting and collective, each also times the size's position (trends over size)."""
+        pairs = sorted({f"{k[0]}/{k[1]}" for k in self.keys})
+        pi = np.array([pairs.index(f"{k[0]}/{k[1]}") for k in self.keys])
+        lvl = np.array([0 if k[2] == 0 else (1 if k[2] == 1 else 2) for k in self.keys])
+        colls = sorted(set(c for c, _ in self.cells))
+        ci = np.array([colls.index(self.cells[c][0]) for c in self.cell])
+        z = (self.size_pos[self.cell] - 0.5) * 2
+        blocks = [np.ones((self.size, 1)), z[:, None], (z * z)[:, None]]
+        for idx, n in ((pi, len(pairs)), (lvl, 3), (self.knob, self.n_knobs), (ci, len(colls))):
+            one = np.zeros((self.size, n))
+            one[np.arange(self.size), idx] = 1.0
+            blocks += [one, one * z[:, None]]
+        return np.hstack(blocks)
+
+    def decision(self, knob: int, rows: dict[int, int]) -> Decision:
+        """A :class:`Decision` from a knob index and, per cell index, the chosen point."""
+        return Decision(self.problem.knobs[knob],
+                        {self.cells[c]: self.keys[i] for c, i in rows.items() if self.keys[i] != DEFAULT})
+
+
+# -- the model ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelConfig:
+    """The model's prior.
+
+    :param weight_sigma: prior sd of each correction weight (log time)
+    :param local_sigma: prior sd of a point's own misfit, beyond what the features explain
+    :param noise_sigma: sd of one job's median of one point (log), the job's common shift included
+    """
+
+    weight_sigma: float = 0.15
+    local_sigma: float = 0.1
+    noise_sigma: float = 0.05
+
+    def check(self) -> None:
+        for name, v in asdict(self).items():
+            if not v > 0:
+                raise ConfigError(f"model.{name}", f"must be > 0, got {v}")
+
+
+class Model:
+    """Posterior log times of every point of a :class:`Space` (see the module's docs)."""
+
+    def __init__(self, space: Space, cfg: ModelConfig) -> None:
+        cfg.check()
+        self.space, self.cfg = space, cfg
+        self.mean = space.prior.copy()
+        self.std = np.full(space.size, self._prior_sd())
+        self.evals = 0  # predictions made (one per point per fit)
+
+    def _prior_sd(self) -> np.ndarray:
+        c = self.cfg
+        return np.sqrt(c.weight_sigma ** 2 * (self.space.X ** 2).sum(axis=1) + c.local_sigma ** 2)
+
+    def fit(self, n: np.ndarray, ybar: np.ndarray) -> None:
+        """Refit to ``n`` measurements per point with mean log time ``ybar`` (where ``n`` > 0)."""
+        c, X = self.cfg, self.space.X
+        m = n > 0
+        self.evals += self.space.size
+        if not m.any():
+            self.mean, self.std = self.space.prior.copy(), self._prior_sd()
+            return
+        res = ybar[m] - self.space.prior[m]
+        v = c.local_sigma ** 2 + c.noise_sigma ** 2 / n[m]
+        Xm = X[m]
+        A = np.eye(X.shape[1]) / c.weight_sigma ** 2 + (Xm / v[:, None]).T @ Xm
+        L = np.linalg.cholesky(A)
+        w = np.linalg.solve(L.T, np.linalg.solve(L, Xm.T @ (res / v)))
+        Li = np.linalg.solve(L, X.T)  # var of x.w: |L^-1 x|^2
+        f = X @ w
+        pv = (Li * Li).sum(axis=0) + c.local_sigma ** 2
+        post_v = pv.copy()
+        post_m = f.copy()
+        prec = n[m] / c.noise_sigma ** 2
+        post_v[m] = 1.0 / (1.0 / pv[m] + prec)
+        post_m[m] = post_v[m] * (f[m] / pv[m] + prec * res)
+        self.mean = self.space.prior + post_m
+        self.std = np.sqrt(post_v)
+
+
+# -- the decision ------------------------------------------------------------------------------
+
+
+@dataclass
+class DecisionConfig:
+    """The one rule that turns measurements into a table.
+
+    :param delta: smallest gain worth a change (fraction: 0.02 = 2% faster)
+    :param alpha: a row or knob setting is kept when the posterior probability that it is at least
+        ``delta`` faster than NCCL's choice exceeds ``1 - alpha``
+    :param job_sigma: sd (log) of the shift all points of one job share: a knob setting is compared
+        with NCCL's defaults across jobs, so this much does not average out over sizes
+    """
+
+    delta: float = 0.02
+    alpha: float = 0.1
+    job_sigma: float = 0.03
+
+    def check(self) -> None:
+        if not 0 <= self.delta < 1:
+            raise ConfigError("decision.delta", f"must be in [0, 1), got {self.delta}")
+        if not 0 < self.alpha < 0.5:
+            raise ConfigError("decision.alpha", f"must be in (0, 0.5), got {self.alpha}")
+        if self.job_sigma < 0:
+            raise ConfigError("decision.job_sigma", f"must be >= 0, got {self.job_sigma}")
+
+
+@dataclass
+class Table:
+    """A decision with its evidence: per cell the chosen point (index into the space) and the
+    probability that it is ``delta`` faster than NCCL's choice; the knob setting's."""
+
+    knob: int
+    rows: dict[int, int]
+    prob: dict[int, float]
+    knob_prob: float
+    gain: float  # posterior mean of the geometric-mean gain over NCCL's plain defaults (log)
+    final: np.ndarray  # per cell, the point the table runs (its row or NCCL's choice)
+
+
+def decide(space: Space, model: Model, n: np.ndarray, knob_jobs: list[set[int]], cfg: DecisionConfig) -> Table:
+    """The table the measurements support (the module's docs, point 3). Rows come only from
+    measured points; NCCL's choice next to them need not be measured (the model's posterior for it
+    then carries the prior's uncertainty)."""
+    thr = math.log1p(cfg.delta)
+    nc = space.n_cells
+    plain = space.default[:nc]
+    tables = []
+    for k in range(space.n_knobs):
+        if k and not knob_jobs[k]:
+            continue
+        final = np.empty(nc, dtype=np.int64)
+        rows, prob = {}, {}
+        for c in range(nc):
+            g = k * nc + c
+            d = space.default[g]
+            mem = space.members[g]
+            meas = mem[(n[mem] > 0) & ~space.is_default[mem]]
+            if d < 0:  # NCCL's choice cannot run here: the table needs a row
+                if not len(meas):
+                    final = None
+                    break
+                r = meas[np.argmin(model.mean[meas])]
+                rows[c], prob[c], final[c] = int(r), 1.0, r
+                continue
+            final[c] = d
+            if len(meas):
+                r = meas[np.argmin(model.mean[meas])]
+                sd = math.hypot(model.std[d], model.std[r])
+                p = float(_cdf((model.mean[d] - model.mean[r] - thr) / sd))
+                if p > 1 - cfg.alpha:
+                    rows[c], prob[c], final[c] = int(r), p, r
+        if final is None:
+            continue
+        gain = float(np.mean(model.mean[plain] - model.mean[final]))
+        tables.append((k, rows, prob, gain, final))
+    t0 = tables[0]
+    out = Table(0, t0[1], t0[2], 1.0, t0[3], t0[4])
+    for k, rows, prob, gain, final in tables[1:]:
+        # against the table under NCCL's defaults: the per-size parts average out, the jobs' shift not
+        v = (np.sum(model.std[final] ** 2) + np.sum(model.std[t0[4]] ** 2)) / nc ** 2
+        v += cfg.job_sigma ** 2 * (1 / len(knob_jobs[k]) + 1 / max(len(knob_jobs[0]), 1))
+        p = float(_cdf((gain - t0[3] - thr) / math.sqrt(v)))
+        if p > 1 - cfg.alpha and gain > out.gain:
+            out = Table(k, rows, prob, p, gain, final)
+    return out
+
+
+def zero_shot(space: Space) -> Table:
+    """The exact argmin of the prior: the knob setting whose best predicted point per size gains
+    most in geometric mean over NCCL's plain defaults, and per size its best predicted point."""
+    nc = space.n_cells
+    plain = space.default[:nc]
+    best = None
+    for k in range(space.n_knobs):
+        final = np.array([space.members[k * nc + c][np.argmin(space.prior[space.members[k * nc + c]])]
+                          if len(space.members[k * nc + c]) else -1 for c in range(nc)])
+        if (final < 0).any():
+            continue
+        gain = float(np.mean(space.prior[plain] - space.prior[final]))
+        if best is None or gain > best.gain + 1e-12:
+            rows = {c: int(i) for c, i in enumerate(final) if not space.is_default[i]}
+            best = Table(k, rows, dict.fromkeys(rows, float("nan")), float("nan"), gain, final)
+    return best
+
+
+# -- controllers -------------------------------------------------------------------------------
+
+
+class Controller(Protocol):
+    """Scores a shortlist: ``feats`` (rows, :data:`FEATURES`), the last row being *stop*;
+    returns one score per row (the highest valid one is taken)."""
+
+    name: str
+
+    def scores(self, feats: np.ndarray) -> np.ndarray: ...
+
+
+class RankController:
+    """The model's ranking: the candidate with the largest predicted gain over its cell's best
+    known point; never stops before the budget does (the learner removed)."""
+
+    name = "rank"
+
+    def scores(self, feats: np.ndarray) -> np.ndarray:
+        s = feats[:, FEATURES.index("gain")].copy()
+        s[-1] = -np.inf
+        return s
+
+
+class EIController:
+    """Expected improvement over the cell's best known point (Bayesian optimization with the
+    prior as mean and the same model); never stops before the budget does."""
+
+    name = "ei"
+
+    def scores(self, feats: np.ndarray) -> np.ndarray:
+        s = feats[:, FEATURES.index("ei")].copy()
+        s[-1] = -np.inf
+        return s
+
+
+SHIPPED = "shipped"
+
+
+def strategy_path(name: str) -> Path:
+    """A strategy's JSON: ``shipped`` is the one installed with ncclrl, anything else a path."""
+    if name == SHIPPED:
+        from importlib.resources import files
+
+        return Path(str(files("ncclrl.agents") / "pretrained" / "strategy.json"))
+    return Path(name)
+
+
+class PolicyController:
+    """The learned strategy: one network scores every candidate alike from its features (and the
+    stop row from the run's), as trained by :func:`ncclrl.agents.strategy_train.train`. Loaded
+    from ``strategy.json`` (architecture, features, provenance) and ``strategy.npz`` (weights);
+    no pickle."""
+
+    name = "policy"
+
+    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray]], meta: dict[str, Any]) -> None:
+        if layers[0][0].shape[0] != N_FEATURES:
+            raise ConfigError("strategy", f"the strategy expects {layers[0][0].shape[0]} features, "
+                              f"this ncclrl gives {N_FEATURES}")
+        self.layers, self.meta = layers, meta
+
+    def scores(self, feats: np.ndarray) -> np.ndarray:
+        h = feats
+        for i, (w, b) in enumerate(self.layers):
+            h = h @ w + b
+            if i < len(self.layers) - 1:
+                h = np.tanh(h)
+        return h[:, 0]
+
+    def save(self, path: Path) -> Path:
+        """Writes ``path`` (JSON) and its weights next to it (same name, ``.npz``)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(path.with_suffix(".npz"), **{f"w{i}": w for i, (w, _) in enumerate(self.layers)},
+                 **{f"b{i}": b for i, (_, b) in enumerate(self.layers)})
+        meta = dict(self.meta, format="ncclrl-strategy", version=1, features=list(FEATURES),
+                    layers=[list(w.shape) for w, _ in self.layers], activation="tanh",
+                    weights=path.with_suffix(".npz").name)
+        path.write_text(json.dumps(meta, indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> PolicyController:
+        path = Path(path)
+        try:
+            meta = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError("strategy", f"cannot read {path}: {e}") from None
+        if meta.get("format") != "ncclrl-strategy" or meta.get("version") != 1:
+            raise ConfigError("strategy", f"{path} is not an ncclrl strategy (format ncclrl-strategy, version 1)")
+        if list(meta.get("features", [])) != list(FEATURES):
+            raise ConfigError("strategy", f"{path} was trained on other features: {meta.get('features')}")
+        with np.load(path.parent / meta["weights"], allow_pickle=False) as z:
+            layers = [(z[f"w{i}"].astype(float), z[f"b{i}"].astype(float)) for i in range(len(meta["layers"]))]
+        return cls(layers, meta)
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+@dataclass
+class SearchConfig:
+    """How a run picks and measures.
+
+    :param round_points: points picked before they are measured (one job per knob setting among
+        them) and the model refit
+    :param max_repeats: most jobs one point is measured in
+    :param shortlist: candidates the controller chooses from: half the best by predicted gain,
+        half by optimistic gain (mean + 2 sd)
+    :param model: the model's prior
+    :param decision: the rule the table is decided by
+    """
+
+    round_points: int = 8
+    max_repeats: int = 3
+    shortlist: int = 64
+    model: ModelConfig = field(default_factory=ModelConfig)
+    decision: DecisionConfig = field(default_factory=DecisionConfig)
+
+    def check(self) -> None:
+        for name in ("round_points", "max_repeats", "shortlist"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        self.model.check()
+        self.decision.check()
+
+
+@dataclass
+class Result:
+    """What a run decided and why it stopped."""
+
+    decision: Decision
+    table: Table
+    zero_shot: Table
+    reason: str
+    measured: int
+    rounds: int
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Search:
+    """One tuning run of ``controller`` over ``problem``, measuring through ``ev``."""
+
+    def __init__(self, problem: Problem, ev: Evaluator, controller: Controller | None, cfg: SearchConfig,
+                 log: Callable[[str], None] = lambda _m: None, space: Space | None = None) -> None:
+        cfg.check()
+        self.problem, self.ev, self.controller, self.cfg, self.log = problem, ev, controller, cfg, log
+        self.space = space or Space(problem)
+        self.model = Model(self.space, cfg.model)
+        sp = self.space
+        self.n = np.zeros(sp.size, dtype=np.int64)
+        self.ysum = np.zeros(sp.size)
+        self.knob_jobs: list[set[int]] = [set() for _ in range(sp.n_knobs)]
+        self.max_rep = np.full(sp.size, cfg.max_repeats, dtype=np.int64)
+        if problem.repeats is not None:
+            for i in range(sp.size):
+                x = (problem.knobs[sp.knob[i]].knobs, *sp.cells[sp.cell[i]], sp.keys[i])
+                self.max_rep[i] = min(cfg.max_repeats, problem.repeats.get(x, 1))
+        self.pending: list[int] = []
+        self.zs = zero_shot(sp)
+        self.table = decide(sp, self.model, self.n, self.knob_jobs, cfg.decision)
+        self.rounds = 0
+        self.history: list[dict[str, Any]] = []
+        self._shortlist = np.empty(0, np.int64)
+        self._t0 = time.time()
+
+    # -- measuring -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """The fixed first round: NCCL's plain defaults, then the zero-shot rows next to NCCL's
+        choice under the zero-shot knob setting."""
+        sp = self.space
+        first = list(sp.default[: sp.n_cells])
+        k = self.zs.knob
+        for c, i in self.zs.rows.items():
+            if k:
+                first.append(int(sp.default[k * sp.n_cells + c])) if sp.default[k * sp.n_cells + c] >= 0 else None
+            first.append(i)
+        self.pending = [i for i in dict.fromkeys(first) if i >= 0][: self.ev.remaining]
+        self.flush()
+
+    def flush(self) -> None:
+        """Measure the pending points, one job per knob setting, then refit and decide again."""
+        if not self.pending:
+            return
+        sp = self.space
+        by: dict[int, list[int]] = {}
+        for i in self.pending:
+            by.setdefault(int(sp.knob[i]), []).append(i)
+        self.pending = []
+        for k, idx in by.items():
+            try:
+                res = self.ev.evaluate(self.problem.knobs[k], [(*sp.cells[sp.cell[i]], sp.keys[i]) for i in idx])
+            except BudgetExhausted:
+                break
+            job = self.ev.calls
+            for i, m in zip(idx, res, strict=True):
+                if m is not None and m > 0:
+                    self.n[i] += 1
+                    self.ysum[i] += math.log(m)
+                    self.knob_jobs[k].add(job)
+                elif m is None:
+                    self.max_rep[i] = self.n[i]  # failed: not again
+        self.refit()
+        self.rounds += 1
+        self.history.append({"round": self.rounds, "measured": self.ev.used, "knob": self.table.knob,
+                             "rows": len(self.table.rows), "gain": round(math.exp(self.table.gain), 4),
+                             "wall_s": round(time.time() - self._t0, 2)})
+
+    def refit(self) -> None:
+        ybar = np.where(self.n > 0, self.ysum / np.maximum(self.n, 1), 0.0)
+        self.model.fit(self.n, ybar)
+        self.ev.count_model(self.space.size)
+        self.table = decide(self.space, self.model, self.n, self.knob_jobs, self.cfg.decision)
+
+    # -- what the controller sees ----------------------------------------------------------------
+    def observe(self) -> tuple[np.ndarray, np.ndarray]:
+        """The shortlist (point indices) and its features, the stop row last."""
+        sp, m = self.space, self.model
+        nc = sp.n_cells
+        pend = np.zeros(sp.size, dtype=bool)
+        pend[self.pending] = True
+        ok = (self.n < self.max_rep) & ~pend
+        # per (knob, cell): the best posterior mean among measured points, else NCCL's choice's
+        inc = np.full(sp.n_knobs * nc, np.inf)
+        meas = self.n > 0
+        np.minimum.at(inc, sp.group[meas], m.mean[meas])
+        none = ~np.isfinite(inc)
+        dflt = sp.default.copy()
+        inc[none & (dflt >= 0)] = m.mean[dflt[none & (dflt >= 0)]]
+        potential = np.full(sp.n_knobs * nc, np.inf)
+        np.minimum.at(potential, sp.group, m.mean)
+        plain = m.mean[sp.default[:nc]]
+        pot_k = np.array([np.mean(plain - potential[k * nc:(k + 1) * nc]) for k in range(sp.n_knobs)])
+        cover = np.zeros(sp.n_knobs * nc)
+        np.maximum.at(cover, sp.group, meas.astype(float))
+        cover_k = cover.reshape(sp.n_knobs, nc).mean(axis=1)
+        final = m.mean[self.table.final]
+        gain = inc[sp.group] - m.mean
+        g_tab = final[sp.cell] - m.mean
+        std = m.std
+        zz = g_tab / std
+        ei = std * _phi(zz) + g_tab * _cdf(zz)
+        left = self.ev.remaining - len(self.pending)
+        frac_left = max(left, 0) / max(self.ev.budget, 1)
+        # the shortlist: half by predicted gain, half by optimistic gain
+        cand = np.flatnonzero(ok)
+        half = max(1, self.cfg.shortlist // 2)
+        a = cand[np.argsort(-g_tab[cand], kind="stable")[:half]]
+        b = cand[np.argsort(-(g_tab[cand] + 2 * std[cand]), kind="stable")[: 2 * half]]
+        short = np.array(list(dict.fromkeys([*a.tolist(), *b.tolist()]))[: self.cfg.shortlist], dtype=np.int64)
+        self._shortlist = short
+        ks = sp.knob[short]
+        row_of = np.full(nc, -1)
+        for c, i in self.table.rows.items():
+            row_of[c] = i
+        f = np.zeros((len(short) + 1, N_FEATURES))
+        f[:-1, 0] = gain[short] * GAIN_SCALE
+        f[:-1, 1] = std[short] * GAIN_SCALE
+        f[:-1, 2] = ei[short] * GAIN_SCALE
+        f[:-1, 3] = g_tab[short] * GAIN_SCALE
+        f[:-1, 4] = ks == self.table.knob
+        f[:-1, 5] = (pot_k[ks] - pot_k.max()) * GAIN_SCALE
+        f[:-1, 6] = cover_k[ks]
+        f[:-1, 7] = sp.is_default[short]
+        f[:-1, 8] = np.minimum(self.n[short], 3) / 2
+        d_of = sp.default_of[short]
+        f[:-1, 9] = np.where(d_of >= 0, self.n[np.maximum(d_of, 0)] > 0, 1.0)
+        f[:-1, 10] = row_of[sp.cell[short]] == short
+        f[:-1, 11] = [self.table.prob.get(int(c), 0.0) for c in sp.cell[short]]
+        f[:-1, 14] = sp.size_pos[sp.cell[short]]
+        f[:, 12] = frac_left
+        f[:, 13] = math.log10(max(self.ev.budget, 1)) / 3
+        # the stop row: the run's state (the best any knob setting could still gain over the table, the
+        # shortlist's uncertainty)
+        f[-1, 5] = (pot_k.max() - self.table.gain) * GAIN_SCALE
+        f[-1, 1] = float(std[short].mean()) * GAIN_SCALE if len(short) else 0.0
+        f[-1, 15] = 1.0
+        np.clip(f, -5, 5, out=f)
+        return short, f
+
+    def act(self, choice: int) -> bool:
+        """Take shortlist entry ``choice`` (its length: stop). Returns whether the run goes on."""
+        if choice >= len(self._shortlist):
+            self.flush()
+            return False
+        self.pending.append(int(self._shortlist[choice]))
+        if len(self.pending) >= min(self.cfg.round_points, self.ev.remaining):
+            self.flush()
+        return self.ev.remaining > 0
+
+    # -- the whole run ---------------------------------------------------------------------------
+    def run(self) -> Result:
+        self.start()
+        reason = "budget spent"
+        while self.ev.remaining - len(self.pending) > 0:
+            short, f = self.observe()
+            if not len(short):
+                reason = "nothing left to measure"
+                break
+            s = self.controller.scores(f)
+            self.ev.count_model(0)
+            choice = int(np.argmax(s))
+            if not self.act(choice):
+                if choice >= len(short):
+                    reason = "the strategy stopped: no candidate worth its measurement"
+                break
+        self.flush()
+        t = self.table
+        self.log(f"# {reason}: {self.ev.used} points measured in {self.ev.calls} jobs; "
+                 f"{len(t.rows)} rows, knob setting {t.knob}")
+        return Result(self.space.decision(t.knob, t.rows), t, self.zs, reason, self.ev.used, self.rounds, self.history)

@@ -1,0 +1,264 @@
+"""Training the search strategy with MaskablePPO over simulated tuning runs.
+
+An episode is one tuning run (:class:`ncclrl.agents.strategy.Search`) on a platform drawn from the
+training families (:mod:`ncclrl.costmodel.platforms`: nominal and misspecified), one collective,
+with a budget drawn log-uniformly in [``min_budget``, ``max_budget``]. A step is one pick from the
+shortlist (or stop). The reward after each measured round is the change, in percent, of the
+decided table's fraction of the optimum on the platform's true times, minus ``cost_pct`` per point
+measured: what the run ends with is the final table's quality minus the cost of what it measured.
+
+The network scores every shortlisted candidate with the same small MLP over its features
+(:data:`ncclrl.agents.strategy.FEATURES`), as MetaBO (Volpp et al., ICLR 2020) does for
+acquisition functions; the value head reads the mean and max of the candidates' hidden layer.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from sb3_contrib import MaskablePPO
+from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from stable_baselines3.common.vec_env import DummyVecEnv
+from torch import nn
+
+from ncclrl.agents.problem import Evaluator, Oracle, Problem, platform_measure
+from ncclrl.agents.strategy import N_FEATURES, PolicyController, Search, SearchConfig
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.platforms import FAMILIES, draw_platform
+
+
+@dataclass
+class StrategyConfig:
+    """What the strategy is trained on, and how.
+
+    :param families: platform families to draw from (:data:`ncclrl.costmodel.platforms.FAMILIES`)
+    :param misspecified: share of episodes on platforms with effects the simulator lacks
+    :param collectives: collectives an episode draws from
+    :param min_budget: smallest budget of an episode (points)
+    :param max_budget: largest budget of an episode
+    :param cost_pct: reward cost of one measured point, in percent of the optimum
+    :param total_timesteps: picks to train on
+    :param n_envs: episodes stepped together
+    :param n_steps: steps per environment between updates
+    :param batch_size: minibatch size; must divide n_envs * n_steps
+    :param hidden: width of the candidate network's two hidden layers
+    :param learning_rate: Adam's learning rate
+    :param ent_coef: entropy bonus
+    :param gamma: discount per pick
+    :param seed: seed of the networks, the platform draws and the measurement noise
+    """
+
+    families: list[str] = field(default_factory=lambda: list(FAMILIES))
+    misspecified: float = 0.5
+    collectives: list[str] = field(default_factory=lambda: ["allreduce", "allgather", "reducescatter", "broadcast"])
+    min_budget: int = 50
+    max_budget: int = 1000
+    cost_pct: float = 0.001
+    total_timesteps: int = 60_000
+    n_envs: int = 4
+    n_steps: int = 256
+    batch_size: int = 256
+    hidden: int = 64
+    learning_rate: float = 3e-4
+    ent_coef: float = 0.01
+    gamma: float = 0.995
+    seed: int = 0
+
+    def check(self) -> None:
+        for f in self.families:
+            if f not in FAMILIES:
+                raise ConfigError("strategy.families", f"unknown family {f!r}; allowed: {', '.join(FAMILIES)}")
+        if not self.families:
+            raise ConfigError("strategy.families", f"need at least one of {', '.join(FAMILIES)}")
+        for c in self.collectives:
+            N.parse_name("strategy.collectives", c, N.COLLECTIVES)
+        if not 0 <= self.misspecified <= 1:
+            raise ConfigError("strategy.misspecified", f"must be in [0, 1], got {self.misspecified}")
+        if not 1 <= self.min_budget <= self.max_budget:
+            raise ConfigError("strategy.min_budget", f"need 1 <= min_budget <= max_budget, got "
+                              f"{self.min_budget}, {self.max_budget}")
+        if (self.n_envs * self.n_steps) % self.batch_size:
+            raise ConfigError("strategy.batch_size", f"must divide n_envs * n_steps = {self.n_envs * self.n_steps}")
+        if self.total_timesteps < 1:
+            raise ConfigError("strategy.total_timesteps", f"must be >= 1, got {self.total_timesteps}")
+
+
+class StrategyEnv(gym.Env):
+    """Tuning runs as episodes, for training the search strategy.
+
+    ## Description
+    Each episode tunes one collective over 8 B - 1 GiB on a platform drawn from ``families``;
+    the agent picks, one at a time, the next point to measure from a shortlist, or stops.
+
+    ## Action Space
+    ``Discrete(shortlist + 1)``: a shortlist entry, or the last action, *stop*. Entries beyond the
+    shortlist's length are masked (``action_masks``).
+
+    ## Observation Space
+    ``Box((shortlist + 1) * len(FEATURES))``: each entry's features (zeros where masked), the stop
+    row last.
+
+    ## Rewards
+    After each measured round: the change in percent of the decided table's fraction of the
+    optimum, minus ``cost_pct`` per point measured.
+
+    ## Episode End
+    Terminated when the budget is spent, nothing is left to measure, or the agent stops.
+
+    ## Arguments
+    ``cfg`` (:class:`StrategyConfig`), ``search`` (:class:`ncclrl.agents.strategy.SearchConfig`).
+
+    ## Version History
+    - v0: first version
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, cfg: StrategyConfig, search: SearchConfig | None = None) -> None:
+        cfg.check()
+        self.cfg, self.search_cfg = cfg, search or SearchConfig()
+        self.k = self.search_cfg.shortlist
+        self.action_space = gym.spaces.Discrete(self.k + 1)
+        self.observation_space = gym.spaces.Box(-5.0, 5.0, ((self.k + 1) * N_FEATURES,), np.float32)
+        self.presets = [p for f in cfg.families for p in FAMILIES[f]]
+        self._mask = np.zeros(self.k + 1, dtype=bool)
+
+    def _obs(self) -> np.ndarray:
+        short, f = self.search.observe()
+        o = np.zeros((self.k + 1, N_FEATURES), np.float32)
+        o[: len(short)] = f[:-1]
+        o[-1] = f[-1]
+        self._mask[:] = False
+        self._mask[: len(short)] = True
+        self._mask[-1] = True
+        self._n = len(short)
+        return o.ravel()
+
+    def action_masks(self) -> np.ndarray:
+        return self._mask.copy()
+
+    def quality(self) -> float:
+        return self.oracle.score(self.space_decision()).fraction
+
+    def space_decision(self):
+        t = self.search.table
+        return self.search.space.decision(t.knob, t.rows)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        rng = self.np_random
+        preset = self.presets[int(rng.integers(len(self.presets)))]
+        plat = draw_platform(preset, rng, bool(rng.random() < self.cfg.misspecified))
+        coll = N.COLLECTIVES.index(self.cfg.collectives[int(rng.integers(len(self.cfg.collectives)))])
+        problem = Problem.make(plat.topo, [coll])
+        budget = int(math.exp(rng.uniform(math.log(self.cfg.min_budget), math.log(self.cfg.max_budget))))
+        self.oracle = Oracle(problem, plat)
+        self.ev = Evaluator(problem, platform_measure(plat, rng), max(budget, problem.n_cells + 1))
+        self.search = Search(problem, self.ev, None, self.search_cfg)
+        self.search.start()
+        self.q = self.quality()
+        self.info = {"preset": preset, "budget": self.ev.budget, "misspecified": plat.quirks is not None}
+        return self._obs(), dict(self.info)
+
+    def step(self, action: int):
+        a = int(action)
+        stop = a == self.k or a >= self._n
+        used = self.ev.used
+        rounds = self.search.rounds
+        go = self.search.act(len(self.search._shortlist) if stop else a)
+        reward = 0.0
+        if self.search.rounds != rounds:
+            q = self.quality()
+            reward = 100.0 * (q - self.q) - self.cfg.cost_pct * (self.ev.used - used)
+            self.q = q
+        done = not go or self.ev.remaining - len(self.search.pending) <= 0
+        if done and self.search.pending:
+            used = self.ev.used
+            self.search.flush()
+            q = self.quality()
+            reward += 100.0 * (q - self.q) - self.cfg.cost_pct * (self.ev.used - used)
+            self.q = q
+        obs = np.zeros(self.observation_space.shape, np.float32) if done else self._obs()
+        info = dict(self.info, fraction=self.q, used=self.ev.used) if done else {}
+        return obs, float(reward), done, False, info
+
+
+class _Rows(nn.Module):
+    """Per-candidate scores (the policy's logits) and a pooled summary for the value head."""
+
+    def __init__(self, rows: int, hidden: int) -> None:
+        super().__init__()
+        self.rows = rows
+        self.body = nn.Sequential(nn.Linear(N_FEATURES, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
+        self.head = nn.Linear(hidden, 1)
+        self.latent_dim_pi = rows
+        self.latent_dim_vf = 2 * hidden
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.forward_actor(x), self.forward_critic(x)
+
+    def forward_actor(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.body(x.view(x.shape[0], self.rows, N_FEATURES))
+        return self.head(h).squeeze(-1)
+
+    def forward_critic(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.body(x.view(x.shape[0], self.rows, N_FEATURES))
+        return torch.cat([h.mean(dim=1), h.max(dim=1).values], dim=-1)
+
+
+class RowPolicy(MaskableActorCriticPolicy):
+    """MaskablePPO's policy with :class:`_Rows` in place of the MLP extractor and no action layer."""
+
+    def __init__(self, *args, hidden: int = 64, **kwargs) -> None:
+        self._hidden = hidden
+        super().__init__(*args, **kwargs)
+
+    def _build_mlp_extractor(self) -> None:
+        self.mlp_extractor = _Rows(self.action_space.n, self._hidden)
+
+    def _build(self, lr_schedule) -> None:
+        super()._build(lr_schedule)
+        self.action_net = nn.Identity()
+        self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
+
+
+def to_controller(model: MaskablePPO, meta: dict[str, Any]) -> PolicyController:
+    """The trained network as numpy layers (no torch needed to use it)."""
+    rows: _Rows = model.policy.mlp_extractor
+    layers = [(lin.weight.detach().cpu().numpy().T.copy(), lin.bias.detach().cpu().numpy().copy())
+              for lin in (rows.body[0], rows.body[2], rows.head)]
+    return PolicyController(layers, meta)
+
+
+def train(cfg: StrategyConfig, search: SearchConfig | None = None, log=print) -> PolicyController:
+    """Train a strategy from scratch; returns it (save with :meth:`PolicyController.save`)."""
+    cfg.check()
+    torch.set_num_threads(1)
+    search = search or SearchConfig()
+
+    def make(rank: int):
+        def _f():
+            env = StrategyEnv(cfg, search)
+            env.reset(seed=cfg.seed * 1000 + rank)
+            return env
+        return _f
+
+    env = DummyVecEnv([make(i) for i in range(cfg.n_envs)])
+    model = MaskablePPO(RowPolicy, env, n_steps=cfg.n_steps, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
+                        ent_coef=cfg.ent_coef, gamma=cfg.gamma, seed=cfg.seed, device="cpu", verbose=0,
+                        policy_kwargs={"hidden": cfg.hidden})
+    t0 = time.time()
+    model.learn(total_timesteps=cfg.total_timesteps)
+    log(f"# trained {cfg.total_timesteps} picks in {time.time() - t0:.0f} s")
+    return to_controller(model, {"trained": asdict(cfg), "search": asdict(search),
+                                 "train_s": round(time.time() - t0, 1)})
+
+
+__all__ = ["RowPolicy", "StrategyConfig", "StrategyEnv", "to_controller", "train"]

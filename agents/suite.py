@@ -1,0 +1,96 @@
+"""The benchmark's problem sets, each with the truth a tuner is judged on.
+
+- ``lofo``: platforms drawn around the presets of one family (:data:`ncclrl.costmodel.platforms.FAMILIES`),
+  tuned with the strategy trained with that whole family left out;
+- ``misspecified``: the same draws with :class:`ncclrl.costmodel.platforms.Quirks` (effects the
+  simulator lacks), same strategies;
+- ``replay``: recorded exhaustive sweeps of real machines as truth (each point's pooled job
+  medians), measured by replaying its recorded jobs in an order shuffled per seed; the prior is
+  the topology's uncalibrated simulator (what a new user starts from), and the strategy is the
+  one trained without the family of the recorded machine.
+
+Every problem's prior is a simulator a user could have before measuring: the preset's nominal
+parameters (simulated sets) or the topology's defaults (replays); the truth is never the prior.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ncclrl.agents.problem import Measure, Oracle, Problem, platform_measure, replay_measure
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.platforms import draw_platform, family_of
+from ncclrl.costmodel.simulator import SimParams, Simulator
+from ncclrl.costmodel.space import Key
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.envs.replay import recorded_sweep, replay_knobs
+
+SETS = ("lofo", "misspecified", "replay")
+
+
+def stable(*parts: Any) -> int:
+    return zlib.crc32("/".join(map(str, parts)).encode())
+
+
+@dataclass
+class Instance:
+    """A problem with its truth and a way to measure it afresh for each run."""
+
+    problem: Problem
+    oracle: Oracle
+    family: str
+    measure: Any  # (seed) -> Measure
+
+    def measure_for(self, seed: int) -> Measure:
+        return self.measure(seed)
+
+
+def simulated(preset: str, draw: int, coll: str, platform_seed: int, misspecified: bool, min_bytes: int,
+              max_bytes: int) -> Instance:
+    """A platform drawn around ``preset`` (its seed stream is ``platform_seed``, never a training one)."""
+    rng = np.random.default_rng([platform_seed, stable(preset), draw, int(misspecified)])
+    plat = draw_platform(preset, rng, misspecified)
+    problem = Problem.make(plat.topo, [N.COLLECTIVES.index(coll)], min_bytes, max_bytes)
+    oracle = Oracle(problem, plat)
+    base = stable(preset, draw, coll, int(misspecified))
+    return Instance(problem, oracle, family_of(preset),
+                    lambda seed: platform_measure(plat, np.random.default_rng([base, seed])))
+
+
+def replayed(store: str | Path, preset: str, launch: str, coll: str) -> Instance:
+    """A recorded sweep of ``preset`` in ``store`` as truth (see the module's docs)."""
+    topo = load_topology(preset)
+    c = N.COLLECTIVES.index(coll)
+    frame = recorded_sweep(store, topo, launch, ("sweep", "sweep-repeat"), status="ok", collective=coll)
+    knobs = replay_knobs(frame, topo)
+    by_knobs = {k.knobs: k for k in knobs}
+    recorded: dict[tuple[tuple[int, ...], int, int, Key], list[list[float]]] = {}
+    for r in frame.itertuples(index=False):
+        kn = (int(r.comm_channels), int(r.buffsize_bytes), int(r.socket_nthreads), int(r.nsocks_perthread),
+              int(r.socket_inline_bytes))
+        if kn in by_knobs:
+            recorded.setdefault((kn, c, int(r.nbytes), (r.algo, r.proto, int(r.channels))), []).append(
+                list(r.samples_us))
+    sizes = sorted({x[2] for x in recorded})
+    prior = Simulator(topo, SimParams.defaults(topo), seed=0)
+    problem = Problem(topo, [c], {c: sizes}, knobs, prior=prior, available=set(recorded),
+                      repeats={x: len(v) for x, v in recorded.items()})
+    times = {}
+    for k in knobs:
+        keys = problem.space(c, k)
+        t = np.full((len(keys), len(sizes)), np.inf)
+        for j, key in enumerate(keys):
+            for i, s in enumerate(sizes):
+                jobs = recorded.get((k.knobs, c, s, key))
+                if jobs:
+                    t[j, i] = float(np.exp(np.mean([np.log(np.median(x)) for x in jobs])))
+        times[(k.knobs, c)] = t
+    oracle = Oracle(problem, times=times)
+    base = stable(preset, coll, "replay")
+    return Instance(problem, oracle, family_of(preset),
+                    lambda seed: replay_measure(recorded, np.random.default_rng([base, seed])))
