@@ -479,8 +479,8 @@ class Search:
         first = list(sp.default[: sp.n_cells])
         k = self.zs.knob
         for c, i in self.zs.rows.items():
-            if k:
-                first.append(int(sp.default[k * sp.n_cells + c])) if sp.default[k * sp.n_cells + c] >= 0 else None
+            if k:  # NCCL's choice under the zero-shot setting, next to the row (-1: it cannot run)
+                first.append(int(sp.default[k * sp.n_cells + c]))
             first.append(i)
         self.pending = [i for i in dict.fromkeys(first) if i >= 0][: self.ev.remaining]
         self.flush()
@@ -604,9 +604,7 @@ class Search:
             if not len(short):
                 reason = "nothing left to measure"
                 break
-            s = self.controller.scores(f)
-            self.ev.count_model(0)
-            choice = int(np.argmax(s))
+            choice = int(np.argmax(self.controller.scores(f)))
             if not self.act(choice):
                 if choice >= len(short):
                     reason = "the strategy stopped: no candidate worth its measurement"

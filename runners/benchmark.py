@@ -37,7 +37,7 @@ from ncclrl.agents.strategy_train import StrategyConfig, train
 from ncclrl.agents.suite import SETS, Instance, replayed, simulated
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.platforms import FAMILIES
+from ncclrl.costmodel.platforms import FAMILIES, family_of
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.runners.config import Command, compose_config, register
@@ -171,19 +171,13 @@ def tasks(cfg: DictConfig) -> list[dict[str, Any]]:
     for st in s.sets:
         if st == "replay":
             probs = [{"set": st, "replay": dict(r), "collective": "allreduce", "problem": f"{r['topology']}:recorded",
-                      "family": _family(r["topology"])} for r in OmegaConf.to_container(s.replays)]
+                      "family": family_of(r["topology"])} for r in OmegaConf.to_container(s.replays)]
         else:
             probs = [{"set": st, "preset": p, "draw": d, "collective": str(c), "family": f,
                       "problem": f"{p}#{d}:{c}"}
                      for f in s.families for p in FAMILIES[f] for d in range(int(s.platforms)) for c in s.collectives]
         out += [dict(pr, seed=int(seed)) for pr in probs for seed in s.seeds]
     return out
-
-
-def _family(preset: str) -> str:
-    from ncclrl.costmodel.platforms import family_of
-
-    return family_of(preset)
 
 
 def strategy_path(folder: Path, family: str) -> Path:
