@@ -1,7 +1,8 @@
-"""Export a policy as tuner-plugin tables for one target platform.
+"""Export the zero-shot table of one target platform: the exact argmin of its simulator, as
+tuner-plugin tables, with no measurement.
 
-For each collective and every power of two from 1 B to 2 GiB, the policy picks a decision
-deterministically (the highest-scoring valid action); the decision for ``2^k`` covers
+For each collective and every power of two from 1 B to 2 GiB, every valid per-call configuration
+is timed in the simulator and the fastest kept; the decision for ``2^k`` covers
 ``[2^k, 2^(k+1) - 1]`` (the first row starts at 0, the last ends at 4294967295), neighbours with
 equal decisions merge. Outputs:
 
@@ -11,8 +12,8 @@ equal decisions merge. Outputs:
 * ``nccl.conf``: per-process knobs (``NCCL_BUFFSIZE``, socket threads/sockets, minimum channels)
   when they lower the predicted time over the table's sizes, else nothing.
 
-A row keeps NCCL's own decision unless the simulator predicts the policy's choice faster by more
-than ``margin`` (a table never carries a decision the model does not support).
+A row keeps NCCL's own decision unless the simulator predicts the fastest configuration faster by
+more than ``margin`` (a table never carries a decision the model does not support).
 """
 
 from __future__ import annotations
@@ -23,9 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ncclrl.agents.pretrain import policy_scores
 from ncclrl.costmodel import nccl as N
-from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.replica import auto_channels, build_model, default_decisions
 from ncclrl.costmodel.simulator import Configs, Simulator
 from ncclrl.costmodel.table import MAX_BYTES, Row, Table
@@ -35,18 +34,10 @@ from ncclrl.envs import spaces as S
 EXPORT_SIZES = 1 << np.arange(0, 32, dtype=np.int64)  # 1 B .. 2 GiB; the last row runs to 4 GiB - 1
 
 
-def _decide(model, topo: Topology, coll: int, sizes: np.ndarray, top_k: int = 1) -> np.ndarray:
-    """The policy's ``top_k`` highest-scoring valid actions per size, best first: ``(top_k, n)``
-    (``top_k`` 1: its deterministic decision, shape ``(n,)``)."""
-
-    obs = S.observations(topo, coll, sizes)
-    mask = np.broadcast_to(S.action_mask(topo, coll), (sizes.size, S.N_ACTIONS))
-    scores = policy_scores(model, obs, mask)
-    if top_k == 1:
-        return np.argmax(scores, axis=1)
-    k = min(top_k, int(mask[0].sum()))
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    return order.T
+def _candidates(topo: Topology, coll: int, n: int) -> np.ndarray:
+    """Every valid action at each of ``n`` sizes: ``(actions, n)``."""
+    valid = np.flatnonzero(S.action_mask(topo, coll))
+    return np.repeat(valid[:, None], n, axis=1)
 
 
 def _explicit_channels(topo: Topology, coll: int, sizes: np.ndarray, algo: np.ndarray, proto: np.ndarray,
@@ -79,21 +70,15 @@ def _times(sim: Simulator, coll: np.ndarray, sizes: np.ndarray, algo: np.ndarray
                                     conf.get("NCCL_NSOCKS_PERTHREAD", 0)))
 
 
-def export_table(model, sim: Simulator, collectives: list[str] | None = None, margin: float = 0.01,
-                 tune_conf: bool = True, provenance: dict[str, Any] | None = None, top_k: int = 1) -> Table:
-    """Evaluate ``model`` on ``sim``'s platform and build the table (see the module docstring).
-
-    ``top_k`` > 1 times the policy's ``top_k`` best-scored actions per size in the simulator and
-    keeps the fastest (policy-guided search); 1 is the policy's deterministic choice alone.
-    """
+def export_table(sim: Simulator, collectives: list[str] | None = None, margin: float = 0.01,
+                 tune_conf: bool = True, provenance: dict[str, Any] | None = None) -> Table:
+    """The zero-shot table of ``sim``'s platform (see the module docstring)."""
     topo = sim.topo
     colls = [N.parse_name("collective", c, N.COLLECTIVES) for c in (collectives or N.COLLECTIVES)]
     sizes = EXPORT_SIZES
     per: dict[int, dict[str, np.ndarray]] = {}
-    if top_k < 1:
-        raise ConfigError("export.top_k", f"must be >= 1, got {top_k}")
     for c in colls:
-        a = np.atleast_2d(_decide(model, topo, c, sizes, top_k))
+        a = _candidates(topo, c, sizes.size)
         algo, proto, ch, chunk = (x[a] for x in S.decode_all())
         d = default_decisions(topo, c, sizes)
         per[c] = {"algo": algo, "proto": proto, "ch": ch, "d_algo": d.algo, "d_proto": d.proto}
@@ -141,7 +126,7 @@ def export_table(model, sim: Simulator, collectives: list[str] | None = None, ma
             lo = 0 if i == 0 else int(s)
             hi = MAX_BYTES if i == sizes.size - 1 else int(sizes[i + 1] - 1)
             row = Row(N.COLLECTIVES[c], lo, hi, N.ALGOS[algo], N.PROTOS[proto], ch, 0.0,
-                      "policy" if use else "nccl-default", float(r["t_default"][i]), float(r["t"][i]),
+                      "simulator" if use else "nccl-default", float(r["t_default"][i]), float(r["t"][i]),
                       nnodes=topo.nodes, nranks=topo.nranks)
             last = rows[-1] if rows else None
             if last and last.collective == row.collective and (last.algo, last.proto, last.channels) == \
@@ -151,7 +136,7 @@ def export_table(model, sim: Simulator, collectives: list[str] | None = None, ma
             rows.append(row)
     prov = dict(provenance or {})
     prov.update(topology=topo.name, nodes=topo.nodes, nranks=topo.nranks, nccl_version=topo.nccl.version,
-                git_revision=_git_revision(), margin=margin, top_k=top_k)
+                git_revision=_git_revision(), margin=margin)
     return Table(topology=topo, rows=rows, conf=best_conf, provenance=prov)
 
 

@@ -210,11 +210,15 @@ class DecisionConfig:
         ``delta`` faster than NCCL's choice exceeds ``1 - alpha``
     :param job_sigma: sd (log) of the shift all points of one job share: a knob setting is compared
         with NCCL's defaults across jobs, so this much does not average out over sizes
+    :param unmeasured: whether a row may be a point not measured itself (its posterior then rests
+        on the measurements of points like it and on the prior); NCCL's choice is replaced only
+        on the same evidence either way
     """
 
-    delta: float = 0.02
-    alpha: float = 0.1
+    delta: float = 0.01
+    alpha: float = 0.2
     job_sigma: float = 0.03
+    unmeasured: bool = True
 
     def check(self) -> None:
         if not 0 <= self.delta < 1:
@@ -239,9 +243,11 @@ class Table:
 
 
 def decide(space: Space, model: Model, n: np.ndarray, knob_jobs: list[set[int]], cfg: DecisionConfig) -> Table:
-    """The table the measurements support (the module's docs, point 3). Rows come only from
-    measured points; NCCL's choice next to them need not be measured (the model's posterior for it
-    then carries the prior's uncertainty)."""
+    """The table the measurements support (the module's docs, point 3): per cell, the fastest
+    predicted point among those at least ``delta`` faster than NCCL's choice with probability
+    above ``1 - alpha``, else NCCL's choice. Rows come from measured points unless
+    ``cfg.unmeasured``; NCCL's choice next to them need not be measured (the model's posterior for
+    it then carries the prior's uncertainty)."""
     thr = math.log1p(cfg.delta)
     nc = space.n_cells
     plain = space.default[:nc]
@@ -264,12 +270,14 @@ def decide(space: Space, model: Model, n: np.ndarray, knob_jobs: list[set[int]],
                 rows[c], prob[c], final[c] = int(r), 1.0, r
                 continue
             final[c] = d
-            if len(meas):
-                r = meas[np.argmin(model.mean[meas])]
-                sd = math.hypot(model.std[d], model.std[r])
-                p = float(_cdf((model.mean[d] - model.mean[r] - thr) / sd))
-                if p > 1 - cfg.alpha:
-                    rows[c], prob[c], final[c] = int(r), p, r
+            cand = mem[~space.is_default[mem]] if cfg.unmeasured else meas
+            if len(cand):
+                sd = np.hypot(model.std[d], model.std[cand])
+                p = _cdf((model.mean[d] - model.mean[cand] - thr) / sd)
+                ok = p > 1 - cfg.alpha
+                if ok.any():  # the fastest predicted among the rows the evidence supports
+                    j = np.flatnonzero(ok)[np.argmin(model.mean[cand[ok]])]
+                    rows[c], prob[c], final[c] = int(cand[j]), float(p[j]), cand[j]
         if final is None:
             continue
         gain = float(np.mean(model.mean[plain] - model.mean[final]))

@@ -35,8 +35,8 @@ from ncclrl.costmodel.platforms import FAMILIES, draw_platform
 
 
 @dataclass
-class StrategyConfig:
-    """What the strategy is trained on, and how.
+class ExperimentConfig:
+    """What the strategy is trained on.
 
     :param families: platform families to draw from (:data:`ncclrl.costmodel.platforms.FAMILIES`)
     :param misspecified: share of episodes on platforms with effects the simulator lacks
@@ -44,6 +44,38 @@ class StrategyConfig:
     :param min_budget: smallest budget of an episode (points)
     :param max_budget: largest budget of an episode
     :param cost_pct: reward cost of one measured point, in percent of the optimum
+    """
+
+    families: list[str] = field(default_factory=lambda: list(FAMILIES))
+    misspecified: float = 0.5
+    collectives: list[str] = field(default_factory=lambda: ["allreduce", "allgather", "reducescatter", "broadcast"])
+    min_budget: int = 50
+    max_budget: int = 1000
+    cost_pct: float = 0.001
+
+    def check(self) -> None:
+        for f in self.families:
+            if f not in FAMILIES:
+                raise ConfigError("experiment.families", f"unknown family {f!r}; allowed: {', '.join(FAMILIES)}")
+        if not self.families:
+            raise ConfigError("experiment.families", f"need at least one of {', '.join(FAMILIES)}")
+        for c in self.collectives:
+            N.parse_name("experiment.collectives", c, N.COLLECTIVES)
+        if not self.collectives:
+            raise ConfigError("experiment.collectives", f"need at least one of {', '.join(N.COLLECTIVES)}")
+        if not 0 <= self.misspecified <= 1:
+            raise ConfigError("experiment.misspecified", f"must be in [0, 1], got {self.misspecified}")
+        if not 1 <= self.min_budget <= self.max_budget:
+            raise ConfigError("experiment.min_budget", f"need 1 <= min_budget <= max_budget, got "
+                              f"{self.min_budget}, {self.max_budget}")
+        if self.cost_pct < 0:
+            raise ConfigError("experiment.cost_pct", f"must be >= 0, got {self.cost_pct}")
+
+
+@dataclass
+class AgentConfig:
+    """MaskablePPO's settings and budget.
+
     :param total_timesteps: picks to train on
     :param n_envs: episodes stepped together
     :param n_steps: steps per environment between updates
@@ -55,12 +87,6 @@ class StrategyConfig:
     :param seed: seed of the networks, the platform draws and the measurement noise
     """
 
-    families: list[str] = field(default_factory=lambda: list(FAMILIES))
-    misspecified: float = 0.5
-    collectives: list[str] = field(default_factory=lambda: ["allreduce", "allgather", "reducescatter", "broadcast"])
-    min_budget: int = 50
-    max_budget: int = 1000
-    cost_pct: float = 0.001
     total_timesteps: int = 60_000
     n_envs: int = 4
     n_steps: int = 256
@@ -72,22 +98,15 @@ class StrategyConfig:
     seed: int = 0
 
     def check(self) -> None:
-        for f in self.families:
-            if f not in FAMILIES:
-                raise ConfigError("strategy.families", f"unknown family {f!r}; allowed: {', '.join(FAMILIES)}")
-        if not self.families:
-            raise ConfigError("strategy.families", f"need at least one of {', '.join(FAMILIES)}")
-        for c in self.collectives:
-            N.parse_name("strategy.collectives", c, N.COLLECTIVES)
-        if not 0 <= self.misspecified <= 1:
-            raise ConfigError("strategy.misspecified", f"must be in [0, 1], got {self.misspecified}")
-        if not 1 <= self.min_budget <= self.max_budget:
-            raise ConfigError("strategy.min_budget", f"need 1 <= min_budget <= max_budget, got "
-                              f"{self.min_budget}, {self.max_budget}")
+        for k in ("total_timesteps", "n_envs", "n_steps", "batch_size", "hidden"):
+            if getattr(self, k) < 1:
+                raise ConfigError(f"agent.{k}", f"must be >= 1, got {getattr(self, k)}")
         if (self.n_envs * self.n_steps) % self.batch_size:
-            raise ConfigError("strategy.batch_size", f"must divide n_envs * n_steps = {self.n_envs * self.n_steps}")
-        if self.total_timesteps < 1:
-            raise ConfigError("strategy.total_timesteps", f"must be >= 1, got {self.total_timesteps}")
+            raise ConfigError("agent.batch_size", f"must divide n_envs * n_steps = {self.n_envs * self.n_steps}")
+        if not self.learning_rate > 0:
+            raise ConfigError("agent.learning_rate", f"must be > 0, got {self.learning_rate}")
+        if not 0 < self.gamma <= 1:
+            raise ConfigError("agent.gamma", f"must be in (0, 1], got {self.gamma}")
 
 
 class StrategyEnv(gym.Env):
@@ -113,7 +132,7 @@ class StrategyEnv(gym.Env):
     Terminated when the budget is spent, nothing is left to measure, or the agent stops.
 
     ## Arguments
-    ``cfg`` (:class:`StrategyConfig`), ``search`` (:class:`ncclrl.agents.strategy.SearchConfig`).
+    ``cfg`` (:class:`ExperimentConfig`), ``search`` (:class:`ncclrl.agents.strategy.SearchConfig`).
 
     ## Version History
     - v0: first version
@@ -121,7 +140,7 @@ class StrategyEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, cfg: StrategyConfig, search: SearchConfig | None = None) -> None:
+    def __init__(self, cfg: ExperimentConfig, search: SearchConfig | None = None) -> None:
         cfg.check()
         self.cfg, self.search_cfg = cfg, search or SearchConfig()
         self.k = self.search_cfg.shortlist
@@ -237,28 +256,53 @@ def to_controller(model: MaskablePPO, meta: dict[str, Any]) -> PolicyController:
     return PolicyController(layers, meta)
 
 
-def train(cfg: StrategyConfig, search: SearchConfig | None = None, log=print) -> PolicyController:
-    """Train a strategy from scratch; returns it (save with :meth:`PolicyController.save`)."""
-    cfg.check()
+def train(agent: AgentConfig, experiment: ExperimentConfig, search: SearchConfig | None = None,
+          init: PolicyController | None = None, log=print) -> PolicyController:
+    """Train a strategy on ``experiment``'s platforms, from scratch or, with ``init``, from its
+    weights (the same architecture); returns it (save with :meth:`PolicyController.save`)."""
+    agent.check()
+    experiment.check()
     torch.set_num_threads(1)
     search = search or SearchConfig()
 
     def make(rank: int):
         def _f():
-            env = StrategyEnv(cfg, search)
-            env.reset(seed=cfg.seed * 1000 + rank)
+            env = StrategyEnv(experiment, search)
+            env.reset(seed=agent.seed * 1000 + rank)
             return env
         return _f
 
-    env = DummyVecEnv([make(i) for i in range(cfg.n_envs)])
-    model = MaskablePPO(RowPolicy, env, n_steps=cfg.n_steps, batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                        ent_coef=cfg.ent_coef, gamma=cfg.gamma, seed=cfg.seed, device="cpu", verbose=0,
-                        policy_kwargs={"hidden": cfg.hidden})
+    env = DummyVecEnv([make(i) for i in range(agent.n_envs)])
+    hidden = agent.hidden if init is None else int(init.layers[0][0].shape[1])
+    model = MaskablePPO(RowPolicy, env, n_steps=agent.n_steps, batch_size=agent.batch_size,
+                        learning_rate=agent.learning_rate, ent_coef=agent.ent_coef, gamma=agent.gamma, seed=agent.seed,
+                        device="cpu", verbose=0, policy_kwargs={"hidden": hidden})
+    if init is not None:
+        load_layers(model, init)
     t0 = time.time()
-    model.learn(total_timesteps=cfg.total_timesteps)
-    log(f"# trained {cfg.total_timesteps} picks in {time.time() - t0:.0f} s")
-    return to_controller(model, {"trained": asdict(cfg), "search": asdict(search),
-                                 "train_s": round(time.time() - t0, 1)})
+    model.learn(total_timesteps=agent.total_timesteps)
+    log(f"# trained {agent.total_timesteps} picks in {time.time() - t0:.0f} s")
+    meta = {"trained": {"agent": asdict(agent), "experiment": asdict(experiment)}, "search": asdict(search),
+            "train_s": round(time.time() - t0, 1)}
+    if init is not None:
+        meta["init"] = init.meta.get("trained")
+    return to_controller(model, meta)
 
 
-__all__ = ["RowPolicy", "StrategyConfig", "StrategyEnv", "to_controller", "train"]
+def load_layers(model: MaskablePPO, ctl: PolicyController) -> None:
+    """Put ``ctl``'s weights into ``model``'s candidate network (the inverse of :func:`to_controller`)."""
+    rows: _Rows = model.policy.mlp_extractor
+    if len(ctl.layers) != 3:
+        raise ConfigError("strategy", f"expected 3 layers, the strategy has {len(ctl.layers)}")
+    with torch.no_grad():
+        for lin, (w, b) in zip((rows.body[0], rows.body[2], rows.head), ctl.layers, strict=True):
+            if tuple(lin.weight.shape) != w.T.shape:
+                raise ConfigError("strategy", f"layer shape {w.T.shape} does not fit {tuple(lin.weight.shape)}")
+            lin.weight.copy_(torch.as_tensor(w.T, dtype=lin.weight.dtype))
+            lin.bias.copy_(torch.as_tensor(b, dtype=lin.bias.dtype))
+
+
+if "ncclrl/Strategy-v0" not in gym.registry:
+    gym.register(id="ncclrl/Strategy-v0", entry_point="ncclrl.agents.strategy_train:StrategyEnv")
+
+__all__ = ["AgentConfig", "ExperimentConfig", "RowPolicy", "StrategyEnv", "load_layers", "to_controller", "train"]

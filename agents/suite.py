@@ -26,8 +26,8 @@ from ncclrl.agents.problem import Measure, Oracle, Problem, platform_measure, re
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.platforms import draw_platform, family_of
 from ncclrl.costmodel.simulator import SimParams, Simulator
-from ncclrl.costmodel.space import Key
-from ncclrl.costmodel.topology import load_topology
+from ncclrl.costmodel.space import Key, Point
+from ncclrl.costmodel.topology import Topology, load_topology
 from ncclrl.envs.replay import recorded_sweep, replay_knobs
 
 SETS = ("lofo", "misspecified", "replay")
@@ -62,20 +62,29 @@ def simulated(preset: str, draw: int, coll: str, platform_seed: int, misspecifie
                     lambda seed: platform_measure(plat, np.random.default_rng([base, seed])))
 
 
+def recorded_points(frame: Any, topo: Topology, colls: list[int]) -> tuple[list[Point], dict[
+        tuple[tuple[int, ...], int, int, Key], list[list[float]]]]:
+    """A recorded sweep's knob settings (NCCL's defaults first) and, per point of ``colls``, the
+    samples of each job that measured it."""
+    knobs = replay_knobs(frame, topo)
+    by_knobs = {k.knobs for k in knobs}
+    names = {N.COLLECTIVES[c]: c for c in colls}
+    recorded: dict[tuple[tuple[int, ...], int, int, Key], list[list[float]]] = {}
+    for r in frame.itertuples(index=False):
+        kn = (int(r.comm_channels), int(r.buffsize_bytes), int(r.socket_nthreads), int(r.nsocks_perthread),
+              int(r.socket_inline_bytes))
+        if kn in by_knobs and r.collective in names:
+            recorded.setdefault((kn, names[r.collective], int(r.nbytes), (r.algo, r.proto, int(r.channels))),
+                                []).append(list(r.samples_us))
+    return knobs, recorded
+
+
 def replayed(store: str | Path, preset: str, launch: str, coll: str) -> Instance:
     """A recorded sweep of ``preset`` in ``store`` as truth (see the module's docs)."""
     topo = load_topology(preset)
     c = N.COLLECTIVES.index(coll)
     frame = recorded_sweep(store, topo, launch, ("sweep", "sweep-repeat"), status="ok", collective=coll)
-    knobs = replay_knobs(frame, topo)
-    by_knobs = {k.knobs: k for k in knobs}
-    recorded: dict[tuple[tuple[int, ...], int, int, Key], list[list[float]]] = {}
-    for r in frame.itertuples(index=False):
-        kn = (int(r.comm_channels), int(r.buffsize_bytes), int(r.socket_nthreads), int(r.nsocks_perthread),
-              int(r.socket_inline_bytes))
-        if kn in by_knobs:
-            recorded.setdefault((kn, c, int(r.nbytes), (r.algo, r.proto, int(r.channels))), []).append(
-                list(r.samples_us))
+    knobs, recorded = recorded_points(frame, topo, [c])
     sizes = sorted({x[2] for x in recorded})
     prior = Simulator(topo, SimParams.defaults(topo), seed=0)
     problem = Problem(topo, [c], {c: sizes}, knobs, prior=prior, available=set(recorded),

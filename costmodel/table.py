@@ -57,7 +57,7 @@ class Row:
     (inclusive) with this algorithm, protocol and channel count (``default``/``-1``: NCCL's
     own), on communicators of ``nnodes`` nodes and ``nranks`` ranks (-1: any).
 
-    :param source: where the decision comes from: policy, nccl-default, measured
+    :param source: where the decision comes from: simulator (the zero-shot table), nccl-default, measured
     :param chunk_factor: the policy's chunk factor (0: NCCL's chunk size)
     :param default_time_us: predicted or measured time of NCCL's default at ``min_bytes`` (if known)
     :param time_us: predicted or measured time of this row's decision at ``min_bytes`` (if known)

@@ -13,7 +13,9 @@ optimum (the best a table plus one ``nccl.conf`` reaches in the space). Writes `
 (one row per problem, seed, method and budget, with live points, model evaluations and wall
 time), ``summary.csv`` (per set, method and budget: the mean over problems of the median over
 seeds, with a 95% bootstrap interval over problems; ncclrl's paired difference to it with its
-interval; wins and losses over problems) and ``benchmark.png`` into ``out``. The strategies a set
+interval; wins and losses over problems) and ``benchmark.png`` into ``out``. Each finished
+(problem, seed) is appended to ``out/partial.csv`` at once, and a rerun of the same configuration
+resumes from it. The strategies a set
 needs are trained into ``strategies`` first (or read from there). The same configuration gives
 the same tables whatever ``workers`` is.
 """
@@ -33,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.baselines import METHODS, Evaluator, make_tuner
 from ncclrl.agents.strategy import PolicyController
-from ncclrl.agents.strategy_train import StrategyConfig, train
+from ncclrl.agents.strategy_train import AgentConfig, ExperimentConfig, train
 from ncclrl.agents.suite import SETS, Instance, replayed, simulated
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
@@ -194,7 +196,7 @@ def ensure_strategies(cfg: DictConfig, folder: Path) -> None:
             continue
         rest = [f for f in FAMILIES if f != fam]
         log.info("# training the strategy without %s (%d picks)", fam, int(cfg.suite.strategy_steps))
-        train(StrategyConfig(families=rest, total_timesteps=int(cfg.suite.strategy_steps)),
+        train(AgentConfig(total_timesteps=int(cfg.suite.strategy_steps)), ExperimentConfig(families=rest),
               log=log.info).save(path)
 
 
@@ -314,25 +316,44 @@ def benchmark(cfg: DictConfig) -> pd.DataFrame:
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain["strategies"] = str(folder)
     todo = tasks(cfg)
-    rows: list[dict[str, Any]] = []
+    # each finished task is appended to partial.csv at once; a rerun with the same configuration skips them
+    part = out / "partial.csv"
+    stamp = OmegaConf.to_yaml(cfg)
+    if (out / "partial.yaml").is_file() and (out / "partial.yaml").read_text() != stamp:
+        part.unlink(missing_ok=True)
+    (out / "partial.yaml").write_text(stamp)
+    have = pd.read_csv(part) if part.is_file() and part.stat().st_size else pd.DataFrame(columns=RESULT_COLUMNS)
+    done_keys = set(zip(have["set"], have["problem"], have["seed"].astype(int), strict=True))
+    rows: list[dict[str, Any]] = have.to_dict("records")
+    todo = [t for t in todo if (t["set"], t["problem"], t["seed"]) not in done_keys]
+    if done_keys:
+        log.info("# %d tasks already in %s; %d to run", len(done_keys), part, len(todo))
 
-    def done(i: int, t: dict[str, Any]) -> None:
+    def done(i: int, t: dict[str, Any], r: list[dict[str, Any]]) -> None:
+        pd.DataFrame(r, columns=RESULT_COLUMNS).to_csv(part, mode="a", header=not part.is_file() or
+                                                       not part.stat().st_size, index=False)
         log.info("# %d/%d %s %s seed %d: %.0f s", i + 1, len(todo), t["set"], t["problem"], t["seed"], time.time() - t0)
         bar.advance()
 
     with progress("benchmark", len(todo)) as bar:
         if int(cfg.workers) == 1:
             for i, t in enumerate(todo):
-                rows += run_task(t, plain)
-                done(i, t)
+                r = run_task(t, plain)
+                rows += r
+                done(i, t, r)
         else:
             os.environ.setdefault("OMP_NUM_THREADS", "1")
             with ProcessPoolExecutor(int(cfg.workers)) as pool:
                 for i, r in enumerate(pool.map(run_task, todo, [plain] * len(todo))):
                     rows += r
-                    done(i, todo[i])
+                    done(i, todo[i], r)
+    order = {(t["set"], t["problem"], t["seed"]): i for i, t in enumerate(tasks(cfg))}
     df = pd.DataFrame(rows, columns=RESULT_COLUMNS)
+    df["_o"] = [order[(a, b, int(c))] for a, b, c in zip(df["set"], df["problem"], df["seed"], strict=True)]
+    df = df.sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
     df.to_csv(out / "results.csv", index=False, float_format="%.6g")
+    part.unlink(missing_ok=True)
+    (out / "partial.yaml").unlink(missing_ok=True)
     s = summarize(df)
     s.to_csv(out / "summary.csv", index=False, float_format="%.6g")
     plot(s, out / "benchmark.png")

@@ -1,14 +1,14 @@
-"""``ncclrl finetune``: fine-tune a pretrained policy on a live platform under a measurement
-budget, guard its decisions, export the table (keys: :class:`FinetuneCommand`; the method:
-:mod:`ncclrl.agents.finetune`).
+"""``ncclrl finetune``: a tuning run of the shipped search strategy on a live platform under a
+measurement budget, exporting the table the measurements support (keys: :class:`FinetuneCommand`;
+the method: :mod:`ncclrl.agents.finetune`, :mod:`ncclrl.agents.strategy`).
 
-    ncclrl finetune backend=torch topology=h200-2x2-sock budget=230 out=runs/ft
+    ncclrl finetune backend=torch topology=h200-2x2-sock budget=250 out=runs/ft
 
-``backend=torch`` measures on the GPUs of this machine (one job per knob setting, our plugin
-selecting each configuration); ``backend=replay replay_store=SWEEP.sqlite`` answers every
+``backend=torch`` measures on the GPUs of this machine (one job per knob setting and round, our
+plugin selecting each configuration); ``backend=replay replay_store=SWEEP.sqlite`` answers every
 measurement from an earlier exhaustive sweep instead (the same points, counted the same way; the
-sweep measured with ``launch``), which compares fine-tuning with the sweep on its own data.
-Every measurement goes to ``store`` (tags ``finetune`` and ``guard``).
+sweep measured with ``launch``), which compares fine-tuning with the sweep on its own data. Every
+measurement goes to ``store`` (tag ``finetune``) as soon as its job ends.
 """
 
 from __future__ import annotations
@@ -17,16 +17,17 @@ import json
 import logging
 import sys
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ncclrl.agents.finetune import FinetuneConfig, Finetuner, knob_label, sizes_for, write_outcome
-from ncclrl.agents.pretrain import checkpoint_path, load_policy
+from ncclrl.agents.finetune import finetune, knob_label, sizes_for, write_outcome
+from ncclrl.agents.problem import Evaluator, Problem
+from ncclrl.agents.strategy import PolicyController, SearchConfig, strategy_path
+from ncclrl.agents.suite import recorded_points
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.space import KNOB_FIELDS, Point
@@ -35,7 +36,7 @@ from ncclrl.costmodel.topology import Topology, load_topology
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.envs.live import require_gpus
 from ncclrl.envs.measure import measure_whole
-from ncclrl.envs.replay import ReplayWorkers, recorded_sweep, replay_knobs, replay_noise
+from ncclrl.envs.replay import ReplayWorkers, recorded_sweep
 from ncclrl.envs.store import Store
 from ncclrl.envs.torch_workers import TableWorkers
 from ncclrl.runners.config import Command, parse, register
@@ -53,7 +54,6 @@ class TunedLiveConfig(LiveConfig):
     :param backend: torch (PyTorch workers on this machine's GPUs) or replay (answers from a recorded sweep)
     :param replay_store: backend=replay: the store holding the exhaustive sweep to replay
     :param out: the folder the table, nccl.conf and the run's summary go to
-    :param threads: PyTorch CPU threads for the policy's updates (1 is fastest for these small networks; 0: PyTorch's)
     """
 
     topology: str = ""
@@ -64,11 +64,8 @@ class TunedLiveConfig(LiveConfig):
     timing: str = "eager"
     timeout_s: float = 120.0
     store: str = "runs/finetune.sqlite"
-    threads: int = 1
 
     def check(self) -> None:
-        if self.threads < 0:
-            raise ConfigError("threads", f"must be >= 0 (0: PyTorch's default), got {self.threads}")
         if self.backend not in ("torch", "replay"):
             raise ConfigError("backend", f"unknown value {self.backend!r}; allowed: torch, replay")
         if not self.topology:
@@ -80,19 +77,33 @@ class TunedLiveConfig(LiveConfig):
 
 
 @dataclass
-class FinetuneCommand(TunedLiveConfig, FinetuneConfig):
-    """Fine-tune a pretrained policy on live (or replayed) measurements under a budget, guard its
-    decisions against NCCL's defaults and export the table.
+class FinetuneCommand(TunedLiveConfig):
+    """Fine-tune: a tuning run of the search strategy on live (or replayed) measurements under a
+    budget; export the table and ``nccl.conf`` the measurements support, with the evidence per row.
 
-    :param checkpoint: the policy to start from: pretrained (shipped with ncclrl) or a policy.zip path
+    :param budget: measured points allowed in all, NCCL's defaults included
+    :param wall_s: no new measurement after this many seconds (0: no limit), whatever is left of budget
+    :param strategy: the search strategy: shipped (installed with ncclrl) or a strategy.json path
+    :param search: the run's settings: search.round_points, search.decision.delta, search.decision.alpha, ...
     """
 
-    checkpoint: str = "pretrained"
-    samples: int = 5
+    budget: int = 250
+    wall_s: float = 0.0
+    strategy: str = "shipped"
+    search: SearchConfig = field(default_factory=SearchConfig)
 
     def check(self) -> None:
         TunedLiveConfig.check(self)
-        FinetuneConfig.check(self)
+        for k in ("budget", "wall_s"):
+            if getattr(self, k) < 0:
+                raise ConfigError(k, f"must be >= 0, got {getattr(self, k)}")
+        try:
+            self.search.check()
+        except ConfigError as e:  # named as the user writes it
+            raise ConfigError(f"search.{e.field}", str(e).split(": ", 1)[1]) from None
+        if not strategy_path(self.strategy).is_file():
+            raise ConfigError("strategy", f"no strategy at {strategy_path(self.strategy)}; use shipped or the "
+                              "strategy.json that ncclrl pretrain wrote")
 
 
 def parse_args(argv: list[str]) -> DictConfig:
@@ -100,14 +111,28 @@ def parse_args(argv: list[str]) -> DictConfig:
     return parse(COMMAND, argv)
 
 
-def finetune_config(args: DictConfig) -> FinetuneConfig:
-    """The method's settings out of the command's keys (declared once, in :class:`FinetuneConfig`)."""
-    return FinetuneConfig(**{f.name: args[f.name] for f in fields(FinetuneConfig)})
-
-
 def main_finetune(args: DictConfig) -> int:
-    run_finetune(args.checkpoint, args)
+    run_finetune(args)
     return 0
+
+
+def live_problem(args: DictConfig, topo: Topology, colls: list[int]) -> tuple[Problem, Any]:
+    """The problem a live run tunes: every knob setting and per-call configuration of the sweep's
+    space at the sizes of ``min_bytes``..``max_bytes``; replayed, the recorded sweep's settings and
+    points (and the sweep itself, else ``None``)."""
+    sizes = sizes_for(topo, colls, parse_bytes(args["min_bytes"], "min_bytes"),
+                      parse_bytes(args["max_bytes"], "max_bytes"))
+    if args["backend"] != "replay":
+        return Problem(topo, colls, sizes), None
+    sweep = recorded_sweep(args["replay_store"], topo, args["launch"], ("sweep", "sweep-repeat"), status="ok")
+    knobs, recorded = recorded_points(sweep, topo, colls)
+    missing = [(N.COLLECTIVES[c], s) for c in colls for s in sizes[c]
+               if (knobs[0].knobs, c, s, ("default", "default", 0)) not in recorded]
+    if missing:
+        raise ConfigError("replay_store", f"the sweep lacks NCCL's defaults at {len(missing)} sizes, e.g. "
+                          f"{missing[0][0]} {missing[0][1]} B; set min_bytes/max_bytes/collectives to what it measured")
+    return Problem(topo, colls, sizes, knobs, available=set(recorded),
+                   repeats={x: len(v) for x, v in recorded.items()}), sweep
 
 
 def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None):
@@ -176,66 +201,56 @@ def table_speedup_on_sweep(ref: dict[str, Any], conf: Point, rows: list[dict], s
     return float(np.exp(np.mean(logs))) if logs else None
 
 
-def run_finetune(checkpoint: str, args: DictConfig, out=sys.stdout) -> dict[str, Any]:
-
+def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
+    """Run ``ncclrl finetune``; returns (and writes to ``out/summary.json``) what it did."""
     topo = load_topology(args["topology"])
     colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
-    lo, hi = parse_bytes(args["min_bytes"], "min_bytes"), parse_bytes(args["max_bytes"], "max_bytes")
-    cfg = finetune_config(args)
+    cfg: SearchConfig = OmegaConf.to_object(args["search"]) if isinstance(args["search"], DictConfig) \
+        else args["search"]
     cfg.check()
-    if args["backend"] == "torch":  # before the policy loads and the store opens
-
+    if args["backend"] == "torch":  # before the store opens
         require_gpus(topo.nranks)
-    if args["threads"]:
-        torch.set_num_threads(int(args["threads"]))
-    model = load_policy(checkpoint)
-    model.set_random_seed(cfg.seed)
-    sizes = sizes_for(topo, colls, lo, hi)
+    spath = strategy_path(args["strategy"])
+    controller = PolicyController.load(spath)
+    problem, sweep = live_problem(args, topo, colls)
     store = Store(Path(args["store"]))
-
-    def log(msg: str) -> None:
-        logger.info(msg)
-
     t0 = time.time()
-    knobs, noise = None, None
-    if args["backend"] == "replay":
-        knobs = replay_knobs(recorded_sweep(args["replay_store"], topo, args["launch"], status="ok"), topo)
-        noise = replay_noise(args["replay_store"], topo, args["launch"], colls, sizes)
-        log("# replay: the guard judges with the between-job spread of the store's validations" if noise else
-            "# replay: the store has no validations to take the between-job spread from; the run's own repeats")
-    with progress("finetune", cfg.budget) as bar:
-        ft = Finetuner(topo, colls, sizes, model, make_measure(args, topo, store, bar), cfg, log=log, knobs=knobs,
-                       noise_prior=noise)
-        if cfg.budget < ft.reserve + ft.n_sizes:
-            raise ConfigError("budget", f"{cfg.budget} points cannot cover {ft.n_sizes} sizes: the guard alone "
-                              f"reserves {ft.reserve}; use at least {ft.reserve + 2 * ft.n_sizes}")
-        res = ft.run()
+    with progress("finetune", int(args["budget"])) as bar:
+        measure = make_measure(args, topo, store, bar)
+        ev = Evaluator(problem, measure, int(args["budget"]), samples=int(args["samples"]), tag="finetune",
+                       wall_s=float(args["wall_s"]) or None)
+        res, run = finetune(problem, ev, controller, cfg, log=logger.info)
+    wall = time.time() - t0
     out_dir = Path(args["out"])
-    prov = {"checkpoint": str(checkpoint), "policy_sha256": file_sha256(checkpoint_path(checkpoint)),
-            "args": OmegaConf.to_container(args),
-            "nccl_version": topo.nccl.version, "wall_s": round(time.time() - t0, 1)}
-    paths = write_outcome(res, topo, sizes, out_dir, prov)
-    model.save(str(out_dir / "policy.zip"))
-    log(f"# fine-tuned {topo.name} {','.join(N.COLLECTIVES[c] for c in colls)}: {res.measured} measurements in "
-        f"{res.rounds} rounds, {time.time() - t0:.0f} s; knobs: {knob_label(res.conf)}; {len(res.rows)} rows kept by "
-        f"the guard of {sum(1 for g in res.guard if g['nbytes'] and g['knobs'] == knob_label(res.conf))} checked")
-    summary: dict[str, Any] = {"measured": res.measured, "rows": len(res.rows), "conf": res.conf.env(),
+    prov = {"strategy": str(spath), "strategy_sha256": file_sha256(spath),
+            "args": OmegaConf.to_container(args) if isinstance(args, DictConfig) else dict(args),
+            "nccl_version": topo.nccl.version, "wall_s": round(wall, 1)}
+    paths = write_outcome(res, topo, problem.sizes, out_dir, prov)
+    logger.info("# fine-tuned %s %s: %s; %d measurements in %d jobs, %.0f s; knobs: %s; %d rows -> %s", topo.name,
+                ",".join(N.COLLECTIVES[c] for c in colls), res.reason, res.measured, ev.calls, wall,
+                knob_label(res.conf), len(res.rows), paths["csv"])
+    summary: dict[str, Any] = {"reason": res.reason, "measured": res.measured, "jobs": ev.calls,
+                               "wall_s": round(wall, 1), "rows": len(res.rows), "conf": res.conf.env(),
                                "paths": {k: str(v) for k, v in paths.items()}}
-    if args["backend"] == "replay":
-        one = {"collective": N.COLLECTIVES[colls[0]]} if len(colls) == 1 else {}
-        ref = sweep_reference(recorded_sweep(args["replay_store"], topo, args["launch"], **one), topo, sizes)
-        got = table_speedup_on_sweep(ref, res.conf, res.rows, sizes)
-        big = table_speedup_on_sweep(ref, res.conf, res.rows, sizes, 64 << 20, 256 << 20)
+    if sweep is not None:
+        ref = sweep_reference(sweep, topo, problem.sizes)
+        got = table_speedup_on_sweep(ref, res.conf, res.rows, problem.sizes)
+        zs, space = run.zs, run.space
+        zrows = [{"collective": N.COLLECTIVES[space.cells[c][0]], "nbytes": space.cells[c][1], "key": space.keys[i]}
+                 for c, i in zs.rows.items()]
+        zgot = table_speedup_on_sweep(ref, problem.knobs[zs.knob], zrows, problem.sizes)
+        big = table_speedup_on_sweep(ref, res.conf, res.rows, problem.sizes, 64 << 20, 256 << 20)
         summary.update(sweep_points=ref["points"], optimum=ref["optimum"], optimum_conf=ref["optimum_conf"],
-                       speedup_on_sweep=got, fraction=got / ref["optimum"], speedup_on_sweep_64_256MiB=big)
-        log(f"# on the sweep's own data: {got:.3f}x vs the sweep optimum {ref['optimum']:.3f}x "
-            f"({100 * got / ref['optimum']:.1f}%), with {res.measured} of {ref['points']} measurements "
-            f"({100 * res.measured / ref['points']:.1f}%)" + (f"; {big:.2f}x at 64-256 MiB" if big else ""))
+                       speedup_on_sweep=got, fraction=got / ref["optimum"], zero_shot_fraction=zgot / ref["optimum"],
+                       speedup_on_sweep_64_256MiB=big)
+        logger.info("# on the sweep's own data: %.3fx vs the sweep optimum %.3fx (%.1f%%; the zero-shot table "
+                    "%.1f%%), with %d of %d measurements (%.1f%%)", got, ref["optimum"], 100 * got / ref["optimum"],
+                    100 * zgot / ref["optimum"], res.measured, ref["points"], 100 * res.measured / ref["points"])
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
 
 
 COMMAND = Command("finetune", FinetuneCommand, main_finetune,
-                  "fine-tune a policy on live (or replayed) measurements under a budget, guard it, export the table",
+                  "tune on live (or replayed) measurements with the shipped search strategy, export the table",
                   out_key="out")
 register(COMMAND)

@@ -1,8 +1,11 @@
-"""``ncclrl pretrain`` and ``ncclrl export``: an importable :func:`train` behind a thin command.
+"""``ncclrl pretrain`` and ``ncclrl export``: importable functions behind thin commands.
 
-The configuration is composed by Hydra from the schema :class:`PretrainConfig` and the config
-groups in ``ncclrl/conf`` (``agent/``, ``experiment/``); overrides come from the command line
-(``topology=dgx-h100-2n agent.total_timesteps=50000 agent.seed=1``).
+``pretrain`` trains a search strategy (:mod:`ncclrl.agents.strategy_train`) over simulated
+platforms, from scratch or continuing a given one (``init=shipped``), checks it on platforms drawn
+around the target that training never saw, and exports the target's zero-shot table; ``export``
+only exports that table. The configuration is composed by Hydra from :class:`PretrainConfig` and
+the config groups in ``ncclrl/conf`` (``agent/``, ``experiment/``); overrides come from the command
+line (``topology=dgx-h100-2n agent.total_timesteps=20000 experiment.families=[socket]``).
 """
 
 from __future__ import annotations
@@ -15,118 +18,107 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.evaluate import band_report, evaluate_table, s_curve_plot, summary
 from ncclrl.agents.export import export_table
-from ncclrl.agents.pretrain import AgentConfig, checkpoint_path, load_policy, pretrain
+from ncclrl.agents.problem import Evaluator, Oracle, Problem, platform_measure
+from ncclrl.agents.strategy import (
+    PolicyController,
+    RankController,
+    Search,
+    SearchConfig,
+    Space,
+    strategy_path,
+    zero_shot,
+)
+from ncclrl.agents.strategy_train import AgentConfig, ExperimentConfig
+from ncclrl.agents.strategy_train import train as train_strategy
+from ncclrl.agents.suite import stable
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.platforms import draw_platform
 from ncclrl.costmodel.simulator import Simulator
-from ncclrl.costmodel.table import file_sha256
 from ncclrl.costmodel.topology import Topology, load_topology
-from ncclrl.costmodel.units import parse_bytes
 from ncclrl.runners.config import Command, compose_config, register
 
 CONF_DIR = Path(str(files("ncclrl.conf")))
-
-
-@dataclass
-class ExperimentConfig:
-    """What to pretrain on.
-
-    :param pretrain_topologies: the presets platforms are drawn around (domain randomization)
-    :param randomize: share of platform draws randomized around their preset (the rest: the preset itself)
-    :param randomize_scale: 1 = the full bounds of the simulator's RANDOMIZATION
-    :param noise: rewards from noisy simulated measurements, as on real machines
-    :param collectives: the collectives episodes draw from
-    :param min_bytes: the smallest size episodes draw
-    :param max_bytes: the largest size episodes draw
-    """
-
-    pretrain_topologies: list[str] = field(default_factory=lambda: [
-        "h200-1x4", "h200-2x2-sock", "dgx-h100-2n", "dgx-h100-16n", "v100-2x8-eth", "a40-4x8-ib", "a100-16x4-ib"])
-    randomize: float = 0.75
-    randomize_scale: float = 1.0
-    noise: bool = True
-    collectives: list[str] = field(default_factory=lambda: list(N.COLLECTIVES))
-    min_bytes: str = "8"
-    max_bytes: str = "1G"
+CHECK_SEED = 31337  # the stream of the check's platforms: neither training's nor the benchmark's
 
 
 @dataclass
 class ExportSettings:
-    """How a policy becomes a table.
+    """How the target's zero-shot table is built.
 
     :param margin: a row leaves NCCL's default only if the simulator predicts it faster by more than this
     :param tune_conf: also choose per-process knobs (nccl.conf)
-    :param top_k: time the policy's k best-scored actions per size in the simulator and keep the fastest
     """
 
     margin: float = 0.01
     tune_conf: bool = True
-    top_k: int = 16
+
+    def check(self) -> None:
+        if not 0 <= self.margin < 1:
+            raise ConfigError("export.margin", f"must be in [0, 1), got {self.margin}")
 
 
 @dataclass
 class TargetConfig:
-    """Where a policy's table goes.
+    """Where a table goes.
 
     :param topology: the target platform: a preset name (``ncclrl topologies``) or a topology YAML path
     :param run_dir: the output folder (default: runs/<date>_<time>)
-    :param export: how the policy becomes a table
-    :param threads: PyTorch CPU threads (1 is fastest for these small networks; 0: PyTorch's default)
+    :param export: how the zero-shot table is built
     """
 
     topology: str = "h200-2x2-sock"
     run_dir: str | None = None
     export: ExportSettings = field(default_factory=ExportSettings)
-    threads: int = 1
 
     def check(self) -> None:
         load_topology(self.topology)
-        if self.threads < 0:
-            raise ConfigError("threads", f"must be >= 0 (0: PyTorch's default), got {self.threads}")
+        self.export.check()
 
 
 @dataclass
 class ExportConfig(TargetConfig):
-    """Export a trained policy's table (nccl_tuner.csv, .json, nccl.conf) for a platform, with the
-    simulator's report, without retraining.
-
-    :param checkpoint: the policy: pretrained (shipped with ncclrl) or a policy.zip path
-    """
-
-    checkpoint: str = "pretrained"
+    """Export a platform's zero-shot table (nccl_tuner.csv, .json, nccl.conf: the exact argmin of
+    its simulator, nothing measured) with the simulator's report."""
 
 
 @dataclass
 class PretrainConfig(TargetConfig):
-    """Pretrain a MaskablePPO policy on simulated platforms drawn around every preset, evaluate it
-    on the target platform and export its table.
+    """Train a search strategy on simulated platforms, check it on platforms drawn around the
+    target, and export the target's zero-shot table.
 
     :param agent: MaskablePPO's settings and budget (group agent=)
-    :param experiment: what to pretrain on (group experiment=)
-    :param progress_bar: show a progress bar while training
+    :param experiment: what the strategy trains on (group experiment=)
+    :param init: empty: train from scratch; shipped or a strategy.json: continue training that strategy
+    :param check_platforms: platforms drawn around the target (half of them misspecified) the new
+        strategy, the model's ranking and the zero-shot table are compared on (0: no check)
+    :param check_budget: live points of each checked tuning run
     """
 
     defaults: list[Any] = field(default_factory=lambda: ["_self_", {"agent": "maskable_ppo"},
                                                          {"experiment": "default"}])
     agent: AgentConfig = field(default_factory=AgentConfig)
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
-    progress_bar: bool = True
+    init: str = ""
+    check_platforms: int = 6
+    check_budget: int = 200
 
     def check(self) -> None:
         super().check()
         self.agent.check()
-        for t in self.experiment.pretrain_topologies:
-            load_topology(t)
-        for c in self.experiment.collectives:
-            N.parse_name("experiment.collectives", c, N.COLLECTIVES)
-        lo = parse_bytes(self.experiment.min_bytes, "experiment.min_bytes")
-        if parse_bytes(self.experiment.max_bytes, "experiment.max_bytes") < lo:
-            raise ConfigError("experiment.max_bytes", "must be >= experiment.min_bytes")
+        self.experiment.check()
+        if self.init and not strategy_path(self.init).is_file():
+            raise ConfigError("init", f"no strategy at {strategy_path(self.init)}; use shipped, a strategy.json, "
+                              "or nothing (from scratch)")
+        if self.check_platforms < 0:
+            raise ConfigError("check_platforms", f"must be >= 0, got {self.check_platforms}")
+        if self.check_budget < 1:
+            raise ConfigError("check_budget", f"must be >= 1, got {self.check_budget}")
 
 
 def compose(overrides: list[str]) -> DictConfig:
@@ -142,9 +134,8 @@ def agent_config(cfg: DictConfig) -> AgentConfig:
     return OmegaConf.to_object(cfg.agent)
 
 
-def _threads(cfg: DictConfig) -> None:
-    if cfg.threads:
-        torch.set_num_threads(int(cfg.threads))
+def experiment_config(cfg: DictConfig) -> ExperimentConfig:
+    return OmegaConf.to_object(cfg.experiment)
 
 
 def _run_dir(cfg: DictConfig) -> Path:
@@ -153,36 +144,55 @@ def _run_dir(cfg: DictConfig) -> Path:
     return Path("runs") / _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
 
 
+def check_strategy(strategy: PolicyController, target: Topology, platforms: int, budget: int,
+                   seed: int = CHECK_SEED) -> dict[str, Any]:
+    """Tuning runs on ``platforms`` platforms drawn around ``target`` (every other one
+    misspecified; AllReduce, 8 B - 1 GiB) with ``strategy``, with the model's ranking in its place,
+    and the zero-shot table: the fraction of each platform's optimum each reaches."""
+    out: dict[str, list[float]] = {"strategy": [], "rank": [], "zero-shot": []}
+    for i in range(platforms):
+        rng = np.random.default_rng([seed, stable(target.name), i])
+        plat = draw_platform(target.name, rng, bool(i % 2))
+        problem = Problem.make(plat.topo, [N.ALLREDUCE])  # the prior: the target's nominal simulator
+        oracle = Oracle(problem, plat)
+        for name, ctl in (("strategy", strategy), ("rank", RankController())):
+            ev = Evaluator(problem, platform_measure(plat, np.random.default_rng([seed, i, 1])), budget)
+            out[name].append(oracle.score(Search(problem, ev, ctl, SearchConfig()).run().decision).fraction)
+        space = Space(problem)
+        zs = zero_shot(space)
+        out["zero-shot"].append(oracle.score(space.decision(zs.knob, zs.rows)).fraction)
+    return {k: [round(x, 4) for x in v] for k, v in out.items()}
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Pretrain in simulation, evaluate on the target, export its table; return the summary."""
-    _threads(cfg)
+    """Train the strategy, check it, export the target's zero-shot table; return the summary."""
     target = target_topology(cfg)
-    exp = cfg.experiment
-    topologies = [str(t) for t in exp.pretrain_topologies]
     run_dir = _run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+    init = PolicyController.load(strategy_path(cfg.init)) if cfg.init else None
     t0 = time.perf_counter()
-    model = pretrain(topologies, agent_config(cfg), run_dir, randomize=float(exp.randomize),
-                     randomize_scale=float(exp.randomize_scale), noise=bool(exp.noise),
-                     collectives=list(exp.collectives), min_bytes=parse_bytes(exp.min_bytes, "experiment.min_bytes"),
-                     max_bytes=parse_bytes(exp.max_bytes, "experiment.max_bytes"), progress_bar=bool(cfg.progress_bar))
+    strategy = train_strategy(agent_config(cfg), experiment_config(cfg), init=init, log=lambda _m: None)
     train_s = time.perf_counter() - t0
-    result = export_and_report(model, target, run_dir, cfg, policy_path=run_dir / "policy.zip",
-                               seed=int(cfg.agent.seed))
-    result.update(pretrain_seconds=train_s, pretrain_topologies=topologies)
+    path = strategy.save(run_dir / "strategy.json")
+    result = export_and_report(target, run_dir, cfg)
+    result.update(pretrain_seconds=train_s, strategy=str(path), init=str(cfg.init or "scratch"))
+    if cfg.check_platforms:
+        chk = check_strategy(strategy, target, int(cfg.check_platforms), int(cfg.check_budget))
+        result["check"] = chk
+        print(f"\nstrategy check: {cfg.check_platforms} platforms drawn around {target.name} (every other one "
+              f"misspecified), AllReduce, {cfg.check_budget} live points each; fraction of the optimum, mean:")
+        for k, v in chk.items():
+            print(f"  {k:<10} {np.mean(v):.3f}  (" + " ".join(f"{x:.3f}" for x in v) + ")")
     (run_dir / "summary.json").write_text(json.dumps(result, indent=1, default=float))
     return result
 
 
-def export_and_report(model, target: Topology, run_dir: Path, cfg: DictConfig, policy_path: Path,
-                      seed: int | None = None) -> dict[str, Any]:
+def export_and_report(target: Topology, run_dir: Path, cfg: DictConfig) -> dict[str, Any]:
     sim = Simulator(target)
     t0 = time.perf_counter()
-    table = export_table(model, sim, margin=float(cfg.export.margin), tune_conf=bool(cfg.export.tune_conf),
-                         top_k=int(cfg.export.top_k),
-                         provenance={"policy_sha256": file_sha256(policy_path), "seed": seed,
-                                     "checkpoint": str(policy_path)})
+    table = export_table(sim, margin=float(cfg.export.margin), tune_conf=bool(cfg.export.tune_conf),
+                         provenance={"method": "zero-shot"})
     paths = table.write(run_dir / "table")
     export_s = time.perf_counter() - t0
     df = evaluate_table(table, sim)
@@ -217,12 +227,10 @@ def _format_report(target, bands, s, conf, paths, plot, export_s) -> str:
 
 
 def cmd_export(cfg: DictConfig) -> int:
-    """``ncclrl export checkpoint=P topology=...``: export for another platform without retraining."""
-    _threads(cfg)
-    model = load_policy(cfg.checkpoint)
+    """``ncclrl export topology=...``: the platform's zero-shot table."""
     run_dir = _run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
-    export_and_report(model, target_topology(cfg), run_dir, cfg, policy_path=checkpoint_path(cfg.checkpoint))
+    export_and_report(target_topology(cfg), run_dir, cfg)
     return 0
 
 
@@ -232,13 +240,15 @@ def seconds(x: float) -> str:
 
 def main_pretrain(cfg: DictConfig) -> int:
     res = train(cfg)
-    print(f"pretraining took {seconds(res['pretrain_seconds'])}; run folder: {res['run_dir']}")
+    print(f"training the strategy took {seconds(res['pretrain_seconds'])}; it is {res['strategy']} "
+          f"(ncclrl finetune strategy={res['strategy']})")
     return 0
 
 
 PRETRAIN = Command("pretrain", PretrainConfig, main_pretrain,
-                   "pretrain in simulation, evaluate on the target platform, export its table", out_key="run_dir")
+                   "train a search strategy in simulation, check it around the target, export the target's "
+                   "zero-shot table", out_key="run_dir")
 EXPORT = Command("export", ExportConfig, cmd_export,
-                 "export a trained policy's table for a platform, without retraining", out_key="run_dir")
+                 "export a platform's zero-shot table (the exact argmin of its simulator)", out_key="run_dir")
 register(PRETRAIN)
 register(EXPORT)

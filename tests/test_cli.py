@@ -70,9 +70,10 @@ def test_predict_without_header(capsys, monkeypatch):
     (["predict", "topology=h200-1x4"], "allreduce,8,ring,ll\n", "line 1"),
     (["predict", "topology=h200-1x4"], "collective,nbytes\nallreduce,8\n", "stdin: missing column 'algo'"),
     (["sweep", "launch=mpi"], None, "launch"),
-    (["finetune", "checkpoint=p.zip", "topology=h200-1x4", "timing=graphs"], None, "timing"),
-    (["finetune", "checkpoint=p.zip", "topology=h200-1x4", "tie_pct=abc"], None, "tie_pct"),
-    (["finetune", "checkpoint=p.zip", "topology=h200-1x4", "tie_pct=100"], None, "tie_pct"),
+    (["finetune", "topology=h200-1x4", "timing=graphs"], None, "timing"),
+    (["finetune", "topology=h200-1x4", "search.decision.alpha=abc"], None, "search.decision.alpha"),
+    (["finetune", "topology=h200-1x4", "search.decision.alpha=0.7"], None, "search.decision.alpha"),
+    (["finetune", "topology=h200-1x4", "strategy=/nope/strategy.json"], None, "strategy"),
     (["tune", "method=random", "topology=h200-1x4", "launch=ctypes"], None, "launch"),
 ])
 def test_bad_input_is_one_line(capsys, monkeypatch, argv, stdin, field):

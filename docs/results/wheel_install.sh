@@ -32,9 +32,9 @@ run ncclrl --version
 export NCCLRL_PLUGIN_DIR=$PWD/plugin
 run ncclrl plugin build
 run ls -la "$NCCLRL_PLUGIN_DIR"
-printf '$ %s\n' "ncclrl pretrain agent.total_timesteps=4096 agent.n_envs=4 agent.n_steps=256 agent.batch_size=256 experiment.pretrain_topologies=[h200-2x2-sock] run_dir=run progress_bar=false"
-NCCLRL_PROGRESS=0 ncclrl pretrain agent.total_timesteps=4096 agent.n_envs=4 agent.n_steps=256 agent.batch_size=256 \
-  'experiment.pretrain_topologies=[h200-2x2-sock]' run_dir=run progress_bar=false 2>&1 | sed -E 's/[0-9]+\.[0-9]+ (s|min)/<time>/g'
+printf '$ %s\n' "ncclrl pretrain agent.total_timesteps=1024 agent.n_envs=2 agent.n_steps=256 agent.batch_size=256 experiment.families=[socket] check_platforms=2 run_dir=run"
+NCCLRL_PROGRESS=0 ncclrl pretrain agent.total_timesteps=1024 agent.n_envs=2 agent.n_steps=256 agent.batch_size=256 \
+  'experiment.families=[socket]' check_platforms=2 run_dir=run 2>&1 | sed -E 's/[0-9]+\.[0-9]+ (s|min)/<time>/g'
 echo
 run ls run run/table
 printf '$ %s\n' "python -c 'import ncclrl, gymnasium as gym; env = gym.make(\"ncclrl/NcclTune-v0\"); ...'"
