@@ -5,7 +5,7 @@ per-call configuration and the per-process knobs) on one platform, a *job* at a 
 :meth:`Backend.measure` starts one set of processes (one NCCL communicator) and returns every
 point's samples. Jobs differ more than samples within a job do, so the job is the unit of
 between-job noise (:mod:`ncclrl.costmodel.noise`), and everything downstream (the store, the
-sweep, the fine-tuner's guard, validation) speaks of jobs.
+sweep, a tuning run's decision, validation) speaks of jobs.
 
 Implementations, one module each:
 

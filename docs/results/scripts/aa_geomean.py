@@ -1,5 +1,5 @@
-"""How far apart two jobs of one configuration put its geometric mean over the sizes: the noise the
-guard's choice between knob settings (one job each) is made in.
+"""How far apart two jobs of one configuration put its geometric mean over the sizes: the noise any
+choice between knob settings measured in one job each is made in.
 
 For each topology and collective with recorded validations, NCCL's plain defaults measured in
 consecutive validation jobs of one device command (tag ``validate-base``, started within

@@ -1,7 +1,8 @@
 """How far a row's same-job ratio to NCCL's choice moves between jobs (run h200x4-2026-11-22/run3).
 
-For every guard job in a store, the log ratio of NCCL's choice to each row measured next to it
-(same job, same knob setting, same size); for each (setting, size, row) seen in two jobs or more,
+For every job tagged ``guard`` in a store (recorded re-measurements of rows next to NCCL's
+choice), the log ratio of NCCL's choice to each row measured next to it (same job, same knob
+setting, same size); for each (setting, size, row) seen in two jobs or more,
 the spread of that ratio between jobs, pooled per size.
 
 usage: python docs/results/scripts/paired_spread.py STORE TOPOLOGY
