@@ -87,7 +87,7 @@ class AgentConfig:
     :param seed: seed of the networks, the platform draws and the measurement noise
     """
 
-    total_timesteps: int = 60_000
+    total_timesteps: int = 150_000
     n_envs: int = 4
     n_steps: int = 256
     batch_size: int = 256

@@ -97,7 +97,7 @@ class SuiteConfig:
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     budgets: list[int] = field(default_factory=lambda: [50, 200, 1000])
     methods: list[str] = field(default_factory=lambda: list(METHODS))
-    strategy_steps: int = 50_000
+    strategy_steps: int = 150_000
 
 
 @dataclass
