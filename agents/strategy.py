@@ -422,6 +422,7 @@ class SearchConfig:
     :param max_repeats: most jobs one point is measured in
     :param shortlist: candidates the controller chooses from: half the best by predicted gain,
         half by optimistic gain (mean + 2 sd)
+    :param allow_stop: whether the strategy may end the run before the budget is spent
     :param model: the model's prior
     :param decision: the rule the table is decided by
     """
@@ -429,6 +430,7 @@ class SearchConfig:
     round_points: int = 8
     max_repeats: int = 3
     shortlist: int = 64
+    allow_stop: bool = False
     model: ModelConfig = field(default_factory=ModelConfig)
     decision: DecisionConfig = field(default_factory=DecisionConfig)
 
@@ -612,7 +614,10 @@ class Search:
             if not len(short):
                 reason = "nothing left to measure"
                 break
-            choice = int(np.argmax(self.controller.scores(f)))
+            scores = np.asarray(self.controller.scores(f), dtype=float)
+            if not self.cfg.allow_stop:
+                scores[-1] = -np.inf
+            choice = int(np.argmax(scores))
             if not self.act(choice):
                 if choice >= len(short):
                     reason = "the strategy stopped: no candidate worth its measurement"

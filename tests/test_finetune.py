@@ -76,11 +76,14 @@ class _Count:
 
 @pytest.mark.parametrize("budget", [30, 120])
 def test_a_strategy_that_stops_ends_the_run_after_the_first_round(budget):
+    """With ``allow_stop``; by default the run spends its whole budget whatever the strategy says."""
     topo = load_topology("h200-1x4")
     problem = Problem.make(topo, [N.ALLREDUCE], 8, 1 << 24)
     plat = _Count(topo)
+    full = Evaluator(problem, sim_measure(_Count(topo)), budget)
+    assert finetune(problem, full, _Stop(), SearchConfig())[0].measured == budget
     ev = Evaluator(problem, sim_measure(plat), budget)
-    out, run = finetune(problem, ev, _Stop(), SearchConfig())
+    out, run = finetune(problem, ev, _Stop(), SearchConfig(allow_stop=True))
     assert len(run.history) == 1 and out.measured == ev.used == run.history[0]["measured"] == sum(plat.jobs)
     assert out.measured >= min(budget, problem.n_cells)  # NCCL's defaults at every size first
     assert out.reason == (REASONS[2] if budget > out.measured else REASONS[0])
