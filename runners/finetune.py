@@ -135,11 +135,12 @@ def live_problem(args: DictConfig, topo: Topology, colls: list[int]) -> tuple[Pr
                    repeats={x: len(v) for x, v in recorded.items()}), sweep
 
 
-def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None):
+def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep=None):
     """``measure(knobs, points, samples, tag)`` over the chosen backend; every point is stored (and
-    counted on ``bar``, a progress bar)."""
-    replay, seen = None, {}
-    if args["backend"] == "replay":  # the sweep's jobs, then its repeat's (a point measured again)
+    counted on ``bar``, a progress bar). Replayed, ``sweep`` is the recorded sweep when the caller
+    has read it already (:func:`live_problem`)."""
+    replay, seen = sweep, {}
+    if args["backend"] == "replay" and replay is None:  # the sweep's jobs, then its repeat's (a point measured again)
         replay = recorded_sweep(args["replay_store"], topo, args["launch"], ("sweep", "sweep-repeat"), status="ok")
 
     def measure(knobs: Point, points: list[Point], samples: int, tag: str) -> list[list[float] | None]:
@@ -216,7 +217,7 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     store = Store(Path(args["store"]))
     t0 = time.time()
     with progress("finetune", int(args["budget"])) as bar:
-        measure = make_measure(args, topo, store, bar)
+        measure = make_measure(args, topo, store, bar, sweep)
         ev = Evaluator(problem, measure, int(args["budget"]), samples=int(args["samples"]), tag="finetune",
                        wall_s=float(args["wall_s"]) or None)
         res, run = finetune(problem, ev, controller, cfg, log=logger.info)

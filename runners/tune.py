@@ -8,8 +8,8 @@ seconds, whatever is left of ``budget``.
 
 Every measurement goes to ``store`` (tag ``tune:<method>``); ``ncclrl validate`` then measures the
 exported ``nccl_tuner.csv`` + ``nccl.conf`` afresh through the plugin. ``backend=replay
-replay_store=SWEEP.sqlite`` answers from a recorded sweep instead, the one measured with ``launch`` (a
-point it lacks is a failure).
+replay_store=SWEEP.sqlite`` answers from a recorded sweep instead, the one measured with ``launch``;
+the space is then the points it recorded (the same problem ``ncclrl finetune`` replays).
 """
 
 from __future__ import annotations
@@ -23,17 +23,22 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ncclrl.agents.baselines import METHODS, Evaluator, Problem, make_tuner
+from ncclrl.agents.baselines import METHODS, Evaluator, make_tuner
 from ncclrl.agents.finetune import Outcome, write_outcome
 from ncclrl.agents.strategy import PolicyController, strategy_path
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.topology import load_topology
-from ncclrl.costmodel.units import parse_bytes
-from ncclrl.envs.replay import recorded_sweep, replay_knobs, replay_noise
+from ncclrl.envs.replay import replay_noise
 from ncclrl.envs.store import Store
 from ncclrl.runners.config import Command, parse, register
-from ncclrl.runners.finetune import TunedLiveConfig, make_measure, sweep_reference, table_speedup_on_sweep
+from ncclrl.runners.finetune import (
+    TunedLiveConfig,
+    live_problem,
+    make_measure,
+    sweep_reference,
+    table_speedup_on_sweep,
+)
 from ncclrl.runners.progress import progress
 
 log = logging.getLogger(__name__)
@@ -83,20 +88,15 @@ def main_tune(args: DictConfig) -> int:
 def run_tune(args: DictConfig) -> dict[str, Any]:
     topo = load_topology(args["topology"])
     colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
-    problem = Problem.make(topo, colls, parse_bytes(args["min_bytes"], "min_bytes"),
-                           parse_bytes(args["max_bytes"], "max_bytes"))
-    sweep = None
-    if args["backend"] == "replay":  # the space the recorded sweep covered
-
-        sweep = recorded_sweep(args["replay_store"], topo, args["launch"])
-        problem = Problem(topo, colls, problem.sizes, replay_knobs(sweep[sweep.status == "ok"], topo),
-                          noise=replay_noise(args["replay_store"], topo, args["launch"], colls, problem.sizes))
+    problem, sweep = live_problem(args, topo, colls)  # replayed: the points the recorded sweep covered
+    if sweep is not None:
+        problem.noise = replay_noise(args["replay_store"], topo, args["launch"], colls, problem.sizes)
     store = Store(Path(args["store"]))
     strategy = PolicyController.load(strategy_path(args["strategy"])) if args["method"] == "ncclrl" else None
     tag = f"tune:{args['method']}"
     t0 = time.time()
     with progress(f"tune {args['method']}", int(args["budget"])) as bar:
-        measure = make_measure(args, topo, store, bar)
+        measure = make_measure(args, topo, store, bar, sweep)
         ev = Evaluator(problem, lambda k, pts, n, _tag: measure(k, pts, n, tag), int(args["budget"]),
                        samples=int(args["samples"]), tag=tag, wall_s=float(args["wall_s"]) or None)
         d = make_tuner(args["method"], strategy).tune(problem, ev, int(args["seed"]))
