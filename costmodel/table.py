@@ -47,6 +47,19 @@ def lookup(rows: list[dict[str, Any]], collective: str, nbytes: int, nodes: int,
     return None
 
 
+# Every rank of a job must apply the same table byte for byte (ranks that decide differently hang
+# NCCL); ranks compare this fingerprint of the text they were handed, and the plugin logs the same.
+FNV_OFFSET, FNV_PRIME, MASK64 = 0xCBF29CE484222325, 0x100000001B3, (1 << 64) - 1
+
+
+def fingerprint(text: str | bytes) -> str:
+    """FNV-1a (64-bit) of a table's bytes as 16 lowercase hex digits; the plugin computes the same."""
+    h = FNV_OFFSET
+    for b in text.encode() if isinstance(text, str) else text:
+        h = ((h ^ b) * FNV_PRIME) & MASK64
+    return f"{h:016x}"
+
+
 MAX_BYTES = 4294967295  # the last row of a table runs to 4 GiB - 1
 CSV_HEADER = "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks"
 
