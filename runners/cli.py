@@ -11,6 +11,7 @@ import csv
 import io
 import re
 import sys
+import textwrap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from ncclrl.costmodel.calibrate import (
     measurements_from_runs,
     measurements_from_store,
 )
+from ncclrl.costmodel.detect import detect, report
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.nccltests import NcclTestsError, parse_file, run_env
 from ncclrl.costmodel.replica import default_decisions
@@ -295,6 +297,89 @@ def cmd_parse(cfg) -> int:
     return 0
 
 
+# -- detect -------------------------------------------------------------------------------------
+
+
+@dataclass
+class DetectConfig:
+    """Onboard a cluster from its own NCCL logs: read the ``NCCL_DEBUG=INFO`` output of any NCCL job
+    (one file per process, or merged), print what it states (NCCL version, GPUs, ranks, nodes,
+    channels, network, NICs, rings, trees, and with ``NCCL_DEBUG_SUBSYS=INIT,ENV,NET,GRAPH,TUNING``
+    NCCL's tuning table and per-call decisions), build the topology it describes from the nearest
+    preset, and report how many of NCCL's logged decisions the replica reproduces. The YAML is
+    written only once everything succeeded.
+
+    :param logs: NCCL_DEBUG=INFO outputs of one communicator's processes
+    :param output: write the detected topology (YAML) here (``-o FILE`` works too); empty: only print
+    :param preset: start from this preset name or YAML path instead of the nearest shipped preset
+    :param name: the topology's name (empty: the output file's stem, else ``detected``)
+    :param search: search the per-channel bandwidths the log leaves free for the best agreement
+    """
+
+    logs: list[str] = field(default_factory=list)
+    output: str | None = None
+    preset: str = ""
+    name: str = ""
+    search: bool = True
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        if not self.logs:
+            raise ConfigError("logs", "no log given: ncclrl detect LOG... [-o my-cluster.yaml]")
+        for f in self.logs:
+            if not Path(f).is_file():
+                raise ConfigError("logs", f"no such file: {f}")
+        if self.output and not str(self.output).endswith((".yaml", ".yml")):
+            raise ConfigError("output", f"must end with .yaml or .yml, got {self.output!r}")
+        if self.output and not Path(self.output).resolve().parent.is_dir():
+            raise ConfigError("output", f"no such folder: {Path(self.output).parent}")
+        if self.preset:
+            try:
+                load_topology(self.preset)
+            except ConfigError as e:
+                raise ConfigError("preset", str(e).split(": ", 1)[1]) from None
+        if self.name and not re.fullmatch(r"[\w.\-]+", self.name):
+            raise ConfigError("name", f"letters, digits, '.', '_' and '-' only, got {self.name!r}")
+
+
+def _output_flag(argv: list[str]) -> list[str]:
+    """``-o FILE`` / ``--output FILE`` as ``output=FILE``."""
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-o", "--output"):
+            if i + 1 >= len(argv):
+                raise ConfigError("output", f"{a} needs a file name: -o my-cluster.yaml")
+            out.append(f"output={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def cmd_detect(cfg) -> int:
+    name = cfg.name or (Path(cfg.output).stem if cfg.output else "detected")
+    det = detect(list(cfg.logs), name=name, preset=cfg.preset, search=cfg.search)
+    for line in report(det):
+        print(line)
+    if cfg.output:
+        out = Path(cfg.output)
+        tmp = out.with_name(f".{out.stem}.detect-tmp.yaml")
+        try:
+            dump_topology(det.topology, tmp)
+            load_topology(tmp)  # what every topology= reads, checked before the file appears
+            head = "".join(f"# {ln}\n" for ln in textwrap.wrap(det.topology.description, 98))
+            tmp.write_text(head + tmp.read_text())
+            tmp.replace(out)
+        finally:
+            tmp.unlink(missing_ok=True)
+        print(f"# wrote {out}")
+    return 0
+
+
 # -- plugin -------------------------------------------------------------------------------------
 
 
@@ -325,6 +410,8 @@ COMMANDS: list[Command] = [
             "fit a topology's simulator to nccl-tests outputs or a store", positional="files"),
     Command("topologies", TopologiesConfig, cmd_topologies, "list the platform presets"),
     Command("parse", ParseConfig, cmd_parse, "nccl-tests outputs to CSV", positional="files"),
+    Command("detect", DetectConfig, cmd_detect, "onboard a cluster from its NCCL_DEBUG=INFO logs: a topology YAML",
+            positional="logs"),
 ]
 BY_NAME = {c.name: c for c in COMMANDS}
 for _c in COMMANDS[COMMANDS.index(plugin_verify.COMMAND) + 1:] + [COMMANDS[8]]:
@@ -356,6 +443,12 @@ def main(argv: list[str] | None = None) -> int:
         name, rest = f"plugin {argv[1]}", argv[2:]
     else:
         rest = argv[1:]
+    if name == "detect":
+        try:
+            rest = _output_flag(rest)
+        except ConfigError as e:
+            print(f"ncclrl: error: {e}", file=sys.stderr)
+            return 2
     cmd = BY_NAME.get(name)
     if cmd is None:
         print(f"ncclrl: error: command: unknown {name!r}; allowed: {', '.join(BY_NAME)}", file=sys.stderr)
