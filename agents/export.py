@@ -1,16 +1,23 @@
 """Export the zero-shot table of one target platform: the exact argmin of its simulator, as
 tuner-plugin tables, with no measurement.
 
-For each collective and every power of two from 1 B to 2 GiB, every valid per-call configuration
-is timed in the simulator and the fastest kept; the decision for ``2^k`` covers
+A job calls collectives on communicators of several shapes (the world group, tensor-parallel groups
+inside a node, data-parallel groups of one rank per node), and NCCL's tuner sees each one's
+``nNodes``/``nRanks``. The table holds rows for each shape asked for (:func:`default_shapes`
+unless given), each shape simulated as its own platform (:meth:`Topology.shape`), its rows naming
+that shape's ``nNodes,nRanks``. A shape of one rank gets no rows (NCCL runs no algorithm there).
+
+For each shape, each collective and every power of two from 1 B to 2 GiB, every valid per-call
+configuration is timed in the simulator and the fastest kept; the decision for ``2^k`` covers
 ``[2^k, 2^(k+1) - 1]`` (the first row starts at 0, the last ends at 4294967295), neighbours with
 equal decisions merge. Outputs:
 
 * ``nccl_tuner.csv``: NVIDIA's example-plugin format, explicit channel counts everywhere (that
   plugin runs anything uncovered, or any row with channels -1, on ONE channel), no gaps;
-* ``nccl_tuner.json``: the same rows with provenance and predicted times;
+* ``nccl_tuner.json``: the same rows with provenance (the shapes included) and predicted times;
 * ``nccl.conf``: per-process knobs (``NCCL_BUFFSIZE``, socket threads/sockets, minimum channels)
-  when they lower the predicted time over the table's sizes, else nothing.
+  when they lower the predicted time over the table's sizes of every shape together (a process
+  has one setting for all its communicators), else nothing.
 
 A row keeps NCCL's own decision unless the simulator predicts the fastest configuration faster by
 more than ``margin`` (a table never carries a decision the model does not support).
@@ -19,12 +26,14 @@ more than ``margin`` (a table never carries a decision the model does not suppor
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.replica import auto_channels, build_model, default_decisions
 from ncclrl.costmodel.simulator import Configs, Simulator
 from ncclrl.costmodel.table import MAX_BYTES, Row, Table
@@ -70,73 +79,136 @@ def _times(sim: Simulator, coll: np.ndarray, sizes: np.ndarray, algo: np.ndarray
                                     conf.get("NCCL_NSOCKS_PERTHREAD", 0)))
 
 
-def export_table(sim: Simulator, collectives: list[str] | None = None, margin: float = 0.01,
-                 tune_conf: bool = True, provenance: dict[str, Any] | None = None) -> Table:
-    """The zero-shot table of ``sim``'s platform (see the module docstring)."""
-    topo = sim.topo
-    colls = [N.parse_name("collective", c, N.COLLECTIVES) for c in (collectives or N.COLLECTIVES)]
-    sizes = EXPORT_SIZES
+def default_shapes(topo: Topology) -> list[tuple[int, int]]:
+    """The communicator shapes ``(nodes, nranks)`` a table covers unless told otherwise: the whole
+    job; on several nodes also one node with all its GPUs (tensor-parallel groups) and one rank on
+    every node (data-parallel groups across nodes). Shapes of one rank and repeats are dropped."""
+    shapes = [(topo.nodes, topo.nranks)]
+    if topo.nodes > 1:
+        shapes += [(1, topo.gpus_per_node), (topo.nodes, topo.nodes)]
+    return resolve_shapes(topo, shapes)
+
+
+def resolve_shapes(topo: Topology, shapes: Sequence[Sequence[int]] | None) -> list[tuple[int, int]]:
+    """``shapes`` checked against ``topo`` (:meth:`Topology.shape`: a one-line :class:`ConfigError`
+    for a shape the job cannot hold), repeats and one-rank shapes dropped, order kept; ``None`` or
+    empty: :func:`default_shapes`.
+
+    :param topo: the job's platform
+    :param shapes: ``[nodes, nranks]`` pairs
+    """
+    if not shapes:
+        return default_shapes(topo)
+    out: list[tuple[int, int]] = []
+    for shape in shapes:
+        pair = list(shape) if isinstance(shape, Sequence) and not isinstance(shape, str) else [shape]
+        if len(pair) != 2:
+            raise ConfigError("shapes", f"each shape is a pair [nodes, ranks], got {shape!r}")
+        nodes, nranks = (int(x) if isinstance(x, (int, np.integer)) and not isinstance(x, bool) else x for x in pair)
+        topo.shape(nodes, nranks)
+        if nranks > 1 and (nodes, nranks) not in out:
+            out.append((nodes, nranks))
+    if not out:
+        raise ConfigError("shapes", f"no shape of more than one rank in {[list(s) for s in shapes]}: nothing to tune")
+    return out
+
+
+def _prepare(topo: Topology, colls: list[int], sizes: np.ndarray) -> dict[int, dict[str, np.ndarray]]:
+    """Per collective: every valid action at every size, and NCCL's own decision."""
     per: dict[int, dict[str, np.ndarray]] = {}
     for c in colls:
         a = _candidates(topo, c, sizes.size)
-        algo, proto, ch, chunk = (x[a] for x in S.decode_all())
+        algo, proto, ch, _chunk = (x[a] for x in S.decode_all())
         d = default_decisions(topo, c, sizes)
         per[c] = {"algo": algo, "proto": proto, "ch": ch, "d_algo": d.algo, "d_proto": d.proto}
+    return per
 
-    def evaluate(conf: dict[str, int]) -> tuple[dict[int, dict[str, np.ndarray]], float]:
-        out, total = {}, 0.0
-        comm = conf.get("NCCL_MIN_NCHANNELS", 0)
-        cols = np.arange(sizes.size)
-        for c, p in per.items():
-            cand_ch = np.stack([_explicit_channels(topo, c, sizes, p["algo"][j], p["proto"][j], p["ch"][j], comm)
-                                for j in range(p["algo"].shape[0])])
-            cand_t = np.stack([_times(sim, np.full(sizes.shape, c), sizes, p["algo"][j], p["proto"][j], cand_ch[j],
-                                      conf) for j in range(p["algo"].shape[0])])
-            j = np.argmin(cand_t, axis=0)
-            p["pick"] = j
-            ch, t_pol = cand_ch[j, cols], cand_t[j, cols]
-            d_ch = _explicit_channels(topo, c, sizes, p["d_algo"], p["d_proto"], np.zeros_like(sizes), comm)
-            t_def_conf = _times(sim, np.full(sizes.shape, c), sizes, p["d_algo"], p["d_proto"], d_ch, conf)
-            t_default = _times(sim, np.full(sizes.shape, c), sizes, p["d_algo"], p["d_proto"],
-                               np.zeros_like(sizes), {})
-            use = t_pol < t_def_conf * (1.0 - margin)
-            out[c] = {"use": use, "ch": ch, "d_ch": d_ch, "t": np.where(use, t_pol, t_def_conf),
-                      "t_default": t_default, "pick": j}
-            total += float(np.sum(np.log(out[c]["t"])))
-        return out, total
+
+def _evaluate(sim: Simulator, per: dict[int, dict[str, np.ndarray]], sizes: np.ndarray, conf: dict[str, int],
+              margin: float) -> tuple[dict[int, dict[str, np.ndarray]], float]:
+    """The fastest candidate per (collective, size) on ``sim``'s platform under the per-process
+    knobs ``conf``, whether it beats NCCL's decision by ``margin``, and the sum of log times."""
+    topo = sim.topo
+    out, total = {}, 0.0
+    comm = conf.get("NCCL_MIN_NCHANNELS", 0)
+    cols = np.arange(sizes.size)
+    for c, p in per.items():
+        cand_ch = np.stack([_explicit_channels(topo, c, sizes, p["algo"][j], p["proto"][j], p["ch"][j], comm)
+                            for j in range(p["algo"].shape[0])])
+        cand_t = np.stack([_times(sim, np.full(sizes.shape, c), sizes, p["algo"][j], p["proto"][j], cand_ch[j],
+                                  conf) for j in range(p["algo"].shape[0])])
+        j = np.argmin(cand_t, axis=0)
+        ch, t_pol = cand_ch[j, cols], cand_t[j, cols]
+        d_ch = _explicit_channels(topo, c, sizes, p["d_algo"], p["d_proto"], np.zeros_like(sizes), comm)
+        t_def_conf = _times(sim, np.full(sizes.shape, c), sizes, p["d_algo"], p["d_proto"], d_ch, conf)
+        t_default = _times(sim, np.full(sizes.shape, c), sizes, p["d_algo"], p["d_proto"], np.zeros_like(sizes), {})
+        use = t_pol < t_def_conf * (1.0 - margin)
+        out[c] = {"use": use, "ch": ch, "d_ch": d_ch, "t": np.where(use, t_pol, t_def_conf),
+                  "t_default": t_default, "pick": j}
+        total += float(np.sum(np.log(out[c]["t"])))
+    return out, total
+
+
+def export_table(sim: Simulator, collectives: list[str] | None = None, margin: float = 0.01,
+                 tune_conf: bool = True, provenance: dict[str, Any] | None = None,
+                 shapes: Sequence[Sequence[int]] | None = None) -> Table:
+    """The zero-shot table of ``sim``'s platform (see the module docstring).
+
+    :param sim: the job's simulated platform; each other shape is simulated with its parameters
+    :param collectives: collectives to cover (default: all five)
+    :param margin: a row leaves NCCL's decision only if predicted faster by more than this fraction
+    :param tune_conf: also choose per-process knobs (``nccl.conf``)
+    :param provenance: recorded in the JSON, with the method's own settings added
+    :param shapes: ``[nodes, nranks]`` communicator shapes to write rows for (default:
+        :func:`default_shapes`)
+    """
+    topo = sim.topo
+    colls = [N.parse_name("collective", c, N.COLLECTIVES) for c in (collectives or N.COLLECTIVES)]
+    sizes = EXPORT_SIZES
+    shape_list = resolve_shapes(topo, shapes)
+    sims = [sim if (n, r) == (topo.nodes, topo.nranks) else Simulator(topo.shape(n, r), params=sim.params)
+            for n, r in shape_list]
+    pers = [_prepare(s.topo, colls, sizes) for s in sims]
+
+    def evaluate(conf: dict[str, int]) -> tuple[list[dict[int, dict[str, np.ndarray]]], float]:
+        results = [_evaluate(s, per, sizes, conf, margin) for s, per in zip(sims, pers, strict=True)]
+        return [r for r, _ in results], sum(t for _, t in results)
 
     best_conf: dict[str, int] = {}
     best, best_total = evaluate({})
     if tune_conf:
+        n = sizes.size * len(colls) * len(sims)
         for conf in _candidate_confs(topo)[1:]:
             res, total = evaluate(conf)
-            # a per-process knob must pay for itself: >= 0.5% geometric-mean gain over all rows
-            n = sum(len(sizes) for _ in per)
+            # a per-process knob must pay for itself: >= 0.5% geometric-mean gain over all rows of all shapes
             if total < best_total - n * 0.005:
                 best, best_total, best_conf = res, total, conf
     rows: list[Row] = []
-    for c in colls:
-        p, r = per[c], best[c]
-        for i, s in enumerate(sizes):
-            use = bool(r["use"][i])
-            j = int(r["pick"][i])
-            algo = int(p["algo"][j, i] if use else p["d_algo"][i])
-            proto = int(p["proto"][j, i] if use else p["d_proto"][i])
-            ch = int(r["ch"][i] if use else r["d_ch"][i])
-            lo = 0 if i == 0 else int(s)
-            hi = MAX_BYTES if i == sizes.size - 1 else int(sizes[i + 1] - 1)
-            row = Row(N.COLLECTIVES[c], lo, hi, N.ALGOS[algo], N.PROTOS[proto], ch, 0.0,
-                      "simulator" if use else "nccl-default", float(r["t_default"][i]), float(r["t"][i]),
-                      nnodes=topo.nodes, nranks=topo.nranks)
-            last = rows[-1] if rows else None
-            if last and last.collective == row.collective and (last.algo, last.proto, last.channels) == \
-                    (row.algo, row.proto, row.channels) and last.source == row.source:
-                last.max_bytes = row.max_bytes
-                continue
-            rows.append(row)
+    for s, per, res in zip(sims, pers, best, strict=True):
+        for c in colls:
+            p, r = per[c], res[c]
+            for i, size in enumerate(sizes):
+                use = bool(r["use"][i])
+                j = int(r["pick"][i])
+                algo = int(p["algo"][j, i] if use else p["d_algo"][i])
+                proto = int(p["proto"][j, i] if use else p["d_proto"][i])
+                ch = int(r["ch"][i] if use else r["d_ch"][i])
+                lo = 0 if i == 0 else int(size)
+                hi = MAX_BYTES if i == sizes.size - 1 else int(sizes[i + 1] - 1)
+                row = Row(N.COLLECTIVES[c], lo, hi, N.ALGOS[algo], N.PROTOS[proto], ch, 0.0,
+                          "simulator" if use else "nccl-default", float(r["t_default"][i]), float(r["t"][i]),
+                          nnodes=s.topo.nodes, nranks=s.topo.nranks)
+                last = rows[-1] if rows else None
+                if last and i > 0 and last.collective == row.collective and \
+                        (last.nnodes, last.nranks) == (row.nnodes, row.nranks) and \
+                        (last.algo, last.proto, last.channels) == (row.algo, row.proto, row.channels) and \
+                        last.source == row.source:
+                    last.max_bytes = row.max_bytes
+                    continue
+                rows.append(row)
     prov = dict(provenance or {})
     prov.update(topology=topo.name, nodes=topo.nodes, nranks=topo.nranks, nccl_version=topo.nccl.version,
-                git_revision=_git_revision(), margin=margin)
+                shapes=[[n, r] for n, r in shape_list], git_revision=_git_revision(), margin=margin)
     return Table(topology=topo, rows=rows, conf=best_conf, provenance=prov)
 
 

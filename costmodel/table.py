@@ -115,11 +115,28 @@ class Table:
     title: str = "ncclrl table"
 
     def lookup(self, collective: str, nbytes: int, nodes: int = -1, nranks: int = -1) -> Row | None:
+        """The row a communicator of ``nodes`` nodes and ``nranks`` ranks applies to a call of
+        ``nbytes``: the first that matches, as both plugins pick it (None: NCCL decides)."""
         for r in self.rows:
             if r.collective == collective and r.min_bytes <= nbytes <= r.max_bytes and \
                     r.nnodes in (-1, nodes) and r.nranks in (-1, nranks):
                 return r
         return None
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """The communicator shapes ``(nnodes, nranks)`` the rows name, in the order they first
+        appear (-1: any)."""
+        return list(dict.fromkeys((r.nnodes, r.nranks) for r in self.rows))
+
+    def for_shape(self, nodes: int, nranks: int) -> Table:
+        """The rows a communicator of ``nodes`` nodes and ``nranks`` ranks can match (its own and
+        those for any shape), in order, with the same ``nccl.conf``, provenance and topology.
+
+        :param nodes: the communicator's node count (NCCL's ``nNodes``)
+        :param nranks: the communicator's rank count (NCCL's ``nRanks``)
+        """
+        rows = [r for r in self.rows if r.nnodes in (-1, nodes) and r.nranks in (-1, nranks)]
+        return Table(self.topology, rows, dict(self.conf), dict(self.provenance), self.title)
 
     def write(self, out_dir: Path, json_name: str = "nccl_tuner.json", extra: dict[str, Any] | None = None,
               ) -> dict[str, Path]:
@@ -128,7 +145,10 @@ class Table:
         topo = self.topology
         where = f" for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), NCCL {topo.nccl.version}" if topo else ""
         paths = {"csv": out_dir / "nccl_tuner.csv", "json": out_dir / json_name, "conf": out_dir / "nccl.conf"}
-        lines = [f"# {self.title}{where}", CSV_HEADER] + [r.line() for r in self.rows]
+        shapes = self.shapes()
+        named = "" if len(shapes) < 2 else "\n# communicator shapes (nNodes x nRanks): " + \
+            ", ".join(f"{n}x{r}" for n, r in shapes)
+        lines = [f"# {self.title}{where}{named}", CSV_HEADER] + [r.line() for r in self.rows]
         paths["csv"].write_text("\n".join(lines) + "\n")
         paths["json"].write_text(json.dumps({"provenance": self.provenance, "nccl_conf": self.conf,
                                              "rows": [dict(r.__dict__) for r in self.rows], **(extra or {})},

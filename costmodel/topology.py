@@ -143,6 +143,36 @@ class Topology:
     def with_sim(self, sim: dict[str, Any], name: str | None = None) -> Topology:
         return replace(self, sim=sim, name=name or self.name)
 
+    def shape(self, nodes: int, nranks: int) -> Topology:
+        """The platform as a communicator of ``nranks`` ranks spread evenly over ``nodes`` of this
+        job's nodes sees it (a tensor-parallel group inside a node, a data-parallel group of one
+        rank per node): the same GPUs, fabric, network, NCCL settings and simulator parameters,
+        ``nodes`` nodes of ``nranks / nodes`` GPUs. The job's own shape returns the job itself;
+        any other is named ``<job>@<nodes>x<ranks per node>``.
+
+        :param nodes: nodes the communicator spans, 1 .. the job's nodes
+        :param nranks: ranks of the communicator, a multiple of ``nodes`` with at most
+            ``gpus_per_node`` ranks per node
+        """
+        where = f"shape [{nodes}, {nranks}]"
+        for key, v in (("nodes", nodes), ("nranks", nranks)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(where, f"{key} must be a whole number >= 1, got {v!r}")
+        if nodes > self.nodes:
+            raise ConfigError(where, f"spans {nodes} nodes; {self.name} has {self.nodes}")
+        if nranks < nodes:
+            raise ConfigError(where, f"{nranks} ranks cannot span {nodes} nodes (nranks counts every rank: one "
+                              f"rank on each of {nodes} nodes is [{nodes}, {nodes}])")
+        if nranks % nodes:
+            raise ConfigError(where, f"{nranks} ranks do not divide evenly over {nodes} nodes")
+        if nranks // nodes > self.gpus_per_node:
+            raise ConfigError(where, f"{nranks // nodes} ranks per node; {self.name} has {self.gpus_per_node} GPUs "
+                              "per node")
+        if (nodes, nranks) == (self.nodes, self.nranks):
+            return self
+        return replace(self, nodes=nodes, gpus_per_node=nranks // nodes,
+                       name=f"{self.name}@{nodes}x{nranks // nodes}")
+
 
 # -- loading and validation ----------------------------------------------------------------
 

@@ -7,12 +7,19 @@
  * -1 means "any" for nNodes/nRanks/numPipeOps/regBuff, "keep NCCL's" for algorithm+protocol
  * (both or neither), channels and chunk_bytes (0 also keeps NCCL's channels/chunk).
  *
+ * Source, read at every communicator init, first found wins: the content of
+ * NCCLRL_TUNER_TABLE_DATA (set and non-empty), the file NCCLRL_TUNER_TABLE, the file
+ * NCCL_TUNER_CONFIG_FILE, ./nccl_tuner.conf. A file is read whole into a buffer; one parser works
+ * on the bytes either way. The INFO line on load names the source, its size, its row count and
+ * the FNV-1a 64-bit fingerprint of its exact bytes (ncclrl.costmodel.table.fingerprint).
+ *
  * Rules: a row only forces an (algorithm, protocol) whose cost-table entry NCCL left enabled; an
  * unmatched size, or a disabled entry, leaves NCCL's choice untouched (channels stay 0).
  * Malformed rows, unknown names and rows that overlap an earlier applicable row are rejected at
- * load with a WARN naming the file, line and field; valid rows still load; no file = NCCL's defaults.
- * Lookups are binary searches over per-collective arrays built at init: no allocation, no
- * locking (read-only after init), and the same answer on every rank that reads the same file.
+ * load with a WARN naming the source, line and field; valid rows still load; no file, a table over
+ * 16 MiB or no memory = NCCL's defaults. Lookups are binary searches over per-collective arrays
+ * built at init: no allocation, no locking (read-only after init), and the same answer on every
+ * rank that reads the same bytes.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
@@ -32,6 +39,8 @@
 #define MAX_LINE 4096
 #define MAX_CHANNELS 64
 #define MAX_KEYS 16 /* distinct (numPipeOps, regBuff) filters per collective */
+#define MAX_TABLE_BYTES (16 << 20) /* a larger table is refused whole: NCCL decides */
+#define DATA_ENV "NCCLRL_TUNER_TABLE_DATA"
 
 typedef struct {
   uint64_t lo, hi;
@@ -212,33 +221,54 @@ static int cmp_rows(const void* x, const void* y) {
   return a->lo < b->lo ? -1 : a->lo > b->lo ? 1 : 0;
 }
 
-/* Read, validate and index the table for this communicator. Never fails: problems are WARNs. */
-static void load_table(ctx_t* ctx, const char* path) {
-  snprintf(ctx->path, sizeof(ctx->path), "%s", path);
-  FILE* f = fopen(path, "r");
-  if (!f) {
-    LOG(ctx, NCCLRL_LOG_INFO, PREFIX "no table at %s (%s): NCCL's own decisions everywhere", path, strerror(errno));
-    return;
+/* FNV-1a (64-bit) of the table's exact bytes: the fingerprint ranks and ncclrl compare. */
+static uint64_t fnv1a64(const char* buf, size_t len) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < len; i++) {
+    h ^= (unsigned char)buf[i];
+    h *= 0x100000001b3ULL;
   }
+  return h;
+}
+
+/* Parse, validate and index a table text of len bytes for this communicator; origin names it in
+ * log lines (a path, or the environment variable). Never fails: problems are WARNs, and anything
+ * odd leaves NCCL's decisions in place. */
+static void load_text(ctx_t* ctx, const char* origin, const char* text, size_t len) {
+  snprintf(ctx->path, sizeof(ctx->path), "%s", origin);
+  uint64_t hash = fnv1a64(text, len);
   int cap = 256;
   row_t* rows = malloc(sizeof(row_t) * (size_t)cap);
+  if (!rows) {
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s: NCCL's own decisions everywhere", origin);
+    return;
+  }
   int n = 0;
   char line[MAX_LINE];
   int lineno = 0;
-  uint64_t hash = 1469598103934665603ULL; /* FNV-1a of the file, to compare ranks */
-  while (rows && fgets(line, sizeof(line), f)) {
+  const char* p = text;
+  const char* end = text + len;
+  while (p < end) {
+    const char* nl = memchr(p, '\n', (size_t)(end - p));
+    size_t line_len = (size_t)((nl ? nl : end) - p);
+    const char* start = p;
+    p = nl ? nl + 1 : end;
     lineno++;
-    for (const char* p = line; *p; p++) { hash ^= (unsigned char)*p; hash *= 1099511628211ULL; }
-    size_t len = strlen(line);
-    if (len == sizeof(line) - 1 && line[len - 1] != '\n') {
-      int ch;
-      while ((ch = fgetc(f)) != EOF && ch != '\n') {}
-      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s:%d: line longer than %d characters; rejected", path, lineno, MAX_LINE - 2);
+    if (line_len > MAX_LINE - 2) {
+      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s:%d: line longer than %d characters; rejected", origin, lineno,
+          MAX_LINE - 2);
       ctx->rejected++;
       continue;
     }
+    if (memchr(start, '\0', line_len)) {
+      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s:%d: line holds a NUL byte; rejected", origin, lineno);
+      ctx->rejected++;
+      continue;
+    }
+    memcpy(line, start, line_len);
+    line[line_len] = '\0';
     row_t r;
-    int rc = parse_line(ctx, path, lineno, line, &r);
+    int rc = parse_line(ctx, origin, lineno, line, &r);
     if (rc < 0) { ctx->rejected++; continue; }
     if (rc == 0) continue;
     ctx->nrows++;
@@ -252,22 +282,25 @@ static void load_table(ctx_t* ctx, const char* path) {
     }
     if (clash >= 0) {
       LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s:%d: field min_bytes: range %llu-%llu of %s overlaps line %d; rejected",
-          path, lineno, (unsigned long long)r.lo, (unsigned long long)r.hi, COLL_NAMES[(int)r.coll], rows[clash].line);
+          origin, lineno, (unsigned long long)r.lo, (unsigned long long)r.hi, COLL_NAMES[(int)r.coll],
+          rows[clash].line);
       ctx->rejected++;
       continue;
     }
     if (n == cap) {
       row_t* bigger = realloc(rows, sizeof(row_t) * (size_t)cap * 2);
-      if (!bigger) break;
+      if (!bigger) {
+        /* a partial table could differ between ranks: apply none of it */
+        free(rows);
+        LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s at line %d: NCCL's own decisions everywhere",
+            origin, lineno);
+        ctx->nrows = 0;
+        return;
+      }
       rows = bigger;
       cap *= 2;
     }
     rows[n++] = r;
-  }
-  fclose(f);
-  if (!rows) {
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s: NCCL's own decisions everywhere", path);
-    return;
   }
   /* Group by (collective, numPipeOps, regBuff); each group a run sorted by min_bytes. */
   qsort(rows, (size_t)n, sizeof(row_t), cmp_rows);
@@ -277,7 +310,7 @@ static void load_table(ctx_t* ctx, const char* path) {
     while (j < n && rows[j].coll == c && rows[j].pipe == rows[i].pipe && rows[j].regbuff == rows[i].regbuff) j++;
     if (ctx->nparts[c] == MAX_KEYS) {
       LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s:%d: field numPipeOps: more than %d distinct numPipeOps/regBuff filters "
-          "for %s; rejected", path, rows[i].line, MAX_KEYS, COLL_NAMES[c]);
+          "for %s; rejected", origin, rows[i].line, MAX_KEYS, COLL_NAMES[c]);
       ctx->rejected += j - i;
     } else {
       part_t* part = &ctx->parts[c][ctx->nparts[c]++];
@@ -289,12 +322,83 @@ static void load_table(ctx_t* ctx, const char* path) {
     }
     i = j;
   }
-  row_t* grouped = rows;
-  ctx->storage = grouped;
+  ctx->storage = rows;
   ctx->applicable = pos;
-  LOG(ctx, NCCLRL_LOG_INFO, PREFIX "loaded %s (fnv1a %016llx): %d rows, %d for this communicator (%zu ranks, %zu "
-      "nodes), %d rejected; tuner ABI v%d", path, (unsigned long long)hash, ctx->nrows, ctx->applicable, ctx->nranks,
-      ctx->nnodes, ctx->rejected, ctx->version);
+  LOG(ctx, NCCLRL_LOG_INFO, PREFIX "table from %s (%zu bytes, %d rows, fingerprint %016llx): %d for this "
+      "communicator (%zu ranks, %zu nodes), %d rejected; tuner ABI v%d", origin, len, ctx->nrows,
+      (unsigned long long)hash, ctx->applicable, ctx->nranks, ctx->nnodes, ctx->rejected, ctx->version);
+}
+
+/* The whole file as one buffer (*len bytes), or NULL (logged) when it cannot be read in full. */
+static char* read_file(ctx_t* ctx, const char* path, size_t* len) {
+  FILE* f = fopen(path, "rb");
+  if (!f) {
+    LOG(ctx, NCCLRL_LOG_INFO, PREFIX "no table at %s (%s): NCCL's own decisions everywhere", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 16, n = 0;
+  char* buf = malloc(cap);
+  while (buf && n <= MAX_TABLE_BYTES) {
+    if (n == cap) {
+      char* bigger = realloc(buf, cap * 2);
+      if (!bigger) { free(buf); buf = NULL; break; }
+      buf = bigger;
+      cap *= 2;
+    }
+    size_t got = fread(buf + n, 1, cap - n, f);
+    n += got;
+    if (got == 0) break;
+  }
+  int failed = buf ? ferror(f) : 0;
+  fclose(f);
+  if (!buf) {
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s: NCCL's own decisions everywhere", path);
+    return NULL;
+  }
+  if (failed) {
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "cannot read %s: NCCL's own decisions everywhere", path);
+    free(buf);
+    return NULL;
+  }
+  if (n > MAX_TABLE_BYTES) {
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s is larger than %d bytes: NCCL's own decisions everywhere", path,
+        MAX_TABLE_BYTES);
+    free(buf);
+    return NULL;
+  }
+  *len = n;
+  return buf;
+}
+
+/* The table's source, in order: the content of NCCLRL_TUNER_TABLE_DATA (if set and non-empty),
+ * the file NCCLRL_TUNER_TABLE, the file NCCL_TUNER_CONFIG_FILE, ./nccl_tuner.conf. */
+static void load_table(ctx_t* ctx) {
+  const char* data = getenv(DATA_ENV);
+  if (data && *data) {
+    size_t len = strlen(data);
+    if (len > MAX_TABLE_BYTES) {
+      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table from %s is larger than %d bytes (%zu): NCCL's own decisions "
+          "everywhere", DATA_ENV, MAX_TABLE_BYTES, len);
+      return;
+    }
+    char* copy = malloc(len + 1); /* parse a private copy: the environment may change under us */
+    if (!copy) {
+      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s: NCCL's own decisions everywhere", DATA_ENV);
+      return;
+    }
+    memcpy(copy, data, len + 1);
+    load_text(ctx, DATA_ENV, copy, len);
+    free(copy);
+    return;
+  }
+  const char* path = getenv("NCCLRL_TUNER_TABLE");
+  if (!path || !*path) path = getenv("NCCL_TUNER_CONFIG_FILE");
+  if (!path || !*path) path = "nccl_tuner.conf";
+  size_t len = 0;
+  char* text = read_file(ctx, path, &len);
+  if (!text) return;
+  load_text(ctx, path, text, len);
+  free(text);
 }
 
 static const row_t* find_in(const part_t* part, uint64_t nbytes) {
@@ -329,10 +433,7 @@ static ctx_t* new_ctx(size_t nranks, size_t nnodes, ncclrl_logger_t logger, int 
   ctx->nnodes = nnodes;
   const char* dbg = getenv("NCCL_DEBUG");
   ctx->trace = dbg && strcasecmp(dbg, "TRACE") == 0;
-  const char* path = getenv("NCCLRL_TUNER_TABLE");
-  if (!path || !*path) path = getenv("NCCL_TUNER_CONFIG_FILE");
-  if (!path || !*path) path = "nccl_tuner.conf";
-  load_table(ctx, path);
+  load_table(ctx);
   return ctx;
 }
 

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.evaluate import band_report, evaluate_table, s_curve_plot, summary
-from ncclrl.agents.export import export_table
+from ncclrl.agents.export import export_table, resolve_shapes
 from ncclrl.agents.problem import Evaluator, Oracle, Problem, platform_measure
 from ncclrl.agents.strategy import (
     PolicyController,
@@ -53,14 +54,24 @@ class ExportSettings:
 
     :param margin: a row leaves NCCL's default only if the simulator predicts it faster by more than this
     :param tune_conf: also choose per-process knobs (nccl.conf)
+    :param shapes: communicator shapes [nodes, ranks] (NCCL's nNodes, nRanks) to write rows for, e.g.
+        [[1,8],[16,16]]; empty: the whole job, plus on several nodes one node of all its GPUs and one rank on
+        every node
     """
 
     margin: float = 0.01
     tune_conf: bool = True
+    shapes: list[Any] = field(default_factory=list)  # [nodes, nranks] pairs, checked in check()
 
-    def check(self) -> None:
+    def check(self, topo: Topology | None = None) -> None:
+        """:param topo: the job's platform the shapes must fit (not checked without it)"""
         if not 0 <= self.margin < 1:
             raise ConfigError("export.margin", f"must be in [0, 1), got {self.margin}")
+        if topo is not None:
+            try:
+                resolve_shapes(topo, self.shapes)
+            except ConfigError as e:
+                raise ConfigError("export.shapes", str(e).removeprefix("shapes: ")) from None
 
 
 @dataclass
@@ -77,14 +88,16 @@ class TargetConfig:
     export: ExportSettings = field(default_factory=ExportSettings)
 
     def check(self) -> None:
-        load_topology(self.topology)
-        self.export.check()
+        self.export.check(load_topology(self.topology))
 
 
 @dataclass
 class ExportConfig(TargetConfig):
     """Export a platform's zero-shot table (nccl_tuner.csv, .json, nccl.conf: the exact argmin of
-    its simulator, nothing measured) with the simulator's report."""
+    its simulator, nothing measured) with the simulator's report. The table has rows for each
+    communicator shape of export.shapes (nodes, ranks: NCCL's nNodes, nRanks), each shape
+    simulated on its own; by default the whole job and, on several nodes, one node of all its GPUs
+    (tensor-parallel groups) and one rank on every node (data-parallel groups)."""
 
 
 @dataclass
@@ -189,25 +202,41 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 
 def export_and_report(target: Topology, run_dir: Path, cfg: DictConfig) -> dict[str, Any]:
+    """Export the target's zero-shot table into ``run_dir/table``, judge it in the simulator per
+    communicator shape (``evaluation.csv``: one block per shape), and report the first shape (the
+    whole job by default) in full, the others in one line each."""
     sim = Simulator(target)
     t0 = time.perf_counter()
+    shapes = [list(x) for x in cfg.export.get("shapes") or []]
     table = export_table(sim, margin=float(cfg.export.margin), tune_conf=bool(cfg.export.tune_conf),
-                         provenance={"method": "zero-shot"})
+                         provenance={"method": "zero-shot"}, shapes=shapes)
     paths = table.write(run_dir / "table")
     export_s = time.perf_counter() - t0
-    df = evaluate_table(table, sim)
-    df.to_csv(run_dir / "evaluation.csv", index=False)
-    s = summary(df)
-    bands = band_report(df)
-    plot = s_curve_plot(df, sim, run_dir / "s_curve.png")
-    report = _format_report(target, bands, s, table.conf, paths, plot, export_s)
+    frames, per_shape = [], {}
+    for nodes, nranks in table.provenance["shapes"]:
+        shape_sim = sim if (nodes, nranks) == (target.nodes, target.nranks) else \
+            Simulator(target.shape(nodes, nranks), params=sim.params)
+        df = evaluate_table(table.for_shape(nodes, nranks), shape_sim)
+        df.insert(0, "nranks", nranks)
+        df.insert(0, "nodes", nodes)
+        frames.append((shape_sim, df))
+        per_shape[f"{nodes}x{nranks}"] = summary(df)
+    pd.concat([df for _, df in frames], ignore_index=True).to_csv(run_dir / "evaluation.csv", index=False)
+    first_sim, first = frames[0]
+    s = summary(first)
+    bands = band_report(first)
+    plot = s_curve_plot(first, first_sim, run_dir / "s_curve.png")
+    report = _format_report(first_sim.topo, bands, s, table.conf, paths, plot, export_s, per_shape,
+                            len(table.rows))
     (run_dir / "report.txt").write_text(report)
     print(report)
-    return {"summary": s, "export_seconds": export_s, "nccl_conf": table.conf,
+    return {"summary": s, "shapes": per_shape, "export_seconds": export_s, "nccl_conf": table.conf,
             "run_dir": str(run_dir), "rows": len(table.rows)}
 
 
-def _format_report(target, bands, s, conf, paths, plot, export_s) -> str:
+def _format_report(target: Topology, bands: pd.DataFrame, s: dict[str, float], conf: dict[str, int],
+                   paths: dict[str, Path], plot: Path, export_s: float, per_shape: dict[str, dict[str, float]],
+                   nrows: int) -> str:
     knobs = " ".join(f"{k}={v}" for k, v in sorted(conf.items())) or "(nothing: NCCL's defaults are best)"
     lines = [f"ncclrl: table for {target.name} ({target.nodes} nodes x {target.gpus_per_node} GPUs), predicted by "
              "the simulator", f"nccl.conf: {knobs}",
@@ -220,8 +249,13 @@ def _format_report(target, bands, s, conf, paths, plot, export_s) -> str:
     lines += ["",
               f"geometric-mean speedup over NCCL's default, 8 B - 1 GiB: {s['geomean_speedup']:.3f}x "
               f"(exhaustive optimum {s['optimum_geomean_speedup']:.3f}x: {100 * s['fraction_of_optimum']:.1f}% of it); "
-              f"worst size {s['worst_vs_default']:.3f}x",
-              f"wrote {paths['csv']}, {paths['json'].name}, {paths['conf'].name}, {plot.name} "
+              f"worst size {s['worst_vs_default']:.3f}x"]
+    if len(per_shape) > 1:
+        lines += ["", "communicator shapes in the table (nNodes x nRanks; same measures, every collective):"]
+        for name, x in per_shape.items():
+            lines.append(f"  {name:<10} geometric-mean speedup {x['geomean_speedup']:.3f}x (optimum "
+                         f"{x['optimum_geomean_speedup']:.3f}x), worst size {x['worst_vs_default']:.3f}x")
+    lines += ["", f"wrote {paths['csv']} ({nrows} rows), {paths['json'].name}, {paths['conf'].name}, {plot.name} "
               f"(export {export_s:.2f} s)"]
     return "\n".join(lines)
 

@@ -1,11 +1,14 @@
 """The C tuner plugin: built here, driven by the C harness (plain and AddressSanitizer), by
-libFuzzer, and from Python through ctypes against a reference on random tables."""
+libFuzzer, from Python through ctypes against a reference on random tables, and through the probe
+(one communicator init per run) on real exported tables: the table's source (the environment's
+content before any path), its fingerprint against Python's, and rows of several communicator shapes."""
 
 from __future__ import annotations
 
 import ctypes
 import os
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,8 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ncclrl.agents.export import export_table
 from ncclrl.costmodel import nccl as N
-from ncclrl.costmodel.table import lookup, parse_example_rows
+from ncclrl.costmodel.simulator import Simulator
+from ncclrl.costmodel.table import MAX_BYTES, Row, Table, fingerprint, lookup, parse_example_rows
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugin"
 
@@ -29,7 +34,7 @@ def make(build: Path, *targets: str, **env: str) -> str:
 @pytest.fixture(scope="module")
 def build(tmp_path_factory) -> Path:
     b = tmp_path_factory.mktemp("plugin-build")
-    make(b)
+    make(b, "all", "probe")
     return b
 
 
@@ -104,6 +109,7 @@ def test_ctypes_matches_the_reference_on_random_tables(build, tmp_path, monkeypa
         text, valid = random_table(rng, nodes=1, nranks=4)
         path = tmp_path / f"t{trial}.csv"
         path.write_text(text)
+        monkeypatch.delenv("NCCLRL_TUNER_TABLE_DATA", raising=False)
         monkeypatch.setenv("NCCLRL_TUNER_TABLE", str(path))
         ctx = ctypes.c_void_p()
         assert v5.init(ctypes.byref(ctx), trial, 4, 1, None, None, None) == 0
@@ -133,3 +139,151 @@ def test_exported_tables_parse_under_both_readers(tmp_path):
     text = (PLUGIN / "tests" / "data" / "example_format.csv").read_text()
     rows = parse_example_rows(text)
     assert lookup(rows, "allreduce", 1 << 20, 1, 4)["proto"] == "ll128"
+
+
+# -- the probe: one communicator init in a fresh process, real exported tables ------------------------
+
+TABLE_VARS = ("NCCLRL_TUNER_TABLE_DATA", "NCCLRL_TUNER_TABLE", "NCCL_TUNER_CONFIG_FILE")
+SOURCE_LINE = re.compile(r"TUNER/ncclrl: table from (.+) \((\d+) bytes, (\d+) rows, fingerprint ([0-9a-f]{16})\): "
+                         r"(\d+) for this communicator \((\d+) ranks, (\d+) nodes\), (\d+) rejected")
+QUERY_SIZES = [0, 1, 7, 8, 4095, 4096, 65535, 65536, 1 << 20, (1 << 20) + 1, (1 << 30) + 5, MAX_BYTES]
+
+
+def probe(build: Path, nodes: int, nranks: int, env: dict[str, str], data_file: Path | None = None,
+          queries: list[tuple[int, int]] | None = None, cwd: Path | None = None,
+          ) -> tuple[list[tuple[int, str]], dict[tuple[int, int], tuple[int, int, int]]]:
+    """Init one communicator of ``nodes`` x ``nranks`` with the table variables of ``env`` only;
+    returns the log lines (level, message) and each query's (algorithm, protocol, channels)."""
+    base = {k: v for k, v in os.environ.items() if k not in TABLE_VARS}
+    args = [str(build / "probe"), str(build / "libnccl-tuner-ncclrl.so"), str(nranks), str(nodes)]
+    if data_file is not None:
+        args.append(str(data_file))
+    queries = queries or [(c, s) for c in range(len(N.COLLECTIVES)) for s in QUERY_SIZES]
+    p = subprocess.run(args, input="".join(f"{c} {s}\n" for c, s in queries), capture_output=True, text=True,
+                       env={**base, **env}, cwd=cwd, timeout=60)
+    assert p.returncode == 0, p.stderr
+    logs, decisions = [], {}
+    for line in p.stdout.splitlines():
+        if line.startswith("log "):
+            level, msg = line[4:].split(" ", 1)
+            logs.append((int(level), msg))
+        else:
+            c, s, a, q, ch = map(int, line.split())
+            decisions[(c, s)] = (a, q, ch)
+    assert len(decisions) == len(queries)
+    return logs, decisions
+
+
+def source_line(logs: list[tuple[int, str]]) -> re.Match:
+    found = [m for _, msg in logs if (m := SOURCE_LINE.search(msg))]
+    assert len(found) == 1, logs  # once per communicator init
+    return found[0]
+
+
+def expected(table: Table, coll: int, nbytes: int, nodes: int, nranks: int) -> tuple[int, int, int]:
+    """What the plugin does with every cost-table entry enabled: the Python reader's row, or NCCL's."""
+    row = table.lookup(N.COLLECTIVES[coll], nbytes, nodes, nranks)
+    if row is None:
+        return (-1, -1, 0)
+    forced = (-1, -1) if row.algo == "default" else (N.ALGOS.index(row.algo), N.PROTOS.index(row.proto))
+    return (*forced, max(row.channels, 0))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> tuple[Table, str]:
+    """The zero-shot table of a 2-node x 2-GPU job, its three default shapes, as written."""
+    table = export_table(Simulator("h200-2x2-sock"), tune_conf=False)
+    assert table.shapes() == [(2, 4), (1, 2), (2, 2)]
+    path = table.write(tmp_path_factory.mktemp("exported"))["csv"]
+    return Table.read(path), path.read_text()
+
+
+def test_real_table_from_the_environment_every_shape_and_fingerprint(build, exported):
+    """Each communicator shape applies its own rows and only those, exactly as ``Table.lookup``
+    does, and the logged fingerprint, size and row count are Python's."""
+    table, text = exported
+    for nodes, nranks in table.shapes() + [(1, 4), (4, 8)]:  # the last two: no rows, NCCL decides
+        logs, got = probe(build, nodes, nranks, {"NCCLRL_TUNER_TABLE_DATA": text})
+        m = source_line(logs)
+        assert m.group(1) == "NCCLRL_TUNER_TABLE_DATA" and int(m.group(2)) == len(text.encode())
+        assert int(m.group(3)) == len(table.rows) and m.group(4) == fingerprint(text)
+        assert int(m.group(5)) == len(table.for_shape(nodes, nranks).rows) and int(m.group(8)) == 0
+        assert not [msg for level, msg in logs if level == 2]
+        for (c, s), decision in got.items():
+            assert decision == expected(table, c, s, nodes, nranks), (nodes, nranks, N.COLLECTIVES[c], s)
+        if (nodes, nranks) in table.shapes():
+            assert all(d[0] >= 0 and d[2] >= 1 for d in got.values())  # every size covered, explicit channels
+
+
+def test_the_environment_wins_over_a_path_and_empty_falls_back(build, exported, tmp_path):
+    table, text = exported
+    other = PLUGIN / "tests" / "data" / "example_format.csv"  # rows for 1 node x 4 ranks
+    logs, got = probe(build, 2, 4, {"NCCLRL_TUNER_TABLE_DATA": text, "NCCLRL_TUNER_TABLE": str(other),
+                                    "NCCL_TUNER_CONFIG_FILE": str(other)})
+    assert source_line(logs).group(1) == "NCCLRL_TUNER_TABLE_DATA"
+    assert got[(N.ALLREDUCE, 1 << 20)] == expected(table, N.ALLREDUCE, 1 << 20, 2, 4)
+    # set but empty: the path, fingerprinted over the file's bytes
+    logs, got = probe(build, 1, 4, {"NCCLRL_TUNER_TABLE_DATA": "", "NCCLRL_TUNER_TABLE": str(other)})
+    m = source_line(logs)
+    assert m.group(1) == str(other) and m.group(4) == fingerprint(other.read_bytes())
+    assert int(m.group(2)) == len(other.read_bytes()) and int(m.group(5)) == 3
+    assert got[(N.ALLREDUCE, 1 << 20)] == (N.RING, N.LL128, 24)
+    # then NCCL_TUNER_CONFIG_FILE, then ./nccl_tuner.conf
+    logs, _ = probe(build, 2, 4, {"NCCL_TUNER_CONFIG_FILE": str(other)})
+    assert source_line(logs).group(1) == str(other)
+    (tmp_path / "nccl_tuner.conf").write_text(text)
+    logs, got = probe(build, 1, 2, {}, cwd=tmp_path)
+    m = source_line(logs)
+    assert m.group(1) == "nccl_tuner.conf" and m.group(4) == fingerprint(text)
+    assert got[(N.ALLREDUCE, 8)] == expected(table, N.ALLREDUCE, 8, 1, 2)
+
+
+def test_plugin_and_python_fingerprints_agree_on_every_shipped_table(build):
+    for path in sorted((PLUGIN / "tests" / "data").glob("*.csv")):
+        raw = path.read_bytes()
+        logs, _ = probe(build, 1, 4, {"NCCLRL_TUNER_TABLE_DATA": raw.decode()}, queries=[(4, 8)])
+        m = source_line(logs)
+        assert (m.group(4), int(m.group(2))) == (fingerprint(raw), len(raw)), path.name
+        assert m.group(4) == fingerprint(raw.decode())
+
+
+def big_table(table: Table, text: str, min_bytes: int) -> str:
+    """``text`` with rows for other communicator shapes appended until it is ``min_bytes`` long."""
+    lines, k = [text.rstrip("\n")], 0
+    while sum(len(x) + 1 for x in lines) < min_bytes:
+        k += 1
+        lines += [Row(r.collective, r.min_bytes, r.max_bytes, r.algo, r.proto, r.channels, nnodes=64 + k,
+                      nranks=8 * (64 + k)).line() for r in table.rows]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_table_over_100_kb_in_the_environment(build, exported, tmp_path):
+    """Past 100 KB the table still loads from the environment, handed to a new program (under the
+    kernel's 128 KiB limit on one variable) or set inside the process (1.5 MB here)."""
+    table, text = exported
+    for size, how in ((110_000, "exec"), (1_500_000, "in-process")):
+        big = big_table(table, text, size)
+        assert len(big) >= size
+        if how == "exec":
+            logs, got = probe(build, 1, 2, {"NCCLRL_TUNER_TABLE_DATA": big})
+        else:
+            data = tmp_path / "big.csv"
+            data.write_text(big)
+            logs, got = probe(build, 1, 2, {}, data_file=data)
+        m = source_line(logs)
+        assert m.group(1) == "NCCLRL_TUNER_TABLE_DATA" and int(m.group(2)) == len(big.encode())
+        assert m.group(4) == fingerprint(big) and int(m.group(3)) == len(parse_example_rows(big))
+        for (c, s), decision in got.items():
+            assert decision == expected(table, c, s, 1, 2)
+
+
+def test_a_table_over_the_plugins_limit_is_refused_whole(build, exported, tmp_path):
+    """Over 16 MiB: one WARN, no row applied (NCCL decides), init still succeeds."""
+    table, text = exported
+    data = tmp_path / "huge.csv"
+    data.write_text(text + ("#" * 79 + "\n") * ((17 << 20) // 80))
+    logs, got = probe(build, 2, 4, {}, data_file=data)
+    assert [msg for level, msg in logs if level == 2] == \
+        [f"TUNER/ncclrl: table from NCCLRL_TUNER_TABLE_DATA is larger than {16 << 20} bytes ({data.stat().st_size}): "
+         "NCCL's own decisions everywhere"]
+    assert set(got.values()) == {(-1, -1, 0)}

@@ -53,3 +53,47 @@ def test_a_file_that_is_no_table_is_one_line(tmp_path, text, suffix):
     with pytest.raises(ConfigError) as e:
         Table.read(p)
     assert e.value.field == "table" and "\n" not in str(e.value)
+
+
+@pytest.fixture
+def shaped():
+    """One table for three communicator shapes of a 2-node x 2-GPU job, each with its own rows."""
+    topo = load_topology("h200-2x2-sock")
+    rows = []
+    for (nodes, nranks), (algo, proto, ch) in {(2, 4): ("tree", "simple", 2), (1, 2): ("ring", "ll", 4),
+                                               (2, 2): ("ring", "ll128", 6)}.items():
+        rows += [Row("allreduce", 0, 65535, algo, proto, ch, nnodes=nodes, nranks=nranks),
+                 Row("allreduce", 65536, MAX_BYTES, "ring", "simple", ch + 1, nnodes=nodes, nranks=nranks)]
+    rows.append(Row("allgather", 0, MAX_BYTES, "ring", "simple", 3))  # any shape
+    return Table(topo, rows, {"NCCL_MIN_NCHANNELS": 8}, {"shapes": [[2, 4], [1, 2], [2, 2]]})
+
+
+def test_several_shapes_round_trip_and_each_shape_finds_its_rows(shaped, tmp_path):
+    paths = shaped.write(tmp_path)
+    csv = paths["csv"].read_text()
+    assert "# communicator shapes (nNodes x nRanks): 2x4, 1x2, 2x2, -1x-1" in csv.splitlines()[1]
+    raw = parse_example_rows(csv)
+    for back in (Table.read(paths["csv"]), Table.read(paths["json"])):
+        assert [(r.collective, r.min_bytes, r.max_bytes, r.algo, r.proto, r.channels, r.nnodes, r.nranks)
+                for r in back.rows] == \
+            [(r.collective, r.min_bytes, r.max_bytes, r.algo, r.proto, r.channels, r.nnodes, r.nranks)
+             for r in shaped.rows]
+        assert back.shapes() == [(2, 4), (1, 2), (2, 2), (-1, -1)] and back.conf == {"NCCL_MIN_NCHANNELS": 8}
+    want = {(2, 4): ("tree", 2, 3), (1, 2): ("ring", 4, 5), (2, 2): ("ring", 6, 7)}
+    for (nodes, nranks), (algo, small_ch, large_ch) in want.items():
+        small = shaped.lookup("allreduce", 100, nodes, nranks)
+        large = shaped.lookup("allreduce", 1 << 20, nodes, nranks)
+        assert (small.nnodes, small.nranks, small.algo, small.channels) == (nodes, nranks, algo, small_ch)
+        assert (large.nnodes, large.nranks, large.channels) == (nodes, nranks, large_ch)
+        for nbytes in (0, 100, 65535, 65536, MAX_BYTES):
+            mine = shaped.lookup("allreduce", nbytes, nodes, nranks)
+            theirs = lookup(raw, "allreduce", nbytes, nodes, nranks)
+            assert (mine.nnodes, mine.nranks, mine.min_bytes, mine.channels) == \
+                (theirs["nNodes"], theirs["nRanks"], theirs["min_bytes"], theirs["channels"])
+        sub = shaped.for_shape(nodes, nranks)
+        assert {(r.nnodes, r.nranks) for r in sub.rows} == {(nodes, nranks), (-1, -1)} and len(sub.rows) == 3
+        assert sub.conf == shaped.conf and sub.lookup("allgather", 5, nodes, nranks).channels == 3
+    for nodes, nranks in ((1, 4), (4, 8), (2, 8)):  # shapes without rows: NCCL decides (AllGather: any shape)
+        assert shaped.lookup("allreduce", 100, nodes, nranks) is None
+        assert lookup(raw, "allreduce", 100, nodes, nranks) is None
+        assert shaped.for_shape(nodes, nranks).shapes() == [(-1, -1)]

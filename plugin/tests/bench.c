@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   write_table(p1000, 1000);
 
   double loads[21];
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
   setenv("NCCLRL_TUNER_TABLE", p1000, 1);
   for (int r = 0; r < 21; r++) {
     void* ctx = NULL;

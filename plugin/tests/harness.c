@@ -1,9 +1,11 @@
 /*
  * A harness that plays NCCL: dlopen the plugin, resolve every ncclTunerPlugin_vN, init with a
  * logger, call getCollInfo with real-shaped cost tables (-1 entries included), finalize, and check
- * each decision against known answers for tests/data/basic.csv.
+ * each decision against known answers for tests/data/basic.csv (from a file and from
+ * NCCLRL_TUNER_TABLE_DATA), tests/data/shapes.csv (rows for several communicator shapes) and
+ * tables of 1 MiB and 17 MiB in the environment.
  *
- *   harness LIB DATA_DIR     exit status 0 when every check passes
+ *   harness LIB DATA_DIR     exit status 0 when every check passes (HARNESS_ECHO=1: print the log lines)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
@@ -11,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../ncclrl_tuner_abi.h"
 
@@ -31,6 +34,7 @@ static char msgs[MAX_MSGS][512];
 static int levels[MAX_MSGS];
 static int nmsgs = 0;
 
+static int echo = 0;
 static void logger(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
   (void)flags; (void)file; (void)line;
   if (nmsgs >= MAX_MSGS) return;
@@ -38,6 +42,7 @@ static void logger(int level, unsigned long flags, const char* file, int line, c
   va_start(ap, fmt);
   vsnprintf(msgs[nmsgs], sizeof(msgs[0]), fmt, ap);
   va_end(ap);
+  if (echo) fprintf(stderr, "LOG %d %s\n", level, msgs[nmsgs]);
   levels[nmsgs++] = level;
 }
 
@@ -51,6 +56,26 @@ static int find_msg(int level, const char* a, const char* b) {
   for (int i = 0; i < nmsgs; i++)
     if (levels[i] == level && strstr(msgs[i], a) && (!b || strstr(msgs[i], b))) return 1;
   return 0;
+}
+
+/* A whole file, NUL-terminated; *len its size. */
+static char* read_all(const char* path, size_t* len) {
+  FILE* f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* buf = malloc((size_t)n + 1);
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
+  fclose(f);
+  if (buf) { buf[n] = '\0'; *len = (size_t)n; }
+  return buf;
+}
+
+static unsigned long long fnv1a(const char* buf, size_t len) {
+  unsigned long long h = 0xcbf29ce484222325ULL;
+  for (size_t i = 0; i < len; i++) { h ^= (unsigned char)buf[i]; h *= 0x100000001b3ULL; }
+  return h;
 }
 
 /* A cost table shaped like NCCL's: [7][3] floats, algorithms NCCL cannot run marked -1. */
@@ -141,8 +166,15 @@ int main(int argc, char** argv) {
   CHECK(strcmp(v5->name, "ncclrl") == 0 && v6->getChunkSize != NULL, "names/getChunkSize");
 
   char path[1024];
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+  unsetenv("NCCL_TUNER_CONFIG_FILE");
   snprintf(path, sizeof(path), "%s/basic.csv", argv[2]);
   setenv("NCCLRL_TUNER_TABLE", path, 1);
+  size_t basic_len = 0;
+  char* basic = read_all(path, &basic_len);
+  CHECK(basic != NULL, "cannot read %s", path);
+  if (!basic) return 1;
+  char want[1400];
   ncclrl_nvl_domain_info_v5_t nvl = {1, 4, 4};
   ncclrl_tuner_constants_v5_t constants;
   memset(&constants, 0, sizeof(constants));
@@ -150,6 +182,7 @@ int main(int argc, char** argv) {
   /* v5: load, WARNs for each bad line, decisions */
   nmsgs = 0;
   void* ctx = NULL;
+  echo = getenv("HARNESS_ECHO") != NULL;
   CHECK(v5->init(&ctx, 42, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS && ctx, "v5 init");
   CHECK(count_level(NCCLRL_LOG_WARN) == 8, "expected 8 WARNs, got %d", count_level(NCCLRL_LOG_WARN));
   static const char* const bad[][2] = {{"basic.csv:5:", "overlaps line 4"}, {"basic.csv:10:", "field collective"},
@@ -158,7 +191,10 @@ int main(int argc, char** argv) {
                                        {"basic.csv:15:", "fields"}, {"basic.csv:18:", "both"}};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     CHECK(find_msg(NCCLRL_LOG_WARN, bad[i][0], bad[i][1]), "no WARN naming %s %s", bad[i][0], bad[i][1]);
-  CHECK(find_msg(NCCLRL_LOG_INFO, "TUNER/ncclrl: loaded", "tuner ABI v5"), "no INFO on load");
+  CHECK(find_msg(NCCLRL_LOG_INFO, "TUNER/ncclrl: table from ", "tuner ABI v5"), "no INFO on load");
+  snprintf(want, sizeof(want), "table from %s (%zu bytes, 10 rows, fingerprint %016llx): 8 for this communicator "
+           "(4 ranks, 1 nodes), 8 rejected;", path, basic_len, fnv1a(basic, basic_len));
+  CHECK(find_msg(NCCLRL_LOG_INFO, want, NULL), "INFO must read '%s'", want);
   for (int i = 0; i < nmsgs; i++) CHECK(strncmp(msgs[i], "TUNER/ncclrl: ", 14) == 0, "prefix: %s", msgs[i]);
   check_cost_version("v5", ctx, 5, v3, (get_cost_fn)v5->getCollInfo);
   CHECK(v5->finalize(ctx) == NCCLRL_SUCCESS, "v5 finalize");
@@ -245,6 +281,154 @@ int main(int argc, char** argv) {
   v5->getCollInfo(ctx, NCCLRL_ALLREDUCE, 1 << 20, 1, (float**)t, 7, 3, 0, &nch);
   CHECK(t[NCCLRL_RING][NCCLRL_LL128] == 0.0f && nch == 24, "example-format row");
   v5->finalize(ctx);
+
+  /* the table's content in NCCLRL_TUNER_TABLE_DATA: same rows, same WARNs (naming the variable),
+   * same decisions; it wins over NCCLRL_TUNER_TABLE (here example_format.csv) */
+  setenv("NCCLRL_TUNER_TABLE_DATA", basic, 1);
+  nmsgs = 0;
+  ctx = NULL;
+  CHECK(v5->init(&ctx, 47, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS && ctx, "v5 init from the environment");
+  snprintf(want, sizeof(want), "table from NCCLRL_TUNER_TABLE_DATA (%zu bytes, 10 rows, fingerprint %016llx): 8 for "
+           "this communicator", basic_len, fnv1a(basic, basic_len));
+  CHECK(find_msg(NCCLRL_LOG_INFO, want, NULL), "INFO must read '%s'", want);
+  CHECK(count_level(NCCLRL_LOG_WARN) == 8, "env: expected 8 WARNs, got %d", count_level(NCCLRL_LOG_WARN));
+  CHECK(find_msg(NCCLRL_LOG_WARN, "NCCLRL_TUNER_TABLE_DATA:5:", "overlaps line 4"), "env WARN names the variable");
+  CHECK(!find_msg(NCCLRL_LOG_INFO, "example_format.csv", NULL), "the path must not be read when the data is set");
+  check_cost_version("env v5", ctx, 5, v3, (get_cost_fn)v5->getCollInfo);
+  v5->finalize(ctx);
+
+  /* set but empty: the path is used */
+  setenv("NCCLRL_TUNER_TABLE_DATA", "", 1);
+  nmsgs = 0;
+  ctx = NULL;
+  v5->init(&ctx, 48, 4, 1, logger, &nvl, &constants);
+  snprintf(want, sizeof(want), "table from %s (", path);
+  CHECK(find_msg(NCCLRL_LOG_INFO, want, NULL), "an empty NCCLRL_TUNER_TABLE_DATA must fall back to the path");
+  v5->finalize(ctx);
+
+  /* NCCL_TUNER_CONFIG_FILE when NCCLRL_TUNER_TABLE is unset */
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+  unsetenv("NCCLRL_TUNER_TABLE");
+  snprintf(path, sizeof(path), "%s/shapes.csv", argv[2]);
+  setenv("NCCL_TUNER_CONFIG_FILE", path, 1);
+  nmsgs = 0;
+  ctx = NULL;
+  v5->init(&ctx, 49, 4, 2, logger, &nvl, &constants);
+  snprintf(want, sizeof(want), "table from %s (", path);
+  CHECK(find_msg(NCCLRL_LOG_INFO, want, NULL), "NCCL_TUNER_CONFIG_FILE must be read");
+  v5->finalize(ctx);
+
+  /* one table, several communicator shapes: each communicator applies its own rows only */
+  static const struct {
+    size_t nranks, nnodes;
+    int coll;
+    size_t nbytes;
+    int algo, proto, channels;
+  } SHAPES[] = {
+      {4, 2, NCCLRL_ALLREDUCE, 100, NCCLRL_TREE, NCCLRL_LL, 2},
+      {4, 2, NCCLRL_ALLREDUCE, 1 << 20, NCCLRL_RING, NCCLRL_SIMPLE, 4},
+      {4, 2, NCCLRL_ALLGATHER, 100, -1, -1, 0},
+      {2, 1, NCCLRL_ALLREDUCE, 100, NCCLRL_RING, NCCLRL_LL, 1},
+      {2, 1, NCCLRL_ALLREDUCE, 1 << 20, NCCLRL_RING, NCCLRL_LL128, 3},
+      {2, 1, NCCLRL_ALLGATHER, 100, -1, -1, 0},
+      {2, 2, NCCLRL_ALLREDUCE, 100, NCCLRL_TREE, NCCLRL_SIMPLE, 5},
+      {2, 2, NCCLRL_ALLREDUCE, 1 << 20, NCCLRL_TREE, NCCLRL_SIMPLE, 5},
+      {2, 2, NCCLRL_ALLGATHER, 1 << 20, NCCLRL_RING, NCCLRL_SIMPLE, 6},
+      {4, 1, NCCLRL_ALLREDUCE, 100, -1, -1, 0},
+      {8, 2, NCCLRL_ALLREDUCE, 100, -1, -1, 0},
+  };
+  for (size_t i = 0; i < sizeof(SHAPES) / sizeof(SHAPES[0]); i++) {
+    nmsgs = 0;
+    ctx = NULL;
+    v5->init(&ctx, 50 + i, SHAPES[i].nranks, SHAPES[i].nnodes, logger, &nvl, &constants);
+    CHECK(count_level(NCCLRL_LOG_WARN) == 0, "shape case %zu: %d WARNs", i, count_level(NCCLRL_LOG_WARN));
+    CHECK(find_msg(NCCLRL_LOG_INFO, "6 rows", NULL), "shape case %zu: all 6 rows parse", i);
+    fill_table(t);
+    float before[7][3];
+    memcpy(before, t, sizeof(t));
+    nch = 0;
+    v5->getCollInfo(ctx, SHAPES[i].coll, SHAPES[i].nbytes, 1, (float**)t, 7, 3, 0, &nch);
+    int changed = 0, fa = -1, fp = -1;
+    for (int x = 0; x < 7; x++)
+      for (int y = 0; y < 3; y++)
+        if (t[x][y] != before[x][y]) { changed++; fa = x; fp = y; }
+    CHECK(SHAPES[i].algo < 0 ? changed == 0 : (changed == 1 && fa == SHAPES[i].algo && fp == SHAPES[i].proto),
+          "shape case %zu (%zu ranks, %zu nodes): forced %d/%d (%d changes)", i, SHAPES[i].nranks, SHAPES[i].nnodes,
+          fa, fp, changed);
+    CHECK(nch == SHAPES[i].channels, "shape case %zu: channels %d, expected %d", i, nch, SHAPES[i].channels);
+    v5->finalize(ctx);
+  }
+  unsetenv("NCCL_TUNER_CONFIG_FILE");
+
+  /* a 1 MiB table in the environment (rows for another shape, then this communicator's) still loads */
+  const char* other = "allreduce,0,10,ring,ll,1,7,77\n";
+  const char* mine = "allreduce,0,4294967295,ring,ll128,24,1,4\n";
+  size_t olen = strlen(other), nrep = (1u << 20) / olen + 1;
+  size_t big_len = nrep * olen + strlen(mine);
+  char* big = malloc(big_len + 1);
+  CHECK(big != NULL, "malloc");
+  if (big) {
+    for (size_t i = 0; i < nrep; i++) memcpy(big + i * olen, other, olen);
+    memcpy(big + nrep * olen, mine, strlen(mine) + 1);
+    setenv("NCCLRL_TUNER_TABLE_DATA", big, 1);
+    setenv("NCCLRL_TUNER_TABLE", "/nonexistent/ncclrl.csv", 1);
+    nmsgs = 0;
+    ctx = NULL;
+    v5->init(&ctx, 70, 4, 1, logger, &nvl, &constants);
+    snprintf(want, sizeof(want), "table from NCCLRL_TUNER_TABLE_DATA (%zu bytes, %zu rows, fingerprint %016llx): 1 for",
+             big_len, nrep + 1, fnv1a(big, big_len));
+    CHECK(find_msg(NCCLRL_LOG_INFO, want, NULL) && count_level(NCCLRL_LOG_WARN) == 0, "1 MiB table: '%s'", want);
+    fill_table(t);
+    nch = 0;
+    v5->getCollInfo(ctx, NCCLRL_ALLREDUCE, 1 << 20, 1, (float**)t, 7, 3, 0, &nch);
+    CHECK(t[NCCLRL_RING][NCCLRL_LL128] == 0.0f && nch == 24, "1 MiB table: decision");
+    v5->finalize(ctx);
+    free(big);
+  }
+
+  /* 17 MiB (over the 16 MiB cap): refused whole with a WARN, NCCL decides */
+  size_t huge_len = 17u << 20;
+  char* huge = malloc(huge_len + strlen(mine) + 1);
+  CHECK(huge != NULL, "malloc");
+  if (huge) {
+    memset(huge, '#', huge_len);
+    for (size_t i = 79; i < huge_len; i += 80) huge[i] = '\n';
+    memcpy(huge + huge_len, mine, strlen(mine) + 1);
+    setenv("NCCLRL_TUNER_TABLE_DATA", huge, 1);
+    nmsgs = 0;
+    ctx = NULL;
+    CHECK(v5->init(&ctx, 71, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS && ctx, "init with a huge table");
+    CHECK(find_msg(NCCLRL_LOG_WARN, "NCCLRL_TUNER_TABLE_DATA is larger than", "NCCL's own decisions"),
+          "17 MiB table: WARN");
+    fill_table(t);
+    nch = 0;
+    v5->getCollInfo(ctx, NCCLRL_ALLREDUCE, 1 << 20, 1, (float**)t, 7, 3, 0, &nch);
+    CHECK(t[NCCLRL_RING][NCCLRL_LL128] != 0.0f && nch == 0, "17 MiB table: NCCL decides");
+    v5->finalize(ctx);
+    /* the same from a file */
+    unsetenv("NCCLRL_TUNER_TABLE_DATA");
+    char tmp[] = "/tmp/ncclrl-harness-XXXXXX";
+    int fd = mkstemp(tmp);
+    FILE* f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    CHECK(f != NULL, "temp file");
+    if (f) {
+      fputs(huge, f);
+      fclose(f);
+      setenv("NCCLRL_TUNER_TABLE", tmp, 1);
+      nmsgs = 0;
+      ctx = NULL;
+      v5->init(&ctx, 72, 4, 1, logger, &nvl, &constants);
+      CHECK(find_msg(NCCLRL_LOG_WARN, "is larger than", tmp), "17 MiB file: WARN");
+      fill_table(t);
+      nch = 0;
+      v5->getCollInfo(ctx, NCCLRL_ALLREDUCE, 1 << 20, 1, (float**)t, 7, 3, 0, &nch);
+      CHECK(t[NCCLRL_RING][NCCLRL_LL128] != 0.0f && nch == 0, "17 MiB file: NCCL decides");
+      v5->finalize(ctx);
+      unlink(tmp);
+    }
+    free(huge);
+  }
+  free(basic);
 
   dlclose(lib);
   printf("%d passed, %d failed\n", checks - failures, failures);
