@@ -7,6 +7,12 @@ op and root, and for out-of-place and in-place runs the time (us), algorithm and
 
 A run that cannot be trusted is an error, never silently half-read: a truncated run (no closing
 lines), ``#wrong`` > 0, NCCL ``WARN`` lines, or no rows at all.
+
+Standard output may carry NCCL's own debug lines (``host:pid:tid [dev] NCCL INFO ...``, with
+``NCCL_DEBUG=INFO``), from every rank when a launcher merges their outputs. They are taken out
+before the table is read (:func:`split_log`), even where one landed inside a table row (nccl-tests
+prints a row's first columns before it runs that size, and a launcher forwards other ranks' lines
+in whatever chunks it reads); what they say is kept in :attr:`Run.log`.
 """
 
 from __future__ import annotations
@@ -32,8 +38,88 @@ PROGRAM_COLLECTIVES = {
 }
 
 _ENV_LINE = re.compile(r"NCCL INFO (NCCL_[A-Z0-9_]+) set by environment to (\S+)")
+_ENV_MSG = re.compile(r"^(NCCL_[A-Z0-9_]+) set by environment to (\S+)")
 _WARN_LINE = re.compile(r"NCCL WARN (.*)")
 _NUM = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+# NCCL's debug line: [timestamp] host:pid:tid [cudaDev] [elapsed] [file:line] NCCL LEVEL message
+_LOG_TAIL = r":(\d+):(\d+) \[(-?\d+)\] (?:\S+ ){0,3}?NCCL (INFO|WARN|TRACE|ABORT) ?([^\n]*)\n?"
+_LOG_AT_START = re.compile(r"(?m)^(?:\[[^\]\n]{1,64}\] )?([A-Za-z0-9._-]+)" + _LOG_TAIL)
+# nccl-tests' per-rank device line (rank 0 prints every rank's)
+_RANK_LINE = re.compile(r"#\s*Rank\s+(\d+)\s+Group\s+(\d+)\s+Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)"
+                        r"\s+\[[^\]]*\]\s*([^\n]*)")
+_LIBRARY = re.compile(r"nccl-library=(\d+)")
+_NCCL_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)(?:\+cuda(\d+\.\d+))?")
+# nccl-tests' -T: "host: Test timeout (5s) common.cu:523"
+# (glued to a row's first columns when it struck while that size ran)
+_TEST_TIMEOUT = re.compile(r"(?m)^(?:\s*\d+\s+\d+\s+\S+\s+\S+\s+-?\d+(?=\S))?\s*(\S+): Test timeout \((\d+)s\)")
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One NCCL debug line: who printed it (host, process, CUDA device) and what it said."""
+
+    host: str
+    pid: int
+    dev: int
+    level: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RankLine:
+    """One of nccl-tests' ``#  Rank  0 Group  0 Pid 1234 on host device  0 [..] GPU`` lines."""
+
+    rank: int
+    host: str
+    pid: int
+    device: int
+    gpu: str
+
+
+def split_log(text: str) -> tuple[str, list[LogLine]]:
+    """``text`` without NCCL's debug lines, and those lines. A debug line that landed inside
+    another line (a table row's first columns, a chunk of another rank's output) is cut out and the
+    two halves joined again; it is recognised by a host that starts a debug line elsewhere."""
+    hosts = {m.group(1) for m in _LOG_AT_START.finditer(text)}
+    if not hosts:
+        return text, []
+    alt = "|".join(re.escape(h) for h in sorted(hosts, key=len, reverse=True))
+    head = r"(?:\[[^\]\n]{1,64}\] )?(" + alt + r"):(\d+):(\d+) \[(-?\d+)\] "
+    # a message ends at its newline, or where another rank's line was glued on
+    anywhere = re.compile(head + r"(?:\S+ ){0,3}?NCCL (INFO|WARN|TRACE|ABORT) ?((?:(?!(?:" + alt +
+                          r"):\d+:\d+ \[-?\d+\] )[^\n])*)\n?")
+    log = [LogLine(m.group(1), int(m.group(2)), int(m.group(4)), m.group(5), m.group(6).strip())
+           for m in anywhere.finditer(text)]
+    return anywhere.sub("", text), log
+
+
+def rank_lines(text: str) -> list[RankLine]:
+    """nccl-tests' per-rank device lines, in the order printed."""
+    return [RankLine(int(m.group(1)), m.group(4), int(m.group(3)), int(m.group(5)), m.group(6).strip())
+            for m in _RANK_LINE.finditer(text)]
+
+
+def version_from_code(code: int) -> str:
+    """``NCCL_VERSION_CODE`` as ``major.minor.patch`` (22809 -> 2.28.9; before 2.9: 2708 -> 2.7.8)."""
+    if code >= 10000:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def library_version(text: str) -> tuple[str, str]:
+    """The NCCL that ran and the CUDA it was built for, as the output says: NCCL's own ``NCCL
+    version 2.28.9+cuda12.8`` line, else nccl-tests' ``nccl-library=22809``; ``""`` when unsaid."""
+    m = _NCCL_VERSION.search(text)
+    if m:
+        return m.group(1), m.group(2) or ""
+    m = _LIBRARY.search(text)
+    return (version_from_code(int(m.group(1))), "") if m else ("", "")
+
+
+def perf_timeout(text: str) -> tuple[str, int] | None:
+    """``(host, seconds)`` when nccl-tests' own ``-T`` timeout ended the run."""
+    m = _TEST_TIMEOUT.search(text)
+    return (m.group(1), int(m.group(2))) if m else None
 
 
 class NcclTestsError(ValueError):
@@ -81,6 +167,10 @@ class Run:
     version: str = ""
     graph: bool = False
     warnings: list[str] = field(default_factory=list)
+    library: str = ""  # the NCCL that ran (``version`` is nccl-tests')
+    cuda: str = ""
+    ranks: list[RankLine] = field(default_factory=list)
+    log: list[LogLine] = field(default_factory=list)
 
 
 def _number(tok: str, what: str, line_no: int, source: str) -> float:
@@ -107,7 +197,8 @@ def _collective_from_program(program: str) -> str:
 
 
 def parse_stdout(text: str, source: str = "<stdout>", strict: bool = True) -> Run:
-    """Parse nccl-tests' standard output (its table, header and footer)."""
+    """Parse nccl-tests' standard output (its table, header and footer); NCCL's debug lines
+    anywhere in it are set aside (:func:`split_log`)."""
     collective = ""
     version = ""
     graph = False
@@ -115,6 +206,14 @@ def parse_stdout(text: str, source: str = "<stdout>", strict: bool = True) -> Ru
     env: dict[str, str] = {}
     warnings: list[str] = []
     ranks: set[int] = set()
+    library, cuda = library_version(text)
+    text, log = split_log(text)
+    for ln in log:
+        m = _ENV_MSG.match(ln.message)
+        if ln.level == "INFO" and m:
+            env[m.group(1)] = m.group(2)
+        elif ln.level in ("WARN", "ABORT"):
+            warnings.append(f"{source}: {ln.host}:{ln.pid} [{ln.dev}]: {ln.message}")
     concluded = False
     avg_seen = False
     for line_no, raw in enumerate(text.splitlines(), 1):
@@ -161,7 +260,8 @@ def parse_stdout(text: str, source: str = "<stdout>", strict: bool = True) -> Ru
                         _number(rest[6], "busbw", line_no, source), _wrong(rest[7], line_no, source))
         records.append(Record(collective, nbytes, count, dtype, redop, root, oop, ip, env))
     run = Run(collective=collective, records=records, env=env, nranks=len(ranks), source=source,
-              version=version, graph=graph, warnings=warnings)
+              version=version, graph=graph, warnings=warnings, library=library, cuda=cuda,
+              ranks=rank_lines(text), log=log)
     if strict:
         _check(run, complete=concluded and avg_seen)
     return run

@@ -41,9 +41,15 @@ def launch_of(timing: str) -> str:
 HANG = "NCCL hung"
 
 
+# in the error of a point a job stopped at because it made no progress for timeout_s: NCCL may be
+# hung there, or a rank, a node or the network stalled; the store's status is "timeout"
+TIMEOUT = "timed out"
+
+
 def is_hang(error: str | None) -> bool:
-    """Whether a stored failure is a hang (or a point skipped after one), not a crash or a start failure."""
-    return bool(error) and HANG in error
+    """Whether a stored failure is a hang or a timeout (or a point skipped after one), not a crash
+    or a start failure: what a sweep does not try again at larger sizes (after_hang=skip)."""
+    return bool(error) and (HANG in error or error.startswith(TIMEOUT))
 
 
 def require_gpus(nranks: int) -> None:

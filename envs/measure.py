@@ -8,7 +8,7 @@ import uuid
 
 from ncclrl.costmodel.space import Point
 from ncclrl.envs.backend import Backend
-from ncclrl.envs.live import HANG, is_hang, timing_label
+from ncclrl.envs.live import HANG, TIMEOUT, is_hang, timing_label
 from ncclrl.envs.store import Store
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,8 @@ def measure_whole(workers: Backend, points: list[Point], store: Store, topology:
                   job=job, **kw)
 
     def fail(i: int, error: str) -> None:
-        add(i, [], timing=timing_label(launch, "eager"), status="failed", error=error[:500])
+        status = "timeout" if error.startswith(TIMEOUT) else "failed"
+        add(i, [], timing=timing_label(launch, "eager"), status=status, error=error[:500])
 
     while remaining:
         if deadline is not None and time.time() > deadline and job:  # the first job always runs
@@ -50,6 +51,7 @@ def measure_whole(workers: Backend, points: list[Point], store: Store, topology:
             break
         job = uuid.uuid4().hex[:12]  # one id per set of processes: the unit of between-job noise
         res = workers.measure([points[i] for i in remaining], samples=samples)
+        store.add_job(job, backend=backend, topology=topology, tag=tag, **getattr(workers, "provenance", {}))
         fails = workers.failures
         nxt, hung = [], []
         for j, (i, r) in enumerate(zip(remaining, res, strict=True)):
@@ -72,7 +74,8 @@ def measure_whole(workers: Backend, points: list[Point], store: Store, topology:
             h = points[hi]
             same = {i for i in nxt if hang_group(points[i]) == hang_group(h) and (points[i].nbytes, i) > (h.nbytes, hi)}
             for i in sorted(same):
-                fail(i, f"not measured: {HANG} on {h.algo}/{h.proto} at {h.nbytes} B with these knobs "
+                cause = HANG if HANG in (workers.failures.get(remaining.index(hi), "") or HANG) else TIMEOUT
+                fail(i, f"not measured: {cause} on {h.algo}/{h.proto} at {h.nbytes} B with these knobs "
                      "(after_hang=retry measures it)")
             if same:
                 log.warning("# %s %s/%s: %d points at >= %d B not measured after the hang", h.collective, h.algo,

@@ -19,7 +19,26 @@ from typing import Any
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.noise import summarize
 from ncclrl.costmodel.space import KNOB_FIELDS, Point
-from ncclrl.envs.live import HANG, timing_label
+from ncclrl.envs.live import HANG, TIMEOUT, timing_label
+
+JOBS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (  -- what ran each job: one row per job (set of processes)
+    job TEXT PRIMARY KEY,
+    ts REAL NOT NULL,
+    backend TEXT NOT NULL,
+    topology TEXT NOT NULL,
+    tag TEXT NOT NULL,
+    nccl_version TEXT NOT NULL,  -- the NCCL that ran (as the library reported it)
+    launcher TEXT NOT NULL,      -- local, torchrun, srun, mpirun, nccl-tests' own
+    command TEXT NOT NULL,       -- the launcher's command line
+    hosts TEXT NOT NULL,         -- JSON list
+    gpus TEXT NOT NULL,          -- JSON list of GPU models
+    driver TEXT NOT NULL,        -- JSON list of driver versions
+    cuda TEXT NOT NULL,          -- JSON list of CUDA versions
+    nccl_env TEXT NOT NULL,      -- JSON object: rank 0's NCCL_* environment
+    ranks_reported INTEGER NOT NULL
+);
+"""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS measurements (
@@ -113,8 +132,37 @@ class Store:
         q, args = self._where(dict(topology=topology, backend=backend, collective=point.collective,
                                    nbytes=int(point.nbytes), algo=point.algo, proto=point.proto,
                                    channels=int(point.channels), tag=tag, **where), launch)
-        q += " AND (status='ok'" + (" OR (status='failed' AND instr(error, ?) > 0))" if hung else ")")
-        return self._db.execute(f"SELECT 1 FROM measurements{q} LIMIT 1", args + [HANG] * hung).fetchone() is not None
+        q += " AND (status='ok'" + (" OR status='timeout' OR (status='failed' AND (instr(error, ?) > 0 OR "
+                                    "instr(error, ?) > 0)))" if hung else ")")
+        return self._db.execute(f"SELECT 1 FROM measurements{q} LIMIT 1",
+                                args + [HANG, TIMEOUT] * hung).fetchone() is not None
+
+    def add_job(self, job: str, *, backend: str, topology: str, tag: str, nccl_version: str = "?",
+                launcher: str = "", command: str = "", hosts: list | None = None, gpus: list | None = None,
+                driver: list | None = None, cuda: list | None = None, nccl_env: dict | None = None,
+                ranks_reported: int = 0) -> None:
+        """Record what ran job ``job`` (its provenance); a backend that knows nothing of it records
+        only the job."""
+        try:
+            self._db.executescript(JOBS_SCHEMA)  # made on first use: a store only read stays as it was
+            self._db.execute(
+                "INSERT OR REPLACE INTO jobs (job, ts, backend, topology, tag, nccl_version, launcher, command, hosts,"
+                " gpus, driver, cuda, nccl_env, ranks_reported) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (job, time.time(), backend, topology, tag, nccl_version or "?", launcher, command,
+                 json.dumps(hosts or []), json.dumps(gpus or []), json.dumps(driver or []), json.dumps(cuda or []),
+                 json.dumps(nccl_env or {}, sort_keys=True), int(ranks_reported)))
+            self._db.commit()
+        except sqlite3.Error as e:
+            raise ConfigError("store", f"cannot write to {self.path}: {e}; earlier measurements are kept") from None
+
+    def jobs(self):
+        """Every job's provenance as a pandas DataFrame."""
+        import pandas as pd
+
+        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name='jobs'").fetchone():
+            return pd.DataFrame(columns=["job", "ts", "backend", "topology", "tag", "nccl_version", "launcher",
+                                         "command", "hosts", "gpus", "driver", "cuda", "nccl_env", "ranks_reported"])
+        return pd.read_sql_query("SELECT * FROM jobs ORDER BY ts", self._db)
 
     def count(self, **where: Any) -> int:
         q, args = self._where(where)

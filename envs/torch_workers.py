@@ -1,57 +1,68 @@
-"""Live NCCL measurements with ONE communicator per process: every configuration is selected by
+"""Live NCCL measurements with ONE communicator per job: every configuration is selected by
 our tuner plugin through a table that maps a distinct message size to it.
 
 A request (all points of one per-process knob setting) becomes one table: point ``k`` of a size
 ``s`` runs at ``s + k * q`` bytes (``q`` = 16, the smallest step every collective can take on 4
 ranks), and the table has a one-byte-wide row ``[s + k*q, s + k*q]`` forcing its configuration;
 NCCL's default has no row. The shift (at most a few hundred bytes) is negligible next to the
-sizes' latency floor. One short job per request (``torch.multiprocessing.spawn``, one process per
-GPU), the pattern `ncclrl plugin verify` runs successfully on our 4 x H200 box: one communicator,
-eager calls. Samples are interleaved across the points of one size, each sample the slowest rank.
+sizes' latency floor. One short job per request, one process per GPU on every node
+(:mod:`ncclrl.envs.worker`), started by the launcher of the user's cluster
+(:mod:`ncclrl.envs.launch`: local, torchrun, srun, mpirun). The table travels to every rank in an
+environment variable, and the ranks check they hold the same one before NCCL starts.
 
-Only needs PyTorch with CUDA and numpy on the GPU machine.
+Only needs PyTorch with CUDA and numpy on the GPU machines.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.nccl import COLL_INDEX
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.table import format_row
 from ncclrl.envs.backend import Backend
-from ncclrl.envs.live import (
-    LAUNCHES,
-    SAFE_ENV,
-    free_port,
-    make_collective,
-    plugin_library,
-    require_gpus,
-    timing_label,
+from ncclrl.envs.launch import (
+    JOB_ENV,
+    MAX_ENV_BYTES,
+    TABLE_ENV,
+    Job,
+    LaunchConfig,
+    encode,
+    ending_on_sigterm,
+    launch_commands,
 )
-from ncclrl.envs.nccl_direct import DirectComm, Nccl
+from ncclrl.envs.live import LAUNCHES, SAFE_ENV, TIMEOUT, plugin_library, require_gpus
 
 QUANTUM = 16
-# repetitions per sample (per captured graph): enough that an 8 B call's launch cost is amortized
-MAX_REPS = 50
 
 
 def shifted_sizes(points: list[Point], nranks: int) -> list[int]:
-    """The size each point runs at: its size plus ``k * quantum`` for the k-th point of that size."""
-    q = max(QUANTUM, 4 * nranks)
-    seen: dict[tuple[str, int], int] = {}
+    """The size each point runs at: the first point of a size at that size, each further one at the
+    next multiple of the quantum above it that no other point of the collective runs at. Every
+    point's size is distinct, so no one-byte row of the job's table covers another point (a
+    forced row on another size's NCCL default would run that default forced)."""
+    q = math.lcm(QUANTUM, 4 * nranks)  # whole elements, divisible over the ranks for AllGather/ReduceScatter
+    used: dict[str, set[int]] = {}
+    for p in points:
+        used.setdefault(p.collective, set()).add(int(p.nbytes))
+    first: set[tuple[str, int]] = set()
     out = []
     for p in points:
-        k = seen.get((p.collective, p.nbytes), 0)
-        seen[(p.collective, p.nbytes)] = k + 1
-        out.append(int(p.nbytes) + k * q)
+        s = int(p.nbytes)
+        if (p.collective, s) not in first:
+            first.add((p.collective, s))
+            out.append(s)
+            continue
+        x = s + q
+        while x in used[p.collective]:
+            x += q
+        used[p.collective].add(x)
+        out.append(x)
     return out
 
 
@@ -64,264 +75,236 @@ def table_rows(points: list[Point], sizes: list[int]) -> str:
     return "\n".join(rows) + "\n"
 
 
-def _job(rank: int, world: int, port: int, nodes: int, env: dict, items: list, samples: int, budget_us: float,
-         out_dir: str, timing: str = "eager", launch: str = "torch") -> None:
-    os.environ.update(env)
-    if nodes > 1:
-        os.environ["NCCL_HOSTID"] = f"ncclrl-node{rank * nodes // world}"
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-    import torch
-    import torch.distributed as dist
-
-    log = open(Path(out_dir) / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115
-    log.write(f"{time.strftime('%H:%M:%S')} started\n")
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    stream = torch.cuda.Stream()
-    direct = None
-    if launch == "nccl":
-        # a CPU (gloo) group for the rendezvous and agreements; the collectives go straight to NCCL
-
-        dist.init_process_group("gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}")
-        ctrl = None
-        nccl = Nccl()
-        uid = [nccl.unique_id() if rank == 0 else b""]
-        dist.broadcast_object_list(uid, src=0)
-        direct = DirectComm(nccl, uid[0], rank, world)
-        log.write(f"{time.strftime('%H:%M:%S')} NCCL {nccl.version()} at {nccl.path}\n")
-    else:
-        dist.init_process_group("nccl", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
-                                device_id=dev)
-        # Every decision that changes how many collectives a rank issues (repetitions, graph or eager)
-        # is agreed over a CPU (gloo) group, never taken per rank: ranks that time a warm-up differently
-        # and pick different repetition counts issue different numbers of calls, and NCCL hangs.
-        ctrl = dist.new_group(backend="gloo")
-    log.write(f"{time.strftime('%H:%M:%S')} up, {len(items)} items, {timing} timing, {launch} calls\n")
-
-    def agree(values: list[float], op) -> list[float]:
-        t = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(t, op=op, group=ctrl)
-        return t.tolist()
-
-    def make_op(coll: str, nbytes: int):
-        if direct is not None:
-            return direct.make_op(torch, COLL_INDEX[coll], nbytes, dev, stream)
-        return make_collective(dist, torch, COLL_INDEX[coll], nbytes, world, dev)
-
-    # direct calls run on `stream` and are timed there; PyTorch's on the current stream
-    on = stream if direct is not None else torch.cuda.current_stream()
-    results: list[list[float]] = [[] for _ in items]
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    groups: dict[tuple[str, int], list[int]] = {}
-    for i, (coll, base, _size) in enumerate(items):
-        groups.setdefault((coll, base), []).append(i)
-    out_file = open(Path(out_dir) / f"result{rank}.jsonl", "a", buffering=1)  # noqa: SIM115
-    # warm the process and the connections before the first point (a fresh job's first calls run
-    # slow); 4 bytes have no table row, so NCCL decides
-    warm = make_op("allreduce", 4)
-    for _ in range(20):
-        warm()
-    torch.cuda.synchronize()
-    for (coll, base), idx in groups.items():  # dict order = item order, identical on every rank
-        log.write(f"{time.strftime('%H:%M:%S')} {coll} {base} B: {len(idx)} points\n")
-        ops, ests = [], []
-        for i in idx:
-            log.write(f"{time.strftime('%H:%M:%S')} item {i}\n")  # names the point if NCCL hangs here
-            op = make_op(coll, items[i][2])
-            op()
-            op()
-            torch.cuda.synchronize()
-            start.record(on)
-            op()
-            end.record(on)
-            end.synchronize()
-            ests.append(max(start.elapsed_time(end) * 1000.0, 1.0))
-            ops.append(op)
-        log.write(f"{time.strftime('%H:%M:%S')} warm, agreeing on repetitions\n")
-        ests = agree(ests, dist.ReduceOp.MAX)
-        reps = [int(np.clip(budget_us / e, 1, MAX_REPS)) for e in ests]
-        graphs: list = [None] * len(idx)
-        if timing == "graph":
-            ok = []
-            for j, op in enumerate(ops):
-                try:
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g, stream=stream):
-                        for _ in range(reps[j]):
-                            op()
-                    graphs[j] = g
-                    ok.append(1.0)
-                except Exception as e:  # noqa: BLE001 - eager timing for this point, on every rank
-                    log.write(f"{time.strftime('%H:%M:%S')} graph capture failed: {type(e).__name__}: {e}\n")
-                    torch.cuda.synchronize()
-                    ok.append(0.0)
-            ok = agree(ok, dist.ReduceOp.MIN)
-            graphs = [g if k == 1.0 else None for g, k in zip(graphs, ok, strict=True)]
-            for g in graphs:  # warm replay (first replay uploads the graph)
-                if g is not None:
-                    g.replay()
-            torch.cuda.synchronize()
-        log.write(f"{time.strftime('%H:%M:%S')} sampling\n")
-        for k in range(samples):
-            log.write(f"{time.strftime('%H:%M:%S')} sample {k}\n")  # progress: a hang is told apart sooner
-            for j, i in enumerate(idx):
-                if graphs[j] is not None:
-                    start.record(stream)
-                    with torch.cuda.stream(stream):
-                        graphs[j].replay()
-                    end.record(stream)
-                else:
-                    start.record(on)
-                    for _ in range(reps[j]):
-                        ops[j]()
-                    end.record(on)
-                end.synchronize()
-                results[i].append(start.elapsed_time(end) * 1000.0 / reps[j])
-        if direct is not None:
-            direct.async_error()
-        modes = [timing_label(launch, "graph" if g is not None else "eager") for g in graphs]
-        del ops, graphs
-        # written per size, so a later hang loses nothing measured before it
-        out_file.write(json.dumps({"idx": idx, "samples": [results[i] for i in idx], "modes": modes}) + "\n")
-    torch.cuda.synchronize()
-    dist.barrier(group=ctrl)
-    if direct is not None:
-        direct.destroy()
-    log.write(f"{time.strftime('%H:%M:%S')} done\n")
-    dist.destroy_process_group()
-
-
-def collect(out_dir: Path, nranks: int, n: int) -> tuple[list[list[float] | None], list[str]]:
-    """Per point, the slowest rank's samples, from the groups every rank finished (else ``None``),
-    and its timing mode (``graph``/``eager``) as rank 0 wrote it."""
-    modes = ["eager"] * n
-    f0 = out_dir / "result0.jsonl"
-    if f0.exists():
-        for line in f0.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            for i, m in zip(rec["idx"], rec.get("modes", ["eager"] * len(rec["idx"])), strict=True):
-                modes[i] = m
-    per_rank: list[dict[int, list[float]]] = []
-    for r in range(nranks):
-        f = out_dir / f"result{r}.jsonl"
-        got: dict[int, list[float]] = {}
-        if f.exists():
-            for line in f.read_text().splitlines():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a kill
-                got.update(zip(rec["idx"], rec["samples"], strict=True))
-        per_rank.append(got)
-    out: list[list[float] | None] = []
-    for i in range(n):
-        if all(i in g for g in per_rank):
-            out.append(np.max(np.array([g[i] for g in per_rank], dtype=float), axis=0).tolist())
-        else:
-            out.append(None)
-    return out, modes
-
-
-def last_progress(out_dir: Path) -> float:
-    """When any rank last wrote a log line or a result (a job that writes nothing is hung)."""
-    times = [f.stat().st_mtime for f in list(out_dir.glob("rank*.log")) + list(out_dir.glob("result*.jsonl"))]
-    return max(times, default=0.0)
-
-
-def last_item(out_dir: Path, nranks: int) -> int | None:
-    """The point the job was on when it stopped (the lowest 'item' any rank last logged)."""
-    last = []
-    for r in range(nranks):
-        f = out_dir / f"rank{r}.log"
-        items = [int(x.split()[-1]) for x in f.read_text().splitlines() if " item " in x] if f.exists() else []
-        if items:
-            last.append(items[-1])
-    return min(last) if last else None
-
-
 class TableWorkers(Backend):
-    """Same interface as :class:`ncclrl.envs.live.TorchWorkers`; each ``measure`` is one job, so
-    a sweep hands it every point of a knob setting at once (``whole_request``).
+    """PyTorch workers (:mod:`ncclrl.envs.worker`), one process per GPU on every node, started by
+    the job's launcher (:mod:`ncclrl.envs.launch`). Each ``measure`` is one job, so a sweep hands
+    it every point of a knob setting at once (``whole_request``).
 
+    :param nranks: the job's ranks (the topology's)
+    :param nodes: the job's nodes; ranks are spread evenly, ``nranks // nodes`` per node
+    :param knobs: the per-process knob setting every point of a job runs under
     :param timing: ``graph`` (each point's repetitions captured in a CUDA graph and replayed, like
         nccl-tests ``-G``) or ``eager`` (queued launches, like plain nccl-tests)
-    :param timeout_s: a job that writes no progress (log line or result) for this long is hung
+    :param timeout_s: a job that writes no progress for this long is ended, its point stored as timed out
+    :param plugin: our tuner plugin's path, the same on every node (default: ``ncclrl plugin build``'s)
+    :param log_dir: keep the job's records and the launcher's output here (default: a temporary folder)
     :param table: measure under this exported table as-is (``ncclrl validate``); every point must
         then be NCCL's default (the table decides), none is forced
     :param launch: ``torch`` (``torch.distributed`` calls) or ``nccl`` (NCCL called directly, on a
         communicator of the worker's own: :mod:`ncclrl.envs.nccl_direct`; no Python overhead per call,
         stored with timing ``nccl-eager``/``nccl-graph``)
+    :param launcher: how the processes start (:class:`ncclrl.envs.launch.LaunchConfig`; default local)
+    :param nvls: ``as-is`` (NCCL's NVLink SHARP as the user's environment has it) or ``off``
+    :param device: ``cuda``, or ``cpu`` (gloo stands in for NCCL: the launch path without a GPU)
     """
 
     name = "torch"
 
     def __init__(self, nranks: int, nodes: int = 1, knobs: Point | None = None, timing: str = "eager",
                  timeout_s: float = 300.0, plugin: str | Path | None = None, log_dir: str | Path | None = None,
-                 table: str | Path | None = None, launch: str = "torch") -> None:
+                 table: str | Path | None = None, launch: str = "torch", launcher: LaunchConfig | None = None,
+                 nvls: str = "as-is", device: str = "cuda") -> None:
         if timing not in ("graph", "eager"):
             raise ConfigError("timing", f"allowed: graph, eager; got {timing!r}")
         if launch not in LAUNCHES:
             raise ConfigError("launch", f"allowed: {', '.join(LAUNCHES)}; got {launch!r}")
-        require_gpus(nranks)
+        if nvls not in NVLS:
+            raise ConfigError("nvls", f"allowed: {', '.join(NVLS)}; got {nvls!r}")
+        if device not in ("cuda", "cpu"):
+            raise ConfigError("device", f"allowed: cuda, cpu; got {device!r}")
+        if nodes < 1 or nranks % nodes:
+            raise ConfigError("topology", f"{nranks} ranks do not spread evenly over {nodes} nodes")
+        self.launcher = LaunchConfig.of(launcher)
+        if self.launcher.kind == "local" and device == "cuda":
+            require_gpus(nranks)
         super().__init__()
-        self.launch = launch
+        self.launch, self.timing, self.nvls, self.device = launch, timing, nvls, device
         if table is not None and not Path(table).is_file():
             raise ConfigError("table", f"no such file: {table}")
-        self.timing = timing
         self.table = Path(table).resolve() if table is not None else None
         self.nranks, self.nodes, self.timeout_s = nranks, nodes, timeout_s
         self.knobs = knobs or Point("allreduce", 1)
         self.plugin = plugin_library(plugin)  # built on first use
         self.log_dir = Path(log_dir) if log_dir else None
+        self.provenance: dict = {}
+
+    def job_env(self, points: list[Point], sizes: list[int], samples: int, budget_us: float) -> dict[str, str]:
+        """What every rank of the job is handed: the job, the table it forces, the plugin, the knobs."""
+        text = self.table.read_text() if self.table is not None else table_rows(points, sizes)
+        if len(text.encode()) > MAX_ENV_BYTES:
+            raise ConfigError("table", f"{len(text.encode())} bytes: more than one environment variable holds "
+                              f"({MAX_ENV_BYTES}); split the job")
+        job = {"items": [(p.collective, int(p.nbytes), s) for p, s in zip(points, sizes, strict=True)],
+               "samples": samples, "budget_us": budget_us, "timing": self.timing, "launch": self.launch,
+               "device": self.device, "timeout_s": self.timeout_s, "nranks": self.nranks, "kind": self.launcher.kind,
+               "gpus_per_node": self.nranks // self.nodes, "emulate_nodes": self.launcher.emulated and self.nodes > 1}
+        # the user's NCCL (and ncclrl) environment reaches every rank, whatever the launcher forwards
+        env = {k: v for k, v in os.environ.items() if k.startswith(FORWARD) and k != "NCCLRL_TUNER_TABLE"}
+        env.update({JOB_ENV: encode(job), TABLE_ENV: text, NCCL_TUNER_PLUGIN: str(self.plugin), **self.knobs.env()})
+        if self.nvls == "off":
+            env.update(SAFE_ENV)
+        return env
 
     def measure(self, points: list[Point], samples: int = 7, budget_us: float = 1000.0) -> list[list[float] | None]:
-        """Samples per point; ``None`` for points the job did not reach. A point NCCL hung on (or a
-        rank failure) is named in ``failures`` ({index: message}); what was measured before is kept."""
-        import torch
-        import torch.multiprocessing as mp
-
-        self.nccl_version = ".".join(map(str, torch.cuda.nccl.version()))
-        self.failures: dict[int, str] = {}
+        """Samples per point; ``None`` for points the job did not reach. A point the job stopped at
+        (a timeout, a rank that failed) is named in ``failures`` ({index: message}); what was
+        measured before is kept. A job whose ranks disagree (tables, plugin, rank count) raises
+        :class:`ConfigError` before any collective."""
+        self.failures = {}
         if self.table is not None and not all(p.is_default for p in points):
             raise ConfigError("points", "with a table only NCCL's default (what the table decides) can be measured")
         sizes = shifted_sizes(points, self.nranks)
-        with tempfile.TemporaryDirectory(prefix="ncclrl-table-") as tmp:
+        env = self.job_env(points, sizes, samples, budget_us)
+        base = {k: v for k, v in os.environ.items() if k not in RANK_VARS and k != "NCCLRL_TUNER_TABLE"}
+        with tempfile.TemporaryDirectory(prefix="ncclrl-job-") as tmp:
             out_dir = Path(self.log_dir or tmp)
             out_dir.mkdir(parents=True, exist_ok=True)
-            for f in list(out_dir.glob("result*.jsonl")) + list(out_dir.glob("rank*.log")):
-                f.unlink()
-            table = Path(tmp) / "table.csv"
-            table.write_text(self.table.read_text() if self.table is not None else table_rows(points, sizes))
-            env = dict(SAFE_ENV, NCCL_TUNER_PLUGIN=str(self.plugin), NCCLRL_TUNER_TABLE=str(table),
-                       **self.knobs.env())
-            items = [(p.collective, int(p.nbytes), s) for p, s in zip(points, sizes, strict=True)]
-            ctx = mp.spawn(_job, args=(self.nranks, free_port(), self.nodes, env, items, samples, budget_us,
-                                       str(out_dir), self.timing, self.launch), nprocs=self.nranks, join=False)
+            cmds = launch_commands(self.launcher, self.nodes, self.nranks // self.nodes, env)
+            seen = JobRecords(self.nranks, len(points), out_dir)
             started = time.time()
-            error = None
-            try:
-                while not ctx.join(timeout=2):
-                    if time.time() - max(started, last_progress(out_dir)) > self.timeout_s:
-                        error = f"no progress for {self.timeout_s:.0f} s (NCCL hung?); workers killed"
-                        break
-            except mp.ProcessRaisedException as e:
-                error = f"a rank failed: {str(e).strip().splitlines()[-1]}"
-            except mp.ProcessExitedException as e:
-                error = f"a rank died: {e}"
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-            out, self.last_modes = collect(out_dir, self.nranks, len(points))
-            if error:
-                stuck = last_item(out_dir, self.nranks)
-                if stuck is not None and out[stuck] is None:
-                    self.failures[stuck] = error
-                elif not any(r is not None for r in out):
-                    self.failures.update({i: error for i in range(len(points))})
+            timed_out = False
+            with ending_on_sigterm():
+                job = Job(cmds, base, out_dir, grace_s=self.launcher.grace_s)
+                try:
+                    self._wait(job, seen, started)
+                except _TimedOut:
+                    timed_out = True
+                finally:
+                    job.kill()  # whatever is left of the job, on every node
+                    job.close()
+            seen.add(job.take())
+            seen.close()
+        self.nccl_version = seen.version or self.nccl_version
+        self.provenance = seen.provenance(self.launcher, cmds)
+        self.last_modes = seen.modes
+        if seen.setup_error:
+            raise ConfigError("launcher", seen.setup_error)
+        out = seen.results
+        if timed_out:
+            why = f"{TIMEOUT}: no progress for {self.timeout_s:.0f} s; the job was ended"
+            if job.nccl_warnings:
+                why += f"; NCCL said: {job.nccl_warnings[0]}"
+        elif seen.errors:
+            why = f"a rank failed: {seen.errors[0]}"
+            silent = sorted(set(seen.hellos) - seen.spoke_last)
+            if silent:
+                why = f"ranks {silent} ended without a word (died?); {why}"
+        else:
+            code = job.failed()
+            why = f"the launcher exited with {code}: {job_tail(out_dir if self.log_dir else None)}" if code else ""
+            if not why and any(r is None for r in out):
+                missing = sorted(set(range(self.nranks)) - set(seen.hellos))
+                why = (f"ranks {missing} never reported: the job ran fewer ranks than the topology's {self.nranks}"
+                       if missing else "the job ended before it measured every point")
+        if why:
+            stuck = seen.stuck()
+            if stuck is not None and out[stuck] is None:
+                self.failures[stuck] = why
+            elif not any(r is not None for r in out):
+                self.failures.update({i: why for i in range(len(points))})
         return out
+
+    def _wait(self, job: Job, seen: JobRecords, started: float) -> None:
+        """Until the job ends, a rank stops it (the others then wait on that rank), or it makes no
+        progress for ``timeout_s`` (:class:`_TimedOut`)."""
+        while True:
+            seen.add(job.take())
+            if job.done():
+                return
+            if seen.errors and time.time() - seen.first_error_at > self.launcher.grace_s:
+                return
+            if time.time() - max(started, job.last_output) > self.timeout_s:
+                raise _TimedOut
+            time.sleep(0.2)
 
     def close(self) -> None:
         pass
+
+
+class _TimedOut(Exception):
+    pass
+
+
+# what a launcher sets per rank: never inherited from the user's shell into a job
+RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+NVLS = ("as-is", "off")
+NCCL_TUNER_PLUGIN = "NCCL_TUNER_PLUGIN"
+FORWARD = ("NCCL_", "NCCLRL_")
+
+
+def job_tail(log_dir: Path | None) -> str:
+    if log_dir is None or not (log_dir / "launcher.log").exists():
+        return "see its output with log_dir="
+    lines = [x for x in (log_dir / "launcher.log").read_text(errors="replace").splitlines()
+             if not x.startswith("$ ") and any(c.isalnum() for c in x)]
+    return lines[-1][-300:] if lines else "no output"
+
+
+class JobRecords:
+    """What the ranks of one job reported, as it arrives: per-rank logs under ``out_dir``, the
+    results, the point each rank was on, errors and the facts each rank said hello with."""
+
+    def __init__(self, nranks: int, npoints: int, out_dir: Path) -> None:
+        self.nranks = nranks
+        self.results: list[list[float] | None] = [None] * npoints
+        self.modes = ["eager"] * npoints
+        self.items: dict[int, int] = {}
+        self.hellos: dict[int, dict] = {}
+        self.errors: list[str] = []
+        self.first_error_at = 0.0
+        self.setup_error = ""
+        self.version = ""
+        self.spoke_last: set[int] = set()
+        self._files: dict[int, object] = {}
+        self.out_dir = out_dir
+
+    def _log(self, rank: int, text: str) -> None:
+        if rank not in self._files:
+            self._files[rank] = open(self.out_dir / f"rank{rank}.log", "a", buffering=1)  # noqa: SIM115
+        self._files[rank].write(f"{time.strftime('%H:%M:%S')} {text}\n")  # type: ignore[attr-defined]
+
+    def add(self, records: list) -> None:
+        for r in records:
+            self._log(r.rank, f"{r.kind} {r.payload}")
+            try:
+                self._take(r)
+            except (ValueError, KeyError, TypeError):  # a line cut by a kill: what it held is lost, nothing else
+                continue
+
+    def _take(self, r) -> None:
+        if r.kind == "item":
+            self.items[r.rank] = int(r.payload)
+        elif r.kind == "result":
+            d = json.loads(r.payload)
+            if 0 <= d["i"] < len(self.results):
+                self.results[d["i"]], self.modes[d["i"]] = [float(x) for x in d["s"]], d["m"]
+        elif r.kind == "hello":
+            self.hellos[r.rank] = json.loads(r.payload)
+        elif r.kind == "version":
+            self.version = r.payload
+        if r.kind in ("error", "done"):
+            self.spoke_last.add(r.rank)
+        if r.kind == "error":
+            if r.payload.startswith("stopped before any collective") or r.payload.startswith("local rank"):
+                self.setup_error = self.setup_error or r.payload
+            if not self.errors:
+                self.first_error_at = time.time()
+            self.errors.append(f"rank {r.rank}: {r.payload}")
+
+    def stuck(self) -> int | None:
+        """The point the job was on when it stopped (the lowest any rank last named)."""
+        return min(self.items.values()) if self.items else None
+
+    def provenance(self, launcher: LaunchConfig, cmds: list) -> dict:
+        h = self.hellos
+        one = h.get(0, next(iter(h.values()), {}))
+        return {"nccl_version": self.version, "gpus": sorted({x.get("gpu", "") for x in h.values()}),
+                "driver": sorted({x.get("driver", "") for x in h.values()}),
+                "cuda": sorted({x.get("cuda", "") for x in h.values()}),
+                "hosts": sorted({x.get("host", "") for x in h.values()}), "ranks_reported": len(h),
+                "launcher": launcher.kind, "command": " ".join(cmds[0][0]) if cmds else "",
+                "nccl_env": one.get("nccl_env", {})}
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()  # type: ignore[attr-defined]

@@ -34,14 +34,12 @@ from ncclrl.costmodel.space import KNOB_FIELDS, Point
 from ncclrl.costmodel.table import file_sha256
 from ncclrl.costmodel.topology import Topology, load_topology
 from ncclrl.costmodel.units import parse_bytes
-from ncclrl.envs.live import require_gpus
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.replay import ReplayWorkers, recorded_sweep
 from ncclrl.envs.store import Store
-from ncclrl.envs.torch_workers import TableWorkers
 from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.progress import progress
-from ncclrl.runners.sweep import LiveConfig
+from ncclrl.runners.sweep import LiveConfig, check_launch, live_workers
 
 logger = logging.getLogger(__name__)
 BASE_KNOBS_KEY = "/".join("0" * len(KNOB_FIELDS))  # NCCL's plain defaults, as sweep_reference keys settings
@@ -148,8 +146,7 @@ def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep
             w = ReplayWorkers(replay, knobs, seen)
         else:
 
-            w = TableWorkers(topo.nranks, topo.nodes, knobs, timing=args["timing"], timeout_s=float(args["timeout_s"]),
-                             launch=args["launch"])
+            w = live_workers(args, topo, knobs)
         res = measure_whole(w, points, store, topo.name, backend=args["backend"], samples=samples, tag=tag)
         if bar is not None:
             bar.advance(len(points))
@@ -210,7 +207,7 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
         else args["search"]
     cfg.check()
     if args["backend"] == "torch":  # before the store opens
-        require_gpus(topo.nranks)
+        check_launch(args, topo)
     spath = strategy_path(args["strategy"])
     controller = PolicyController.load(spath)
     problem, sweep = live_problem(args, topo, colls)

@@ -18,10 +18,12 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
@@ -29,7 +31,9 @@ from ncclrl.costmodel.replica import default_decisions, eligible_mask, scheduled
 from ncclrl.costmodel.table import parse_example_rows
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
-from ncclrl.envs.live import SAFE_ENV, elem_size, free_port, make_collective, plugin_library, require_gpus
+from ncclrl.envs.launch import TABLE_ENV, LaunchConfig, encode, launch_commands, run_to_end
+from ncclrl.envs.live import elem_size, plugin_library, require_gpus
+from ncclrl.envs.torch_workers import RANK_VARS
 from ncclrl.runners.config import Command, register
 
 LOG_LINE = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): (\d+) Bytes -> Algo (\w+) proto (\w+) "
@@ -101,76 +105,28 @@ def _only(algo: int, proto: int) -> np.ndarray:
     return m
 
 
-def _time_ops(torch, op, reps: int) -> float:
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        op()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) * 1000 / reps
-
-
-def _worker(rank: int, world: int, port: int, cases: list[dict], env: dict, nodes: int, iters: int,
-            result_path: str) -> None:
-    os.environ.update(env)
-    if nodes > 1:  # emulate nodes on one host: NCCL sees distinct host ids, talks over loopback sockets
-        os.environ["NCCL_HOSTID"] = f"ncclrl-node{rank * nodes // world}"
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-    import torch
-    import torch.distributed as dist
-
-    torch.cuda.set_device(rank)
-    dev = torch.device("cuda", rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}",
-                            device_id=dev)
-    # 1. one call per case on the communicator that loaded the table; NCCL logs each decision
-    marker = torch.zeros(MARKER_BYTES, dtype=torch.uint8, device=dev)
-    dist.broadcast(marker, 0)
-    for case in cases:
-        make_collective(dist, torch, case["coll"], case["nbytes"], world, dev)()
-    dist.broadcast(torch.zeros(END_MARKER_BYTES, dtype=torch.uint8, device=dev), 0)
-    torch.cuda.synchronize()
-    # 2. a second communicator in the same process with no table (the plugin keeps NCCL's choices):
-    #    time the timed cases on both, interleaved, so machine drift hits both alike
-    times, base = [None] * len(cases), [None] * len(cases)
-    timed = [i for i, c in enumerate(cases) if c.get("timed")]
-    if iters and timed:
-        os.environ["NCCLRL_TUNER_TABLE"] = "/nonexistent/ncclrl-no-table.csv"
-        plain = dist.new_group(list(range(world)))
-        dist.barrier(group=plain)
-        for i in timed:
-            c = cases[i]
-            op_t = make_collective(dist, torch, c["coll"], c["nbytes"], world, dev)
-            op_p = make_collective(dist, torch, c["coll"], c["nbytes"], world, dev, group=plain)
-            reps = 20 if c["nbytes"] < (64 << 20) else 3
-            op_t(), op_p()
-            ta, tb = [], []
-            for _ in range(iters):
-                ta.append(_time_ops(torch, op_t, reps))
-                tb.append(_time_ops(torch, op_p, reps))
-            times[i], base[i] = float(np.median(ta)), float(np.median(tb))
-    torch.cuda.synchronize()
-    dist.barrier()
-    if rank == 0:
-        Path(result_path).write_text(json.dumps({"pid": os.getpid(), "times_us": times, "base_times_us": base}))
-    dist.destroy_process_group()
-
-
-def run_job(cases: list[dict], env: dict, world: int, nodes: int, iters: int, out: Path, tag: str) -> dict:
-    import torch.multiprocessing as mp
-
+def run_job(cases: list[dict], env: dict, topo, iters: int, out: Path, tag: str, launcher: LaunchConfig,
+            timeout_s: float = 300.0, device: str = "cuda") -> dict:
+    """One job of the verifier through the launcher: rank 0's NCCL log (its decisions) and, when
+    ``iters``, the timed cases on the table's communicator and on a table-less one."""
     log_dir = out / f"nccl-{tag}"
     log_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(env, NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,TUNING",
-               NCCL_DEBUG_FILE=str(log_dir / "nccl.%h.%p.log"), **SAFE_ENV)
-    result = out / f"result-{tag}.json"
-    mp.spawn(_worker, args=(world, free_port(), cases, env, nodes, iters, str(result)), nprocs=world, join=True)
-    res = json.loads(result.read_text())
-    logs = list(log_dir.glob(f"nccl.*.{res['pid']}.log"))
-    res["log"] = logs[0].read_text() if logs else ""
-    res["log_path"] = str(logs[0]) if logs else ""
-    return res
+    (log_dir / "launcher.log").unlink(missing_ok=True)
+    job = {"mode": "verify", "cases": [dict(c, i=i) for i, c in enumerate(cases)], "iters": iters,
+           "marker_bytes": MARKER_BYTES, "end_marker_bytes": END_MARKER_BYTES, "device": device,
+           "timeout_s": timeout_s, "nranks": topo.nranks, "gpus_per_node": topo.gpus_per_node, "kind": launcher.kind,
+           "emulate_nodes": launcher.emulated and topo.nodes > 1, "launch": "torch", "timing": "eager", "items": []}
+    full = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "NCCLRL_")) and k != "NCCLRL_TUNER_TABLE"}
+    full.update(env, NCCLRL_JOB=encode(job))
+    base = {k: v for k, v in os.environ.items() if k not in RANK_VARS and k != "NCCLRL_TUNER_TABLE"}
+    records, text = run_to_end(launch_commands(launcher, topo.nodes, topo.gpus_per_node, full), base, log_dir,
+                               timeout_s, launcher.grace_s)
+    (log_dir / "nccl-rank0.log").write_text(text)
+    res = next((json.loads(r.payload) for r in records if r.kind == "verify"), {"times_us": {}})
+    t = {int(k): v for k, v in res["times_us"].items()}
+    return {"times_us": [t[i][0] if i in t else None for i in range(len(cases))],
+            "base_times_us": [t[i][1] if i in t else None for i in range(len(cases))],
+            "log": text, "log_path": str(log_dir / "nccl-rank0.log")}
 
 
 def match_log(log: str, cases: list[dict], nranks: int) -> list[tuple[str, str, int] | None]:
@@ -198,10 +154,11 @@ def match_log(log: str, cases: list[dict], nranks: int) -> list[tuple[str, str, 
 
 
 def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters: int = 20,
-           plugin: str | None = None) -> int:
+           plugin: str | None = None, launcher: LaunchConfig | None = None, device: str = "cuda") -> int:
     topo = load_topology(topology)
-
-    require_gpus(topo.nranks)  # a one-line error (ConfigError), not a traceback from a worker
+    launcher = LaunchConfig.of(launcher)
+    if launcher.kind == "local" and device == "cuda":
+        require_gpus(topo.nranks)  # a one-line error (ConfigError), not a traceback from a worker
     rows = [r for r in parse_example_rows(Path(table).read_text())
             if r["nNodes"] in (-1, topo.nodes) and r["nRanks"] in (-1, topo.nranks)]
     lib = plugin_library(plugin)
@@ -209,11 +166,11 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
     cases = plan_cases(rows, topo, max_bytes)
     for case in cases:
         case["timed"] = case["row"] is None
-    env = {"NCCL_TUNER_PLUGIN": str(lib.resolve()), "NCCLRL_TUNER_TABLE": str(Path(table).resolve())}
+    env = {"NCCL_TUNER_PLUGIN": str(lib.resolve()), TABLE_ENV: Path(table).read_text()}
     t0 = time.time()
-    with_plugin = run_job(cases, env, topo.nranks, topo.nodes, iters, out, "plugin")
-    without = run_job([dict(c, timed=False) for c in cases], {"NCCL_TUNER_PLUGIN": "none"}, topo.nranks,
-                      topo.nodes, 0, out, "default")
+    with_plugin = run_job(cases, env, topo, iters, out, "plugin", launcher, device=device)
+    without = run_job([dict(c, timed=False) for c in cases], {"NCCL_TUNER_PLUGIN": "none"}, topo, 0, out,
+                      "default", launcher, device=device)
     logged = match_log(with_plugin["log"], cases, topo.nranks)
     nccl_own = match_log(without["log"], cases, topo.nranks)
     report, ok_all = [], True
@@ -271,17 +228,22 @@ class VerifyConfig:
     :param out: folder for NCCL's logs and verify.json
     :param max_bytes: the largest size checked
     :param iters: timed calls per size
-    :param plugin: the plugin library (default: the one ncclrl plugin build makes, built if missing)
+    :param plugin: the plugin library (default: the one ncclrl plugin build makes, built if missing;
+        the same path on every node)
+    :param launcher: how the job's processes start (group launcher=: local, torchrun, srun, mpirun)
     """
 
+    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"launcher": "local"}])
     table: str = ""
     topology: str = ""
     out: str = "plugin-verify"
     max_bytes: str = "1G"
     iters: int = 20
     plugin: str | None = None
+    launcher: LaunchConfig = field(default_factory=LaunchConfig)
 
     def check(self) -> None:
+        self.launcher.check()
         for k in ("table", "topology"):
             if not getattr(self, k):
                 raise ConfigError(k, "required: ncclrl plugin verify TABLE topology=T (the platform the job runs on)")
@@ -293,7 +255,7 @@ class VerifyConfig:
 
 def main_verify(cfg) -> int:
     return verify(cfg.table, cfg.topology, Path(cfg.out), parse_bytes(cfg.max_bytes, "max_bytes"), cfg.iters,
-                  cfg.plugin)
+                  cfg.plugin, LaunchConfig.of(OmegaConf.to_container(cfg.launcher)))
 
 
 COMMAND = Command("plugin verify", VerifyConfig, main_verify,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
@@ -22,11 +22,12 @@ from ncclrl.costmodel.noise import geomean
 from ncclrl.costmodel.space import KNOB_FIELDS, Point, call_configs, knob_grid, size_grid
 from ncclrl.costmodel.topology import Topology, load_topology
 from ncclrl.costmodel.units import parse_bytes
-from ncclrl.envs.live import LAUNCHES, WorkerError, plugin_library, timing_label
+from ncclrl.envs.launch import LaunchConfig
+from ncclrl.envs.live import LAUNCHES, WorkerError, plugin_library, require_gpus, timing_label
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.nccltests_backend import NcclTestsBackend
 from ncclrl.envs.store import Store
-from ncclrl.envs.torch_workers import TableWorkers
+from ncclrl.envs.torch_workers import NVLS, TableWorkers
 from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.progress import progress
 
@@ -46,7 +47,13 @@ class LiveConfig:
     :param store: the SQLite measurement store every measurement goes to (resumable)
     :param launch: how the PyTorch workers issue collectives: nccl (NCCL called directly) or torch
         (torch.distributed)
+    :param launcher: how a job's processes start on the cluster (group launcher=: local, torchrun,
+        srun, mpirun; then launcher.hosts=[...], launcher.extra_args=...)
+    :param nvls: as-is (NVLink SHARP as your environment has it) or off (NCCL_NVLS_ENABLE=0 for every job)
+    :param log_dir: keep each job's per-rank records and the launcher's output here (empty: not kept)
     """
+
+    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"launcher": "local"}])
 
     topology: str = "h200-1x4"
     collectives: list[str] = field(default_factory=lambda: ["allreduce"])
@@ -57,8 +64,14 @@ class LiveConfig:
     timeout_s: float = 300.0
     store: str = "runs/store.sqlite"
     launch: str = "nccl"
+    launcher: LaunchConfig = field(default_factory=LaunchConfig)
+    nvls: str = "as-is"
+    log_dir: str = ""
 
     def check(self) -> None:
+        self.launcher.check()
+        if self.nvls not in NVLS:
+            raise ConfigError("nvls", f"unknown value {self.nvls!r}; allowed: {', '.join(NVLS)}")
         for c in self.collectives:
             N.parse_name("collectives", c, N.COLLECTIVES)
         if not self.collectives:
@@ -89,7 +102,6 @@ class SweepConfig(LiveConfig):
         under every knob setting)
     :param tag: what the measurements are for, stored with them
     :param nccltests_dir: backend=nccl-tests: the folder holding all_reduce_perf and the others
-    :param launcher: backend=nccl-tests: local, mpirun, srun, or a launcher YAML path
     :param wall_s: start no job after this many seconds (0: no limit); the same command measures the rest
     :param after_hang: skip (once NCCL hangs on an algorithm/protocol, it is not tried at larger
         sizes under the same knobs) or retry (measure every point, retrying recorded hangs)
@@ -99,7 +111,6 @@ class SweepConfig(LiveConfig):
     grid: str = "default"
     tag: str = "sweep"
     nccltests_dir: str = ""
-    launcher: str = "local"
     wall_s: int = 0
     after_hang: str = "skip"
 
@@ -117,6 +128,33 @@ class SweepConfig(LiveConfig):
                               "algorithm/protocol again at a size or larger after NCCL hung on it), retry")
         if self.wall_s < 0:
             raise ConfigError("wall_s", f"must be a whole number of seconds >= 0 (0: no limit), got {self.wall_s}")
+
+
+def launcher_of(args: DictConfig) -> LaunchConfig:
+    """The command's launcher (``launcher=`` group), checked."""
+    node = args.get("launcher") if hasattr(args, "get") else None
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node)
+    return LaunchConfig.of(node)
+
+
+def live_workers(args: DictConfig, topo: Topology, knobs: Point, *, timing: str | None = None,
+                 timeout_s: float | None = None, table: str | Path | None = None) -> TableWorkers:
+    """The PyTorch workers of a live command: the topology's nodes and ranks, started by its launcher."""
+    return TableWorkers(topo.nranks, topo.nodes, knobs, timing=timing or args["timing"],
+                        timeout_s=float(timeout_s if timeout_s is not None else args["timeout_s"]),
+                        launch=args["launch"], launcher=launcher_of(args), nvls=args.get("nvls", "as-is"),
+                        log_dir=args.get("log_dir") or None, table=table)
+
+
+def check_launch(args: DictConfig, topo: Topology) -> None:
+    """Before anything is stored: a local launch needs every GPU here; a cluster launch one host
+    per node when hosts are named."""
+    launcher = launcher_of(args)
+    if launcher.kind == "local":
+        require_gpus(topo.nranks)
+    elif launcher.hosts and len(launcher.hosts) != topo.nodes:
+        raise ConfigError("launcher.hosts", f"{topo.name} has {topo.nodes} nodes, {len(launcher.hosts)} hosts given")
 
 
 def parse_args(argv: list[str]) -> DictConfig:
@@ -137,14 +175,15 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
         if args["backend"] == "nccl-tests":
 
             def workers_factory(topo, knobs, timing, timeout_s):
-                b = NcclTestsBackend(args["nccltests_dir"], topo.nranks, args["launcher"], plugin_library(), timeout_s)
+                b = NcclTestsBackend(args["nccltests_dir"], topo.nranks, launcher_of(args), plugin_library(),
+                                     timeout_s, nodes=topo.nodes, gpus_per_node=topo.gpus_per_node,
+                                     nvls=args.get("nvls", "as-is"))
                 b.knobs = knobs
                 return b
         else:
 
             def workers_factory(topo, knobs, timing, timeout_s):
-                return TableWorkers(topo.nranks, topo.nodes, knobs, timing=timing, timeout_s=timeout_s,
-                                    launch=args["launch"])
+                return live_workers(args, topo, knobs, timing=timing, timeout_s=timeout_s)
 
     topo = load_topology(args["topology"])
     colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]

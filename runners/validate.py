@@ -43,10 +43,9 @@ from ncclrl.costmodel.units import parse_bytes
 from ncclrl.envs.live import launch_of
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.store import Store, job_ids
-from ncclrl.envs.torch_workers import TableWorkers
 from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.progress import progress
-from ncclrl.runners.sweep import LiveConfig
+from ncclrl.runners.sweep import LiveConfig, live_workers
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +132,7 @@ def measure_rounds(args, topo, knobs, table, digest, points, store, workers_fact
     if workers_factory is None:
 
         def workers_factory(knobs, table):
-            return TableWorkers(topo.nranks, topo.nodes, knobs, timing=args["timing"],
-                                timeout_s=float(args["timeout_s"]), table=table, launch=args["launch"])
+            return live_workers(args, topo, knobs, table=table)
 
     jobs: dict[str, list[list[list[float]]]] = {"base": [[] for _ in points], "tuned": [[] for _ in points]}
     t0 = time.time()

@@ -48,7 +48,7 @@ def test_defaults_list_target_is_the_socket_bed():
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: c.name)
 def test_every_command_composes_and_documents_every_key(cmd, capsys):
-    if cmd.name in ("validate", "plugin verify", "show", "tune", "finetune"):  # required keys: check in help only
+    if cmd.name in ("validate", "plugin verify", "show", "tune", "finetune", "detect"):  # required keys: help only
         with pytest.raises(ConfigError):
             compose_config(cmd, [])
     else:

@@ -178,6 +178,15 @@ def test_public_a800_topology():
     assert t.nccl.collnet is False and det.agreement.points == 0
 
 
+def test_h100_one_rank_log_recorded_with_the_launchers():
+    """NCCL 2.28.9 on one H100, one rank: what the log states, and no decision to agree with."""
+    det = detect([REPO / "docs/data/h100x1-2026-11-24/h100-nccl-info.log"], name="h100")
+    f, t = det.facts, det.topology
+    assert (f.nccl_version, f.nranks, f.nnodes, f.channels) == ("2.28.9", 1, 1, 64)
+    assert (t.nodes, t.gpus_per_node, t.nccl.channels, t.nccl.nvls) == (1, 1, 64, False)
+    assert det.agreement.points == 0 and t.gpu_model == "unknown"
+
+
 def test_no_rank_count_is_an_error(tmp_path):
     log = tmp_path / "r.log"
     log.write_text("h:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\n")

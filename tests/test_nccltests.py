@@ -6,7 +6,18 @@ import json
 
 import pytest
 
-from ncclrl.costmodel.nccltests import NcclTestsError, env_from_name, parse_file, parse_json, parse_stdout, run_env
+from ncclrl.costmodel.nccltests import (
+    NcclTestsError,
+    env_from_name,
+    library_version,
+    parse_file,
+    parse_json,
+    parse_stdout,
+    perf_timeout,
+    rank_lines,
+    run_env,
+    version_from_code,
+)
 
 
 def test_parses_every_real_file(allreduce_files):
@@ -125,3 +136,39 @@ def test_not_a_number_is_an_error(allreduce_files):
     toks[5] = "fast"
     with pytest.raises(NcclTestsError, match="time: not a number"):
         parse_stdout(text.replace(row, "  ".join(toks)))
+
+
+def test_nccl_debug_lines_inside_the_table_are_set_aside(allreduce_files):
+    """NCCL INFO lines of every rank, where a launcher's merged output puts them: at line starts,
+    glued after a row's first columns (nccl-tests prints them before it runs the size), in the
+    middle of a number, or glued to another rank's unfinished line."""
+    text = allreduce_files[0].read_text()
+    plain = parse_stdout(text)
+    row = next(ln for ln in text.splitlines() if ln.strip().startswith("1024 "))
+    cut = row.index("-1") + 2
+    glued = (row[:cut] + "vm:12:13 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P\n"
+             "[2026-11-21 10:00:00] vm:14:15 [1] misc/socket.cc:50 NCCL WARN oops\n" + row[cut:cut + 7] +
+             "vm:14:15 [1] NCCL INFO comm 0x1 rank 1 nranks 2 - Destroy COMPLETE\n" + row[cut + 7:])
+    head = ("vm:14:15 [1] NCCL INFO NCCL version 2.28.9+cuda12.8vm:12:13 [0] NCCL INFO NCCL_PROTO set by "
+            "environment to LL\n\n")
+    run = parse_stdout(head + text.replace(row, glued), strict=False)
+    assert [(r.nbytes, r.out_of_place, r.in_place) for r in run.records] == \
+        [(r.nbytes, r.out_of_place, r.in_place) for r in plain.records]
+    assert run.env == {"NCCL_PROTO": "LL"} and run.library == "2.28.9" and run.cuda == "12.8"
+    assert [(x.pid, x.dev, x.level) for x in run.log] == [(14, 1, "INFO"), (12, 0, "INFO"), (12, 0, "INFO"),
+                                                          (14, 1, "WARN"), (14, 1, "INFO")]
+    assert run.warnings and "oops" in run.warnings[0]
+    with pytest.raises(NcclTestsError, match="oops"):
+        parse_stdout(head + text.replace(row, glued))
+
+
+def test_rank_lines_and_versions(allreduce_files):
+    text = allreduce_files[0].read_text()
+    ranks = rank_lines(text)
+    assert [(r.rank, r.host, r.device, r.gpu) for r in ranks] == [(i, "vm", i, "NVIDIA H200") for i in range(4)]
+    assert parse_stdout(text).ranks == ranks
+    # nccl-tests' own version is 2.19.6; the library that ran is 2.28.3 (nccl-library=22803)
+    assert library_version(text) == ("2.28.3", "") and parse_stdout(text).library == "2.28.3"
+    assert version_from_code(22809) == "2.28.9" and version_from_code(2708) == "2.7.8"
+    assert perf_timeout("  8  2  float  sum  -1node07: Test timeout (60s) common.cu:523") == ("node07", 60)
+    assert perf_timeout(text) is None

@@ -228,6 +228,27 @@ def test_table_backend_shifts_sizes_and_writes_one_row_per_point():
     assert lookup(rows, "allgather", 1024, 1, 4)["algo"] == "-1"
 
 
+def test_shifted_sizes_never_put_a_point_on_another_points_size():
+    """At 8-64 B the shifts of one size reach the next sizes: each point still runs at a size of
+    its own, NCCL's default at its exact size, and the plugin accepts every row (no overlap)."""
+    from ncclrl.costmodel.table import parse_example_rows
+    from ncclrl.envs.torch_workers import shifted_sizes, table_rows
+
+    topo = load_topology("h200-1x4")
+    configs = call_configs(topo, 0, Point("allreduce", 1), "full")
+    assert len(configs) >= 6  # with NCCL's default, 7+ points per size: the shifts pass the next size
+    for nranks in (1, 2, 3, 4):
+        pts = [Point("allreduce", s, a, pr, c) for s in (8, 16, 32, 48, 64)
+               for a, pr, c in [("default", "default", 0), *configs]]
+        sizes = shifted_sizes(pts, nranks)
+        assert len(set(sizes)) == len(sizes)
+        assert all((s - p.nbytes) % (4 * nranks) == 0 for p, s in zip(pts, sizes, strict=True))  # whole elements
+        assert all(s == p.nbytes for p, s in zip(pts, sizes, strict=True) if p.is_default)
+        rows = parse_example_rows(table_rows(pts, sizes))
+        spans = sorted((r["min_bytes"], r["max_bytes"]) for r in rows)
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+
 class HangingWholeWorkers(FakeWorkers):
     """One job per call; NCCL 'hangs' on one configuration: points before it are measured, it is
     reported, the rest is left for the next job (what ncclrl.envs.torch_workers does)."""
@@ -377,18 +398,24 @@ def test_a_sweep_with_the_other_launch_measures_again(tmp_path):
     assert r1["measured"] == r2["measured"] > 0 and r2["skipped"] == 0 and r3["measured"] == 0
 
 
-def test_collect_keeps_finished_sizes_and_names_the_stuck_point(tmp_path):
-    from ncclrl.envs.torch_workers import collect, last_item
+def test_job_records_keep_finished_sizes_and_name_the_stuck_point(tmp_path):
+    from ncclrl.envs.launch import parse_record
+    from ncclrl.envs.torch_workers import JobRecords
 
-    for r in range(2):
-        cut = '{"idx": [2], "sam'  # the last line cut by a kill
-        (tmp_path / f"result{r}.jsonl").write_text(
-            f'{{"idx": [0, 1], "samples": [[1.0, 2.0], [3.0, {4 + r}]]}}\n{cut}')
-        (tmp_path / f"rank{r}.log").write_text("12:00:00 up\n12:00:01 item 0\n12:00:01 item 1\n12:00:02 item 2\n")
-    res, modes = collect(tmp_path, 2, 3)
-    assert modes == ["eager"] * 3
-    assert res[0] == [1.0, 2.0] and res[1] == [3.0, 5.0] and res[2] is None  # slowest rank per sample
-    assert last_item(tmp_path, 2) == 2
+    lines = ['NCCLRL|0|hello|{"host": "a", "gpu": "H200", "world": 2}', '[1,1]<stdout>:NCCLRL|1|hello|{"host": "b"}',
+             "NCCLRL|0|item|0", "NCCLRL|1|item|0", "NCCLRL|0|item|1", "NCCLRL|1|item|1",
+             'NCCLRL|0|result|{"i": 0, "s": [1.0, 2.0], "m": "graph"}',
+             'NCCLRL|0|result|{"i": 1, "s": [3.0, 5.0], "m": "eager"}',
+             "NCCLRL|0|item|2", "NCCLRL|1|item|2", "NCCLRL|0|item|3",
+             'NCCLRL|0|result|{"i": 2, "s": [1',  # cut by a kill
+             "NCCL INFO not a record"]
+    seen = JobRecords(2, 4, tmp_path)
+    seen.add([r for r in map(parse_record, lines) if r is not None])
+    seen.close()
+    assert seen.results[:2] == [[1.0, 2.0], [3.0, 5.0]] and seen.results[2:] == [None, None]
+    assert seen.modes[:2] == ["graph", "eager"]
+    assert seen.stuck() == 2  # rank 1 never got past point 2
+    assert sorted(seen.hellos) == [0, 1] and (tmp_path / "rank1.log").exists()
 
 
 class FakeTableWorkers(Backend):

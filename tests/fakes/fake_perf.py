@@ -1,18 +1,109 @@
 #!/usr/bin/env python3
 """A stand-in for nccl-tests' *_perf binaries: prints REAL recorded all_reduce_perf output from
-../shared/data, chosen by the configuration it is asked to run (our plugin's one-row table), and
-misbehaves on cue (FAKE_PERF_MODE=hang|fail|warn|wrong|truncate) to exercise fault handling."""
+../shared/data, chosen by the configuration our plugin's one-row table asks for, and misbehaves on
+cue to exercise fault handling.
+
+It reads the table as the plugin does (``NCCLRL_TUNER_TABLE_DATA``, else the file named by
+``NCCLRL_TUNER_TABLE``) and, with ``NCCL_DEBUG=INFO`` and the TUNING subsystem, prints the
+plugin's line ``TUNER/ncclrl: table from NCCLRL_TUNER_TABLE_DATA (N bytes, R rows, fingerprint
+F): ...`` once per GPU it drives. Under ``mpirun`` (``OMPI_COMM_WORLD_*``) or ``srun``
+(``SLURM_PROCID``/``SLURM_NTASKS``) it is one rank of the job: every rank prints its plugin line;
+rank 0 prints the recorded output with its ``# Rank`` lines rewritten for the job's world size
+and this host.
+
+Cues (environment):
+
+* ``FAKE_PERF_MODE=hang|fail|warn|wrong|truncate|ttimeout`` (rank 0): sleep; exit 3 after an NCCL
+  WARN; an NCCL WARN in the output; a wrong result; a cut output; nccl-tests' ``-T`` timeout message
+* ``FAKE_PERF_HANG_ON=<config>``: hang on that configuration (``tree_LL``, ``c4``, ``default``)
+* ``FAKE_PERF_HANG_RANK=r``: rank r hangs after NCCL's init; the others wait for it, as NCCL would
+* ``FAKE_PERF_DIE_RANK=r``: rank r is killed (SIGKILL) after NCCL's init; the others wait
+* ``FAKE_PERF_TABLE_RANK=r``: rank r sees a different table; with a table forced, every rank then
+  waits forever (ranks that decide differently hang NCCL)
+* ``FAKE_PERF_PLAIN_RANK=r``: rank r runs without the plugin (as on a node where it did not load);
+  with a table forced on the others, every rank then waits forever
+* ``FAKE_PERF_NO_MPI=1``: behave like a binary built without MPI=1: every process runs alone
+* ``FAKE_PERF_SLEEP=s``: rank 0 takes ``s`` seconds before it prints its table
+"""
 import os
+import re
+import signal
+import socket
 import sys
 import time
 from pathlib import Path
 
+FOREVER = 600
+
+
+def fnv1a(data: bytes) -> str:
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def rank_env() -> tuple[int, int, int, int]:
+    """(rank, world, local rank, local size) of this process."""
+    if os.environ.get("FAKE_PERF_NO_MPI"):
+        return 0, 1, 0, 1
+    e = os.environ
+    if "OMPI_COMM_WORLD_RANK" in e:
+        return (int(e["OMPI_COMM_WORLD_RANK"]), int(e["OMPI_COMM_WORLD_SIZE"]),
+                int(e.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")), int(e.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1")))
+    if "SLURM_PROCID" in e:
+        return (int(e["SLURM_PROCID"]), int(e["SLURM_NTASKS"]), int(e.get("SLURM_LOCALID", "0")),
+                int(e.get("SLURM_NTASKS_PER_NODE", e["SLURM_NTASKS"]).split("(")[0]))
+    return 0, 1, 0, 1
+
+
+def nccl_line(dev: int, text: str) -> None:
+    """One NCCL debug line, written whole in one write as NCCL does."""
+    os.write(1, f"{host}:{pid}:{pid} [{dev}] NCCL {text}\n".encode())
+
+
+def flag(name: str, default: str) -> str:
+    args = sys.argv[1:]
+    for i, a in enumerate(args[:-1]):
+        if a == name:
+            return args[i + 1]
+    return default
+
+
+def debug_on(subsys: str) -> bool:
+    """Whether NCCL prints INFO lines of subsystem ``subsys`` under this environment."""
+    if os.environ.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE"):
+        return False
+    spec = os.environ.get("NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV").upper()
+    names = [x.strip() for x in spec.lstrip("^").split(",")]
+    hit = subsys in names or "ALL" in names
+    return not hit if spec.startswith("^") else hit
+
+
+rank, world, local, local_size = rank_env()
+ngpus = int(flag("-g", "1"))
+host = socket.gethostname().split(".")[0]
+pid = os.getpid()
 data = Path(os.environ["FAKE_PERF_DATA"])
 mode = os.environ.get("FAKE_PERF_MODE", "")
+
+table = None
+plain = os.environ.get("FAKE_PERF_PLAIN_RANK", "") == str(rank)
+if os.environ.get("NCCL_TUNER_PLUGIN", "none") not in ("", "none"):
+    if os.environ.get("NCCLRL_TUNER_TABLE_DATA"):
+        table = os.environ["NCCLRL_TUNER_TABLE_DATA"]
+    elif os.environ.get("NCCLRL_TUNER_TABLE"):
+        table = Path(os.environ["NCCLRL_TUNER_TABLE"]).read_text()
+mismatch = table is not None and (os.environ.get("FAKE_PERF_TABLE_RANK", "") != "" or
+                                  os.environ.get("FAKE_PERF_PLAIN_RANK", "") != "")
+if plain:
+    table = None
+if table is not None and os.environ.get("FAKE_PERF_TABLE_RANK") == str(rank):
+    table += "broadcast,0,max,ring,simple,1,-1,-1\n"
+
 name = "default"
-table = os.environ.get("NCCLRL_TUNER_TABLE")
-if table and os.environ.get("NCCL_TUNER_PLUGIN", "none") != "none":
-    f = Path(table).read_text().split(",")
+if table is not None:
+    f = next(ln for ln in table.splitlines() if ln.strip() and not ln.startswith("#")).split(",")
     algo, proto, ch = f[3], f[4], int(f[5])
     if algo == "-1":  # NCCL's own algorithm and protocol at a channel count: recorded as c1, c4, c16
         name = f"c{ch}" if ch > 0 else "default"
@@ -24,16 +115,63 @@ path = data / f"all_reduce__{name.replace(' ', '')}.txt"
 if not path.exists():
     path = data / "all_reduce__default.txt"
 text = path.read_text()
+lines = text.splitlines()
+code = re.search(r"nccl-library=(\d+)", text)
+version = f"{int(code.group(1)) // 10000}.{int(code.group(1)) % 10000 // 100}.{int(code.group(1)) % 100}" \
+    if code else "2.28.3"
+
+# rank 0 prints the header and every rank's device line (nccl-tests gathers them over MPI)
+cut = next(i for i, ln in enumerate(lines) if ln.startswith("#  Rank"))
+rest = [ln for ln in lines[cut:] if not ln.startswith("#  Rank")]
+gpu = lines[cut].split("]", 1)[1].strip()
+if rank == 0:
+    out = lines[:cut]
+    for r in range(world * ngpus):
+        dev = r % (max(local_size, 1) * ngpus)
+        out.append(f"#  Rank {r:2d} Group  0 Pid {pid + r // ngpus:6d} on {host:>10s} device {dev:2d} "
+                   f"[0000:00:{6 + dev:02x}] {gpu}")
+    print("\n".join(out), flush=True)
+
+# NCCL's init on every GPU this process drives: the plugin logs the table it loaded
+for i in range(ngpus):
+    dev = local * ngpus + i
+    if debug_on("INIT"):
+        nccl_line(dev, f"INFO NCCL version {version}+cuda12.8")
+    if debug_on("ENV"):
+        for k in ("NCCL_HOSTID", "NCCL_SOCKET_IFNAME"):
+            if k in os.environ:
+                nccl_line(dev, f"INFO {k} set by environment to {os.environ[k]}")
+    if table is not None and debug_on("TUNING"):
+        raw = table.encode()
+        rows = sum(1 for ln in table.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
+        nccl_line(dev, f"INFO TUNER/ncclrl: table from NCCLRL_TUNER_TABLE_DATA ({len(raw)} bytes, {rows} rows, "
+                  f"fingerprint {fnv1a(raw)}): {rows} for this communicator ({world * ngpus} ranks), 0 rejected; "
+                  "tuner ABI v5")
+
+if os.environ.get("FAKE_PERF_DIE_RANK") == str(rank):
+    os.kill(pid, signal.SIGKILL)
+if mismatch or os.environ.get("FAKE_PERF_HANG_RANK", "") != "" or os.environ.get("FAKE_PERF_DIE_RANK", "") != "":
+    time.sleep(FOREVER)  # the hung rank, and every rank waiting on it
+if rank != 0:
+    sys.exit(0)
+
+time.sleep(float(os.environ.get("FAKE_PERF_SLEEP", "0")))
+body = "\n".join(rest)
 if mode == "hang":
-    time.sleep(60)
+    time.sleep(FOREVER)
 if mode == "fail":
-    print("vm:1:1 [0] NCCL WARN Net : Connection closed by remote peer", file=sys.stderr)
+    print(f"{host}:{pid}:{pid} [0] NCCL WARN Net : Connection closed by remote peer", file=sys.stderr, flush=True)
     sys.exit(3)
 if mode == "warn":
-    warn = "vm:1:1 [0] NCCL WARN Cuda failure 'out of memory'\n"
-    text = text.replace("#\n# Using devices", warn + "#\n# Using devices", 1)
+    body = f"{host}:{pid}:{pid} [0] misc/alloc.cc:42 NCCL WARN Cuda failure 'out of memory'\n" + body
 if mode == "wrong":
-    text = text.replace("N/A", "7", 1)
+    body = body.replace("N/A", "7", 1)
 if mode == "truncate":
-    text = "\n".join(text.splitlines()[:20])
-print(text)
+    body = "\n".join(body.splitlines()[:10])
+if mode == "ttimeout":
+    t = flag("-T", "0")
+    head = "\n".join(body.splitlines()[:6])
+    print(head + f"\n           8             2     float     sum      -1{host}: Test timeout ({t}s) common.cu:523",
+          flush=True)
+    sys.exit(1)
+print(body, flush=True)

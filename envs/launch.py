@@ -1,0 +1,403 @@
+"""Starting a job's processes on one host or many, and ending all of them.
+
+A *job* is one set of processes, one per GPU, that together make one NCCL communicator. The
+launcher (``LaunchConfig.kind``) decides how they start:
+
+* ``local``: ncclrl starts one process per rank on this host (several "nodes" on one host are
+  emulated with a distinct ``NCCL_HOSTID`` per node and sockets on loopback);
+* ``torchrun``: one ``torchrun`` agent per node (c10d rendezvous), started on this host or through
+  ``remote`` (``ssh {host}`` by default) on the others;
+* ``srun``: one Slurm step of ``nodes x gpus_per_node`` tasks inside the user's allocation;
+* ``mpirun``: Open MPI with a host list, ranks per node and the environment forwarded with ``-x``.
+
+Every process learns its rank, the world size and its local rank from its launcher's environment
+(:func:`rank_env`), picks its GPU by local rank, and meets the others through a TCP rendezvous on
+``MASTER_ADDR:MASTER_PORT``. What a job must know (its points, the table it forces, the knobs) is
+handed over in environment variables, never through a file, so it reaches every node byte for byte
+without a shared file system. Each process writes one-line records ``NCCLRL|rank|kind|payload`` to
+its standard output, which every launcher forwards; the driver reads them as they come
+(:class:`Job`). A timeout or a kill ends the launcher's whole process group (and with it the remote
+ranks: Open MPI and Slurm end a job's ranks when their launcher dies; every worker also runs a
+watchdog that ends it when its job stops making progress).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ncclrl.costmodel.errors import ConfigError
+
+KINDS = ("local", "torchrun", "srun", "mpirun")
+MARK = "NCCLRL|"
+# the environment variables a job hands its processes (besides NCCL's and the knobs)
+JOB_ENV = "NCCLRL_JOB"
+TABLE_ENV = "NCCLRL_TUNER_TABLE_DATA"
+# the largest value one environment variable may hold on Linux (MAX_ARG_STRLEN)
+MAX_ENV_BYTES = 131072 - 64
+LOCAL_HOSTS = ("", "localhost", "127.0.0.1")
+
+
+@dataclass
+class LaunchConfig:
+    """How a job's processes start (group ``launcher=``: local, torchrun, srun, mpirun).
+
+    :param kind: local (this host only), torchrun, srun or mpirun
+    :param hosts: the job's hosts, one per node (torchrun, mpirun); empty: every node on this host
+        (nodes are then emulated). srun takes its nodes from the Slurm allocation.
+    :param remote: torchrun: the command that runs a node's agent on another host; ``{host}`` is
+        replaced (e.g. ``ssh {host}``); the first host's agent runs here
+    :param master_addr: the rendezvous address (empty: the first host, or 127.0.0.1 with no hosts)
+    :param port: the rendezvous port (0: a free one on this host)
+    :param program: the launcher program (empty: torchrun, srun or mpirun by kind)
+    :param extra_args: more arguments for the launcher, before the program it starts (e.g.
+        ``--mca btl_tcp_if_include ib0`` or ``--partition=gpu``)
+    :param python: the Python that runs the workers on every node (empty: this one's path)
+    :param grace_s: after a timeout, seconds between SIGTERM and SIGKILL to the job's processes
+    :param mpi: srun: the ``--mpi=`` plugin for MPI programs (nccl-tests built with MPI=1)
+    """
+
+    kind: str = "local"
+    hosts: list[str] = field(default_factory=list)
+    remote: str = "ssh {host}"
+    master_addr: str = ""
+    port: int = 0
+    program: str = ""
+    extra_args: str = ""
+    python: str = ""
+    grace_s: float = 10.0
+    mpi: str = "pmix"
+
+    def check(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigError("launcher.kind", f"unknown value {self.kind!r}; allowed: {', '.join(KINDS)}")
+        if self.kind == "local" and any(h not in LOCAL_HOSTS for h in self.hosts):
+            raise ConfigError("launcher.hosts", "launcher=local runs on this host only; for other hosts use "
+                              "launcher=torchrun, srun or mpirun")
+        if not 0 <= int(self.port) < 65536:
+            raise ConfigError("launcher.port", f"must be 0 (a free port) or a TCP port, got {self.port}")
+        if self.kind == "torchrun" and self.hosts and "{host}" not in self.remote and \
+                any(h not in LOCAL_HOSTS for h in self.hosts[1:]):
+            raise ConfigError("launcher.remote", f"must contain {{host}} to start agents on other hosts, got "
+                              f"{self.remote!r}")
+        if self.grace_s < 0:
+            raise ConfigError("launcher.grace_s", f"must be >= 0, got {self.grace_s}")
+        try:
+            shlex.split(self.extra_args)
+            shlex.split(self.remote)
+        except ValueError as e:
+            raise ConfigError("launcher.extra_args", f"not a valid command line: {e}") from None
+
+    @classmethod
+    def of(cls, d) -> LaunchConfig:
+        """From a config node, a dict or a launcher name."""
+        if isinstance(d, LaunchConfig):
+            return d
+        if d is None:
+            return cls()
+        if isinstance(d, str):
+            return cls(kind=d)
+        d = dict(d)
+        d["hosts"] = [str(h) for h in d.get("hosts", []) or []]
+        out = cls(**d)
+        out.check()
+        return out
+
+    @property
+    def emulated(self) -> bool:
+        """Every node of the job on this host (distinct ``NCCL_HOSTID`` per node, sockets on lo)."""
+        return self.kind == "local" or (self.kind != "srun" and all(h in LOCAL_HOSTS for h in self.hosts))
+
+
+def rank_env(env: dict[str, str] | None = None) -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` from whichever launcher started this process: torchrun and
+    ncclrl's own (``RANK``), Open MPI (``OMPI_COMM_WORLD_*``), Slurm (``SLURM_PROCID``), MPICH/PMI."""
+    e = os.environ if env is None else env
+    for r, w, lr in (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+                     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+                     ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+                     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")):
+        if r in e and w in e:
+            return int(e[r]), int(e[w]), int(e.get(lr, "0"))
+    raise RuntimeError("no rank in the environment: start the workers with torchrun, srun, mpirun or ncclrl")
+
+
+def encode(obj) -> str:
+    """A JSON value as one environment-safe word (base64 of the JSON)."""
+    return base64.b64encode(json.dumps(obj, separators=(",", ":")).encode()).decode()
+
+
+def decode(word: str):
+    return json.loads(base64.b64decode(word.encode()).decode())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def launch_commands(cfg: LaunchConfig, nodes: int, gpus_per_node: int, env: dict[str, str],
+                    module: str = "ncclrl.envs.worker") -> list[tuple[list[str], dict[str, str]]]:
+    """The processes ncclrl itself starts for a job of ``nodes x gpus_per_node`` ranks: each a
+    command line and the environment it adds. ``env`` is what every rank must see (the job, the
+    table, NCCL's variables); rendezvous variables are added here."""
+    nranks = nodes * gpus_per_node
+    py = cfg.python or sys.executable
+    hosts = list(cfg.hosts)
+    if hosts and len(hosts) != nodes:
+        raise ConfigError("launcher.hosts", f"the topology has {nodes} nodes, {len(hosts)} hosts given: "
+                          f"{', '.join(hosts)}")
+    addr = cfg.master_addr or (hosts[0] if hosts and hosts[0] not in LOCAL_HOSTS else "127.0.0.1")
+    port = int(cfg.port) or free_port()
+    rdzv = {"MASTER_ADDR": addr, "MASTER_PORT": str(port)}
+    extra = shlex.split(cfg.extra_args)
+    worker = [py, "-m", module]
+    if cfg.kind == "local":
+        out = []
+        for r in range(nranks):
+            e = dict(env, **rdzv, RANK=str(r), WORLD_SIZE=str(nranks), LOCAL_RANK=str(r % gpus_per_node),
+                     LOCAL_WORLD_SIZE=str(gpus_per_node), GROUP_RANK=str(r // gpus_per_node))
+            out.append((worker, e))
+        return out
+    if cfg.kind == "mpirun":
+        prog = cfg.program or "mpirun"
+        full = dict(env, **rdzv)
+        cmd = [prog, "-np", str(nranks), "--bind-to", "none"]
+        if hosts and not cfg.emulated:
+            cmd += ["-H", ",".join(f"{h}:{gpus_per_node}" for h in hosts), "--map-by", f"ppr:{gpus_per_node}:node"]
+        else:
+            cmd += ["--oversubscribe"]
+        for k in sorted(full):
+            cmd += ["-x", k]
+        return [(cmd + extra + worker, full)]
+    if cfg.kind == "srun":
+        prog = cfg.program or "srun"
+        full = dict(env, **rdzv)
+        if not cfg.master_addr:
+            full["MASTER_ADDR"] = ""  # the worker takes the first node of SLURM_JOB_NODELIST (first_node)
+        cmd = [prog, f"--nodes={nodes}", f"--ntasks={nranks}", f"--ntasks-per-node={gpus_per_node}",
+               "--kill-on-bad-exit=1", "--export=ALL", "--wait=30"]
+        return [(cmd + extra + worker, full)]
+    # torchrun: one agent per node
+    prog = cfg.program or "torchrun"
+    out = []
+    for n in range(nodes):
+        e = dict(env, **rdzv)
+        cmd = [prog, f"--nnodes={nodes}", f"--nproc-per-node={gpus_per_node}", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint={addr}:{port}", f"--rdzv-id=ncclrl-{port}", "--max-restarts=0", *extra,
+               "-m", module]
+        if cfg.python:
+            cmd = [py, "-m", "torch.distributed.run", *cmd[1:]]
+        host = hosts[n] if hosts else ""
+        if cfg.emulated:
+            e["NCCL_HOSTID"] = f"ncclrl-node{n}"
+            out.append((cmd, e))
+        elif n == 0 and host in LOCAL_HOSTS + (socket.gethostname(),):
+            out.append((cmd, e))
+        else:
+            # the remote agent gets the job's environment on its command line (ssh forwards none)
+            assigns = [f"{k}={shlex.quote(v)}" for k, v in sorted(e.items())]
+            remote = [w.replace("{host}", host) for w in shlex.split(cfg.remote)]
+            out.append((remote + ["env", *assigns, *map(shlex.quote, cmd)], {}))
+    return out
+
+
+def first_node(nodelist: str) -> str:
+    """The first host of a Slurm node list (``gpu[01-04,07],login1`` -> ``gpu01``)."""
+    head = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist[:nodelist.index("]") + 1]
+    if "[" not in head:
+        return head
+    prefix, rng = head.split("[", 1)
+    first = rng.rstrip("]").split(",")[0].split("-")[0]
+    return prefix + first
+
+
+@dataclass
+class Record:
+    """One line a worker wrote: ``NCCLRL|rank|kind|payload``."""
+
+    rank: int
+    kind: str
+    payload: str
+
+
+def parse_record(line: str) -> Record | None:
+    """The record in a line of a launcher's output (launchers may prefix lines: ``[1,0]<stdout>:``,
+    ``[rank0]:``), or ``None``."""
+    i = line.find(MARK)
+    if i < 0:
+        return None
+    parts = line[i + len(MARK):].rstrip("\n").split("|", 2)
+    if len(parts) != 3 or not parts[0].lstrip("-").isdigit():
+        return None
+    return Record(int(parts[0]), parts[1], parts[2])
+
+
+class Job:
+    """A running job: its launcher processes, all in one new process group per process, and a
+    reader that collects the workers' records as they arrive.
+
+    :param commands: what :func:`launch_commands` returned
+    :param base_env: the environment the launcher processes start from
+    :param log_dir: where the launcher's own output goes (``launcher.log``)
+    """
+
+    def __init__(self, commands: list[tuple[list[str], dict[str, str]]], base_env: dict[str, str],
+                 log_dir: Path, grace_s: float = 10.0) -> None:
+        self.records: list[Record] = []
+        self.nccl_warnings: list[str] = []
+        self.last_output = time.time()
+        self.grace_s = grace_s
+        self._lock = threading.Lock()
+        self._log = open(Path(log_dir) / "launcher.log", "a", buffering=1)  # noqa: SIM115
+        self.procs: list[subprocess.Popen] = []
+        self._threads: list[threading.Thread] = []
+        for cmd, env in commands:  # every process before any reader thread: no fork while threads run
+            self._log.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
+            try:
+                p = subprocess.Popen(cmd, env=dict(base_env, **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, preexec_fn=_own_group, text=True, errors="replace",
+                                     bufsize=1)
+            except OSError as e:
+                self.kill()
+                raise ConfigError("launcher", f"could not start {cmd[0]}: {e.strerror}") from None
+            self.procs.append(p)
+        for p in self.procs:
+            t = threading.Thread(target=self._read, args=(p,), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _read(self, p: subprocess.Popen) -> None:
+        assert p.stdout is not None
+        for line in p.stdout:
+            rec = parse_record(line)
+            with self._lock:
+                self.last_output = time.time()
+                if rec is not None:
+                    self.records.append(rec)
+                else:
+                    self._log.write(line if line.endswith("\n") else line + "\n")
+                    if "NCCL WARN" in line:
+                        self.nccl_warnings.append(line.strip()[-300:])
+
+    def take(self) -> list[Record]:
+        """The records that arrived since the last call."""
+        with self._lock:
+            out, self.records = self.records, []
+        return out
+
+    def poll(self) -> list[int | None]:
+        return [p.poll() for p in self.procs]
+
+    def done(self) -> bool:
+        return all(c is not None for c in self.poll())
+
+    def failed(self) -> int | None:
+        """The first non-zero exit code of a launcher process that ended, if any."""
+        for c in self.poll():
+            if c not in (None, 0):
+                return c
+        return None
+
+    def kill(self) -> None:
+        """End every process of the job: SIGTERM to each launcher's process group, SIGKILL after
+        ``grace_s`` to whatever is left."""
+        live = [p for p in self.procs if p.poll() is None]
+        for p in live:
+            _signal_group(p, signal.SIGTERM)
+        end = time.time() + self.grace_s
+        while time.time() < end and any(p.poll() is None for p in live):
+            time.sleep(0.1)
+        for p in self.procs:  # the group too: a worker may outlive its launcher
+            _signal_group(p, signal.SIGKILL)
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=5)
+
+    def close(self) -> None:
+        for t in self._threads:
+            t.join(timeout=5)
+        self._log.close()
+
+
+def _own_group() -> None:
+    """In a launcher process before it runs: a process group of its own (what a timeout ends), and
+    SIGTERM when ncclrl dies, even by SIGKILL (Linux), so a preempted run leaves no job behind."""
+    os.setsid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class Terminated(SystemExit):
+    """SIGTERM (a preemption, ``scancel``) while a job runs: the job is ended, then ncclrl exits."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated(128 + signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def ending_on_sigterm():
+    """While it is open, SIGTERM raises :class:`Terminated` in the main thread, so the ``finally``
+    that ends a job runs (what was stored before stays)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    prev = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, prev)
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(p.pid, sig)
+
+
+def run_to_end(commands: list[tuple[list[str], dict[str, str]]], base_env: dict[str, str], log_dir: Path,
+               timeout_s: float, grace_s: float = 10.0) -> tuple[list[Record], str]:
+    """Run one job to its end (or until it makes no progress for ``timeout_s``, or a rank reports
+    an error); every process is ended afterwards. Returns the records and the launcher's other
+    output (what NCCL printed). Raises :class:`ConfigError` with the reason when it did not end well."""
+    records: list[Record] = []
+    with ending_on_sigterm():
+        job = Job(commands, base_env, log_dir, grace_s=grace_s)
+        started, why = time.time(), ""
+        try:
+            while not job.done():
+                records += job.take()
+                errors = [r for r in records if r.kind == "error"]
+                if errors:
+                    time.sleep(grace_s)
+                    why = f"rank {errors[0].rank}: {errors[0].payload}"
+                    break
+                if time.time() - max(started, job.last_output) > timeout_s:
+                    why = f"timed out: no progress for {timeout_s:.0f} s; the job was ended"
+                    break
+                time.sleep(0.2)
+        finally:
+            job.kill()
+            job.close()
+        records += job.take()
+    text = (Path(log_dir) / "launcher.log").read_text(errors="replace")
+    if not why and job.failed():
+        why = f"the launcher exited with {job.failed()}"
+    if not why and not any(r.kind == "done" for r in records):
+        why = "the job ended without finishing"
+    if why:
+        raise ConfigError("launcher", why)
+    return records, text

@@ -1,0 +1,378 @@
+"""One rank of a measuring job: ``python -m ncclrl.envs.worker``, started by any launcher
+(:mod:`ncclrl.envs.launch`).
+
+The rank learns who it is from its launcher's environment, its job from ``NCCLRL_JOB`` and the
+table it forces from ``NCCLRL_TUNER_TABLE_DATA`` (the plugin reads the same variable). Before NCCL
+makes a communicator, the ranks meet over a CPU (gloo) group and compare the table's fingerprint,
+whether the plugin is there, and the world size: any difference stops the job with one line naming
+the ranks, because ranks that decide differently hang NCCL. Then every point of the job is timed
+(NCCL's default and forced configurations interleaved per size), the slowest rank's samples are
+agreed over the CPU group, and rank 0 writes them as records at once, size by size, so a later
+hang loses nothing measured before it.
+
+Records go to standard output as ``NCCLRL|rank|kind|payload``: ``hello`` (host, GPU, driver,
+CUDA, NCCL version, NCCL environment), ``item`` (the point being set up: names it if NCCL hangs
+there), ``log``, ``result`` (one point's samples), ``error`` (why this rank stops), ``done``.
+
+A watchdog ends the rank when its job has made no progress for ``timeout_s`` plus a grace, so no
+rank outlives a job its driver gave up on, even on a node the driver cannot signal.
+
+``device: cpu`` in the job runs the same path on CPUs with gloo standing in for NCCL (the timings
+mean nothing); tests use it to exercise launchers, rendezvous and faults without a GPU, and only
+there ``NCCLRL_FAKE_FAULT=hang|die:RANK:ITEM`` makes a rank hang or die at a point.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from datetime import timedelta
+
+from ncclrl.costmodel.table import fingerprint
+from ncclrl.envs.launch import JOB_ENV, MARK, TABLE_ENV, decode, first_node, rank_env
+
+MAX_REPS = 50  # repetitions per sample: enough that an 8 B call's launch cost is amortized
+EXIT_MISMATCH = 3
+EXIT_WATCHDOG = 124
+
+
+class Out:
+    """This rank's records on standard output (one line each, flushed), and its progress clock."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.last = time.time()
+        self._lock = threading.Lock()
+
+    def __call__(self, kind: str, payload) -> None:
+        text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+        with self._lock:
+            sys.stdout.write(f"{MARK}{self.rank}|{kind}|{text.replace(chr(10), ' ')}\n")
+            sys.stdout.flush()
+            self.last = time.time()
+
+
+def _die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when the process that started it dies."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _watchdog(out: Out, limit_s: float) -> None:
+    while True:
+        time.sleep(min(5.0, limit_s / 4))
+        if time.time() - out.last > limit_s:
+            out("error", f"watchdog: no progress for {limit_s:.0f} s; this rank ends")
+            os._exit(EXIT_WATCHDOG)
+
+
+def _gpu_facts(torch, local_rank: int) -> dict:
+    facts = {"gpu": "cpu", "cuda": torch.version.cuda or "", "driver": ""}
+    if torch.cuda.is_available() and local_rank < torch.cuda.device_count():
+        facts["gpu"] = torch.cuda.get_device_name(local_rank)
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            first = f.readline()
+        facts["driver"] = next((w for w in first.split() if w[:1].isdigit() and "." in w), "")
+    except OSError:
+        pass
+    return facts
+
+
+def _fault(device: str, rank: int, item: int) -> None:
+    """``device: cpu`` only: ``NCCLRL_FAKE_FAULT=KIND:RANK:ITEM``; hang or die at a point, or
+    (item -1, before the ranks meet) hold another ``table`` or no ``plugin``."""
+    spec = os.environ.get("NCCLRL_FAKE_FAULT", "")
+    if device != "cpu" or not spec:
+        return
+    kind, r, i = spec.split(":")
+    if int(r) != rank or int(i) != item:
+        return
+    if kind == "table":
+        os.environ[TABLE_ENV] = os.environ.get(TABLE_ENV, "") + "allreduce,0,7,ring,ll,1,-1,-1\n"
+    if kind == "plugin":
+        os.environ["NCCL_TUNER_PLUGIN"] = "/nonexistent/libnccl-tuner-ncclrl.so"
+    if kind == "die":
+        os._exit(9)
+    if kind == "hang":
+        time.sleep(10**6)
+
+
+def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
+    rank, world, local = rank_env()
+    out = Out(rank)
+    _die_with_parent()
+    job = decode(os.environ[JOB_ENV])
+    device = job.get("device", "cuda")
+    gpn = int(job["gpus_per_node"])
+    if job.get("emulate_nodes") and int(job["nranks"]) > gpn:
+        node = int(os.environ.get("GROUP_RANK", rank // gpn))
+        os.environ["NCCL_HOSTID"] = f"ncclrl-node{node}"
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    if job.get("mode") == "verify":  # one log of NCCL's decisions: rank 0's, on its standard output
+        os.environ["NCCL_DEBUG"] = "INFO" if rank == 0 else "WARN"
+        os.environ["NCCL_DEBUG_SUBSYS"] = "INIT,TUNING"
+        os.environ.pop("NCCL_DEBUG_FILE", None)
+    if not os.environ.get("MASTER_ADDR") and os.environ.get("SLURM_JOB_NODELIST"):
+        os.environ["MASTER_ADDR"] = first_node(os.environ["SLURM_JOB_NODELIST"])
+    threading.Thread(target=_watchdog, args=(out, float(job["timeout_s"]) + 30.0), daemon=True).start()
+
+    import torch
+    import torch.distributed as dist
+
+    from ncclrl.costmodel.nccl import COLL_INDEX
+    from ncclrl.envs.live import make_collective, timing_label
+
+    _fault(device, rank, -1)
+    table = os.environ.get(TABLE_ENV, "")
+    plugin = os.environ.get("NCCL_TUNER_PLUGIN", "")
+    plugin_ok = bool(plugin) and (plugin == "none" or os.path.isfile(plugin))
+    hello = {"host": socket.gethostname(), "pid": os.getpid(), "local_rank": local, "world": world,
+             "table": fingerprint(table), "plugin": plugin if plugin_ok else f"missing: {plugin}",
+             "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_") and k != "NCCL_TUNER_PLUGIN"},
+             **_gpu_facts(torch, local)}
+    out("hello", hello)
+
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=float(job["timeout_s"]) + 60))
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, (hello["table"], hello["plugin"], world, hello["host"]))
+    problems = []
+    if len({e[0] for e in everyone}) > 1:
+        by = {}
+        for r, e in enumerate(everyone):
+            by.setdefault(e[0], []).append(r)
+        problems.append("ranks were handed different tables: " +
+                        "; ".join(f"fingerprint {fp} on ranks {rs}" for fp, rs in by.items()))
+    if any(e[1].startswith("missing") for e in everyone):
+        bad = [f"rank {r} on {e[3]}" for r, e in enumerate(everyone) if e[1].startswith("missing")]
+        problems.append(f"the tuner plugin ({plugin}) is missing on {', '.join(bad)}: build it at the same path on "
+                        "every node (ncclrl plugin build), or those ranks decide alone and NCCL hangs")
+    if world != int(job["nranks"]):
+        problems.append(f"the job has {world} ranks, the topology {job['nranks']}")
+    if problems:
+        if rank == 0:
+            out("error", "stopped before any collective: " + " | ".join(problems))
+        dist.destroy_process_group()
+        return EXIT_MISMATCH
+
+    if device == "cuda":
+        if not torch.cuda.is_available() or local >= torch.cuda.device_count():
+            out("error", f"local rank {local} needs GPU {local}; {hello['host']} has "
+                f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} visible")
+            return 2
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+    else:
+        dev = torch.device("cpu")
+    if job.get("mode") == "verify":
+        return verify(job, out, rank, world, dev, device)
+    launch = job["launch"] if device == "cuda" else "torch"
+    direct = stream = None
+    if launch == "nccl":
+        from ncclrl.envs.nccl_direct import DirectComm, Nccl
+
+        nccl = Nccl()
+        uid = [nccl.unique_id() if rank == 0 else b""]
+        dist.broadcast_object_list(uid, src=0)
+        stream = torch.cuda.Stream()
+        direct = DirectComm(nccl, uid[0], rank, world)
+        out("log", f"NCCL {nccl.version()} at {nccl.path}")
+        version = nccl.version()
+        group = None
+    else:
+        group = dist.new_group(backend="nccl") if device == "cuda" else dist.new_group(backend="gloo")
+        version = ".".join(map(str, torch.cuda.nccl.version())) if device == "cuda" else "gloo"
+    out("log", f"up: {len(job['items'])} items, {job['timing']} timing, {launch} calls, NCCL {version}")
+    if rank == 0:
+        out("version", version)
+
+    def agree(values: list[float], op) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t, op=op)
+        return t.tolist()
+
+    def make_op(coll: str, nbytes: int):
+        if direct is not None:
+            return direct.make_op(torch, COLL_INDEX[coll], nbytes, dev, stream)
+        return make_collective(dist, torch, COLL_INDEX[coll], nbytes, world, dev, group=group)
+
+    cuda = device == "cuda"
+    on = (stream if direct is not None else torch.cuda.current_stream()) if cuda else None
+
+    def timed(fn, reps: int) -> float:
+        """Microseconds per call of ``reps`` calls of ``fn``."""
+        if not cuda:
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            return (time.perf_counter() - t0) * 1e6 / reps
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(on)
+        for _ in range(reps):
+            fn()
+        end.record(on)
+        end.synchronize()
+        return start.elapsed_time(end) * 1000.0 / reps
+
+    def replayer(g):
+        if stream is None:
+            return g.replay
+
+        def replay() -> None:
+            with torch.cuda.stream(stream):
+                g.replay()
+
+        return replay
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    items = job["items"]
+    samples, budget_us = int(job["samples"]), float(job["budget_us"])
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, (coll, base, _size) in enumerate(items):
+        groups.setdefault((coll, base), []).append(i)
+    # warm the process and the connections before the first point (4 bytes have no table row)
+    warm = make_op("allreduce", 4)
+    for _ in range(20):
+        warm()
+    sync()
+    for (coll, base), idx in groups.items():  # dict order = item order, identical on every rank
+        out("log", f"{coll} {base} B: {len(idx)} points")
+        ops, ests = [], []
+        for i in idx:
+            out("item", str(i))
+            _fault(device, rank, i)
+            op = make_op(coll, items[i][2])
+            op()
+            op()
+            sync()
+            ests.append(max(timed(op, 1), 1.0))
+            ops.append(op)
+        # every decision that changes how many calls a rank issues is agreed, never taken alone
+        ests = agree(ests, dist.ReduceOp.MAX)
+        reps = [int(min(max(budget_us / e, 1), MAX_REPS)) for e in ests]
+        graphs: list = [None] * len(idx)
+        if cuda and job["timing"] == "graph":
+            ok = []
+            for j, op in enumerate(ops):
+                try:
+                    g = torch.cuda.CUDAGraph()
+                    cap = stream if stream is not None else torch.cuda.Stream()
+                    with torch.cuda.graph(g, stream=cap):
+                        for _ in range(reps[j]):
+                            op()
+                    graphs[j] = g
+                    ok.append(1.0)
+                except Exception as e:  # noqa: BLE001 - eager timing for this point, on every rank
+                    out("log", f"graph capture failed: {type(e).__name__}: {e}")
+                    sync()
+                    ok.append(0.0)
+            ok = agree(ok, dist.ReduceOp.MIN)
+            graphs = [g if k == 1.0 else None for g, k in zip(graphs, ok, strict=True)]
+            for g in graphs:
+                if g is not None:
+                    g.replay()  # the first replay uploads the graph
+            sync()
+        res = [[0.0] * samples for _ in idx]
+        for k in range(samples):
+            out("log", f"sample {k}")
+            for j in range(len(idx)):
+                if graphs[j] is not None:
+                    res[j][k] = timed(replayer(graphs[j]), 1) / reps[j]
+                else:
+                    res[j][k] = timed(ops[j], reps[j])
+        if direct is not None:
+            direct.async_error()
+        flat = agree([x for r in res for x in r], dist.ReduceOp.MAX)  # the slowest rank's samples
+        if rank == 0:
+            for j, i in enumerate(idx):
+                mode = timing_label(launch, "graph" if graphs[j] is not None else "eager")
+                out("result", {"i": i, "s": [round(x, 4) for x in flat[j * samples:(j + 1) * samples]], "m": mode})
+        del ops, graphs
+    sync()
+    dist.barrier()
+    if direct is not None:
+        direct.destroy()
+    out("done", "")
+    dist.destroy_process_group()
+    return 0
+
+
+def verify(job: dict, out: Out, rank: int, world: int, dev, device: str) -> int:
+    """``ncclrl plugin verify``'s job: one call per case on a communicator that loaded the table,
+    between two marker broadcasts (NCCL logs each decision: rank 0 alone runs with
+    ``NCCL_DEBUG=INFO``, to its standard output, which the launcher brings back); then the timed
+    cases on that communicator and on a second one with no table, interleaved."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from ncclrl.envs.live import make_collective
+
+    backend = "nccl" if device == "cuda" else "gloo"
+    tuned = dist.new_group(backend=backend)
+    make_op = lambda c, n, g: make_collective(dist, torch, c, n, world, dev, group=g)  # noqa: E731
+    make_op(4, int(job["marker_bytes"]), tuned)()  # Broadcast: where the verifier's calls start
+    for case in job["cases"]:
+        out("item", str(case["i"]))
+        make_op(case["coll"], case["nbytes"], tuned)()
+    make_op(4, int(job["end_marker_bytes"]), tuned)()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
+    timed = [c for c in job["cases"] if c.get("timed")]
+    times: dict[int, tuple[float, float]] = {}
+    if timed and int(job["iters"]):
+        os.environ[TABLE_ENV] = ""  # the second communicator's plugin finds no table: NCCL decides
+        os.environ["NCCLRL_TUNER_TABLE"] = "/nonexistent/ncclrl-no-table.csv"
+        plain = dist.new_group(backend=backend)
+        dist.barrier()
+        for c in timed:
+            op_t, op_p = make_op(c["coll"], c["nbytes"], tuned), make_op(c["coll"], c["nbytes"], plain)
+            reps = 20 if c["nbytes"] < (64 << 20) else 3
+            op_t(), op_p()
+            ta, tb = [], []
+            for _ in range(int(job["iters"])):
+                for op, acc in ((op_t, ta), (op_p, tb)):
+                    sync()
+                    t0 = time.perf_counter()
+                    for _ in range(reps):
+                        op()
+                    sync()
+                    acc.append((time.perf_counter() - t0) * 1e6 / reps)
+            mine = torch.tensor([float(np.median(ta)), float(np.median(tb))], dtype=torch.float64)
+            dist.all_reduce(mine, op=dist.ReduceOp.MAX)  # the slowest rank's, as a job feels it
+            times[c["i"]] = (float(mine[0]), float(mine[1]))
+    sync()
+    dist.barrier()
+    if rank == 0:
+        out("verify", {"times_us": {str(i): t for i, t in times.items()}})
+    out("done", "")
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        code = main()
+    except Exception as e:  # noqa: BLE001 - one line for the driver, then a non-zero exit
+        try:
+            r = rank_env()[0]
+        except RuntimeError:
+            r = -1
+        sys.stdout.write(f"{MARK}{r}|error|{type(e).__name__}: {' '.join(str(e).split())[:400]}\n")
+        sys.stdout.flush()
+        code = 1
+    sys.stdout.flush()
+    os._exit(code)

@@ -1,0 +1,263 @@
+"""Jobs across "nodes" through real launchers on localhost: ncclrl's own, Open MPI's ``mpirun`` and
+``torchrun --nnodes=2``, two emulated nodes of one rank each (distinct ``NCCL_HOSTID``). The
+workers run the CPU path (gloo standing in for NCCL), so everything but the GPU is real: the
+launcher, the rendezvous, the environment reaching every rank, the table agreement, timeouts,
+dead ranks and preemption."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.space import Point
+from ncclrl.envs.launch import (
+    LaunchConfig,
+    decode,
+    first_node,
+    launch_commands,
+    parse_record,
+    rank_env,
+)
+from ncclrl.envs.store import Store
+from ncclrl.envs.torch_workers import TableWorkers
+
+ROOT_OK = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+KINDS = ["local", "mpirun", "torchrun"]
+POINTS = [Point("allreduce", 1024), Point("allreduce", 1024, "ring", "simple", 2), Point("allreduce", 4096),
+          Point("allreduce", 4096, "tree", "ll", 1)]
+
+
+@pytest.fixture(autouse=True)
+def _mpi_as_root(monkeypatch):
+    for k, v in ROOT_OK.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("NCCLRL_FAKE_FAULT", raising=False)
+
+
+@pytest.fixture
+def plugin(tmp_path):
+    p = tmp_path / "libnccl-tuner-ncclrl.so"  # the CPU path checks it is there, never loads it
+    p.write_bytes(b"")
+    return p
+
+
+def workers(kind, plugin, tmp_path, timeout_s=20.0, **kw):
+    return TableWorkers(2, 2, timing="eager", timeout_s=timeout_s, plugin=plugin, launch="torch",
+                        launcher=LaunchConfig(kind=kind, grace_s=2.0), device="cpu", log_dir=tmp_path / "job", **kw)
+
+
+def workers_alive() -> list[str]:
+    """Command lines of worker processes still running on this host."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "ncclrl.envs.worker" in cmd and "pytest" not in cmd:
+                out.append(cmd)
+    return out
+
+
+def hellos(tmp_path) -> dict[int, dict]:
+    out = {}
+    for f in (tmp_path / "job").glob("rank*.log"):
+        for line in f.read_text().splitlines():
+            _, kind, payload = line.split(" ", 2)
+            if kind == "hello":
+                out[int(f.stem[4:])] = json.loads(payload)
+    return out
+
+
+# -- what each launcher is asked to run -----------------------------------------------------------
+
+
+def test_rank_comes_from_whichever_launcher_started_the_process():
+    assert rank_env({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}) == (3, 8, 1)
+    assert rank_env({"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "16",
+                     "OMPI_COMM_WORLD_LOCAL_RANK": "5"}) == (5, 16, 5)
+    assert rank_env({"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1"}) == (9, 16, 1)
+    with pytest.raises(RuntimeError, match="no rank"):
+        rank_env({})
+
+
+def test_first_node_of_a_slurm_node_list():
+    assert first_node("gpu[01-04,07],login1") == "gpu01"
+    assert first_node("node7,node8") == "node7"
+    assert first_node("a-b[3]") == "a-b3"
+
+
+def test_mpirun_spreads_ranks_over_the_hosts_and_forwards_the_job():
+    env = {"NCCLRL_JOB": "x", "NCCL_IB_HCA": "mlx5_0"}
+    (cmd, e), = launch_commands(LaunchConfig(kind="mpirun", hosts=["n1", "n2"], extra_args="--mca a b"), 2, 8, env)
+    assert cmd[:3] == ["mpirun", "-np", "16"]
+    assert "n1:8,n2:8" in cmd and "ppr:8:node" in cmd and cmd[cmd.index("--mca"):][:3] == ["--mca", "a", "b"]
+    forwarded = {cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"}
+    assert {"NCCLRL_JOB", "NCCL_IB_HCA", "MASTER_ADDR", "MASTER_PORT"} <= forwarded
+    assert e["MASTER_ADDR"] == "n1"
+
+
+def test_srun_runs_one_step_of_every_rank_and_ends_it_on_a_failure():
+    (cmd, e), = launch_commands(LaunchConfig(kind="srun"), 4, 8, {"NCCLRL_JOB": "x"})
+    assert cmd[0] == "srun" and "--ntasks=32" in cmd and "--ntasks-per-node=8" in cmd and "--nodes=4" in cmd
+    assert "--kill-on-bad-exit=1" in cmd and "--export=ALL" in cmd
+    assert not any(c.startswith("--gpus-per-task") for c in cmd)  # every task sees its node's GPUs
+    assert e["MASTER_ADDR"] == ""  # the workers take the allocation's first node
+
+
+def test_torchrun_starts_remote_agents_with_the_job_on_their_command_line():
+    cfg = LaunchConfig(kind="torchrun", hosts=["localhost", "n2"], remote="ssh -o BatchMode=yes {host}", port=29400)
+    (here, e0), (there, e1) = launch_commands(cfg, 2, 4, {"NCCLRL_JOB": "abc=", "NCCL_SOCKET_IFNAME": "ib0"})
+    assert here[0] == "torchrun" and "--nnodes=2" in here and "--nproc-per-node=4" in here
+    assert "--rdzv-endpoint=127.0.0.1:29400" in here and e0["NCCLRL_JOB"] == "abc="
+    assert there[:4] == ["ssh", "-o", "BatchMode=yes", "n2"] and e1 == {}
+    assert "NCCLRL_JOB=abc=" in there and "NCCL_SOCKET_IFNAME=ib0" in there and "torchrun" in there
+
+
+def test_a_host_list_must_match_the_topology_and_local_stays_local():
+    with pytest.raises(ConfigError, match="^launcher.hosts: the topology has 2 nodes, 3 hosts"):
+        launch_commands(LaunchConfig(kind="mpirun", hosts=["a", "b", "c"]), 2, 1, {})
+    with pytest.raises(ConfigError, match="^launcher.hosts: launcher=local runs on this host only"):
+        LaunchConfig(kind="local", hosts=["gpu01"]).check()
+    with pytest.raises(ConfigError, match="^launcher.kind: unknown value 'pdsh'"):
+        LaunchConfig.of({"kind": "pdsh"})
+
+
+def test_records_survive_launcher_prefixes():
+    r = parse_record("[1,0]<stdout>:NCCLRL|1|result|{\"i\": 0}\n")
+    assert r is not None and (r.rank, r.kind, r.payload) == (1, "result", '{"i": 0}')
+    assert parse_record("NCCL INFO ring 0") is None
+
+
+# -- real launches ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_job_over_two_emulated_nodes_measures_every_point(kind, plugin, tmp_path):
+    w = workers(kind, plugin, tmp_path)
+    res = w.measure(POINTS, samples=3)
+    assert all(r is not None and len(r) == 3 for r in res) and w.failures == {}
+    assert w.provenance["launcher"] == kind and w.provenance["ranks_reported"] == 2
+    h = hellos(tmp_path)
+    assert sorted(h) == [0, 1] and all(x["world"] == 2 for x in h.values())
+    assert {x["nccl_env"]["NCCL_HOSTID"] for x in h.values()} == {"ncclrl-node0", "ncclrl-node1"}
+    assert h[0]["table"] == h[1]["table"]  # the same table reached both ranks
+    assert not workers_alive()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fault, timeout_s", [("hang:1:2", 4.0), ("die:0:2", 30.0)])
+def test_a_rank_that_hangs_or_dies_ends_the_whole_job(kind, fault, timeout_s, plugin, tmp_path, monkeypatch):
+    """A hang ends the job at the timeout, stored as timed out (not as an NCCL hang); a death ends it
+    at once, as a failure naming the ranks. Either way what finished before is kept and no rank
+    is left running."""
+    monkeypatch.setenv("NCCLRL_FAKE_FAULT", fault)
+    w = workers(kind, plugin, tmp_path, timeout_s=timeout_s)
+    t0 = time.time()
+    res = w.measure(POINTS, samples=2)
+    assert time.time() - t0 < 25
+    assert res[0] is not None and res[1] is not None and res[2] is None
+    why = w.failures[2]
+    assert list(w.failures) == [2] and "hung" not in why
+    assert why.startswith("timed out") if fault.startswith("hang") else ("rank" in why and "timed out" not in why)
+    time.sleep(0.5)
+    assert not workers_alive()
+
+
+@pytest.mark.parametrize("kind", ["mpirun", "torchrun"])
+@pytest.mark.parametrize("fault, why", [("table", "different tables"), ("plugin", "plugin .* is missing on rank 1")])
+def test_ranks_that_disagree_stop_before_any_collective(kind, fault, why, plugin, tmp_path, monkeypatch):
+    monkeypatch.setenv("NCCLRL_FAKE_FAULT", f"{fault}:1:-1")
+    w = workers(kind, plugin, tmp_path, timeout_s=30.0)
+    t0 = time.time()
+    with pytest.raises(ConfigError, match=f"^launcher: stopped before any collective: .*{why}"):
+        w.measure(POINTS, samples=2)
+    assert time.time() - t0 < 25
+    assert not any("item" in f.read_text() for f in (tmp_path / "job").glob("rank*.log"))  # no point was reached
+    assert not workers_alive()
+
+
+def test_a_job_of_fewer_ranks_than_the_topology_is_refused(plugin, tmp_path):
+    wrapper = tmp_path / "mpirun-one"  # a launcher that starts one rank where the topology has two
+    wrapper.write_text("#!/bin/sh\nshift 2\nexec mpirun -np 1 \"$@\"\n")
+    wrapper.chmod(0o755)
+    w = TableWorkers(2, 2, timing="eager", timeout_s=20.0, plugin=plugin, launch="torch", device="cpu",
+                     launcher=LaunchConfig(kind="mpirun", program=str(wrapper), grace_s=1.0), log_dir=tmp_path / "job")
+    with pytest.raises(ConfigError, match="the job has 1 ranks, the topology 2"):
+        w.measure(POINTS, samples=2)
+
+
+def test_the_job_reaches_every_rank_in_its_environment(plugin, tmp_path):
+    w = workers("mpirun", plugin, tmp_path)
+    env = w.job_env(POINTS, [1024, 1040, 4096, 4112], 3, 100.0)
+    job = decode(env["NCCLRL_JOB"])
+    assert job["nranks"] == 2 and job["gpus_per_node"] == 1 and job["emulate_nodes"]
+    assert env["NCCLRL_TUNER_TABLE_DATA"].count("\n") == 2  # the two forced points, NCCL's default has no row
+    assert "NCCLRL_TUNER_TABLE" not in env  # never a path: it would be node-local
+
+
+PREEMPTED = """
+import sys
+from ncclrl.envs.launch import LaunchConfig
+from ncclrl.envs.torch_workers import TableWorkers
+from ncclrl.runners.sweep import parse_args, run_sweep
+args = parse_args(sys.argv[2:])
+def factory(topo, knobs, timing, timeout_s):
+    return TableWorkers(topo.nranks, topo.nodes, knobs, timing="eager", timeout_s=timeout_s, plugin=sys.argv[1],
+                        launch="torch", launcher=LaunchConfig(kind="mpirun", grace_s=2.0), device="cpu")
+r = run_sweep(args, sys.stdout, factory)
+print("MEASURED", r["measured"], "SKIPPED", r["skipped"])
+"""
+
+
+def test_a_preempted_sweep_keeps_every_finished_job_and_resumes(plugin, tmp_path):
+    store = tmp_path / "store.sqlite"
+    script = tmp_path / "sweep.py"
+    script.write_text(PREEMPTED)
+    argv = [sys.executable, str(script), str(plugin), "topology=h200-2x1-sock", "grid=full", "samples=2",
+            "min_bytes=1K", "max_bytes=2K", f"store={store}", "timeout_s=20", "launch=torch"]
+    env = dict(os.environ, **ROOT_OK)
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 90
+    while time.time() < deadline and (not store.exists() or Store(store).count() < 2 * 8):
+        time.sleep(0.3)  # two knob settings' jobs stored (8 points each)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 143, err[-500:]
+    kept = Store(store).count()
+    assert kept >= 16
+    time.sleep(0.5)
+    assert not workers_alive()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-500:]
+    measured = int(done.stdout.split("MEASURED ")[1].split()[0])
+    total = Store(store).count()
+    assert measured == total - kept > 0  # the rerun measured only what the first run had not stored
+    jobs = Store(store).jobs()
+    assert set(jobs.launcher) == {"mpirun"} and (jobs.ranks_reported == 2).all()
+
+
+def test_plugin_verify_runs_its_jobs_through_the_launcher(plugin, tmp_path, capsys):
+    """Both of the verifier's jobs go through mpirun over two emulated nodes and come back: the
+    cases' timings on the table's and on a table-less communicator, and rank 0's NCCL output (on
+    CPUs there is no NCCL log, so every decision reads "missing": the GPU run checks those)."""
+    from ncclrl.runners.plugin_verify import verify
+
+    table = tmp_path / "t.csv"
+    table.write_text("allreduce,0,65536,ring,ll,2,-1,-1\n")
+    rc = verify(str(table), "h200-2x1-sock", tmp_path / "pv", max_bytes=1 << 16, iters=2, plugin=str(plugin),
+                launcher=LaunchConfig(kind="mpirun", grace_s=2.0), device="cpu")
+    report = json.loads((tmp_path / "pv" / "verify.json").read_text())
+    timed = [c for c in report["cases"] if c["row"] is None]
+    assert rc == 1 and timed and all(c["time_us"] > 0 and c["default_time_us"] > 0 for c in timed)
+    assert (tmp_path / "pv" / "nccl-plugin" / "nccl-rank0.log").read_text().startswith("$ mpirun")
+    assert not workers_alive()
