@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -45,6 +45,8 @@ MARK = "NCCLRL|"
 # the environment variables a job hands its processes (besides NCCL's and the knobs)
 JOB_ENV = "NCCLRL_JOB"
 TABLE_ENV = "NCCLRL_TUNER_TABLE_DATA"
+# what mpirun forwards besides the job's variables, when set: the Python and libraries the ranks need
+PASS_ON = ("PYTHONPATH", "LD_LIBRARY_PATH")
 # the largest value one environment variable may hold on Linux (MAX_ARG_STRLEN)
 MAX_ENV_BYTES = 131072 - 64
 LOCAL_HOSTS = ("", "localhost", "127.0.0.1")
@@ -58,7 +60,8 @@ class LaunchConfig:
     :param hosts: the job's hosts, one per node (torchrun, mpirun); empty: every node on this host
         (nodes are then emulated). srun takes its nodes from the Slurm allocation.
     :param remote: torchrun: the command that runs a node's agent on another host; ``{host}`` is
-        replaced (e.g. ``ssh {host}``); the first host's agent runs here
+        replaced; ``-tt`` gives the remote agent a terminal, so it gets SIGHUP when the job is
+        ended here; the first host's agent runs here
     :param master_addr: the rendezvous address (empty: the first host, or 127.0.0.1 with no hosts)
     :param port: the rendezvous port (0: a free one on this host)
     :param program: the launcher program (empty: torchrun, srun or mpirun by kind)
@@ -71,7 +74,7 @@ class LaunchConfig:
 
     kind: str = "local"
     hosts: list[str] = field(default_factory=list)
-    remote: str = "ssh {host}"
+    remote: str = "ssh -tt {host}"
     master_addr: str = ""
     port: int = 0
     program: str = ""
@@ -121,14 +124,22 @@ class LaunchConfig:
         return self.kind == "local" or (self.kind != "srun" and all(h in LOCAL_HOSTS for h in self.hosts))
 
 
-def rank_env(env: dict[str, str] | None = None) -> tuple[int, int, int]:
-    """``(rank, world_size, local_rank)`` from whichever launcher started this process: torchrun and
-    ncclrl's own (``RANK``), Open MPI (``OMPI_COMM_WORLD_*``), Slurm (``SLURM_PROCID``), MPICH/PMI."""
+RANK_VARS_BY_KIND = {
+    "local": ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    "torchrun": ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    "mpirun": ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    "srun": ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+}
+
+
+def rank_env(env: dict[str, str] | None = None, kind: str | None = None) -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` from the launcher that started this process: ``kind``'s
+    variables when given (stale ones of another launcher are ignored), else the first found of
+    torchrun/ncclrl (``RANK``), Open MPI (``OMPI_COMM_WORLD_*``), Slurm (``SLURM_PROCID``), MPICH/PMI."""
     e = os.environ if env is None else env
-    for r, w, lr in (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
-                     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-                     ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-                     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")):
+    order = [RANK_VARS_BY_KIND[kind]] if kind in RANK_VARS_BY_KIND else [
+        *dict.fromkeys(RANK_VARS_BY_KIND.values()), ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")]
+    for r, w, lr in order:
         if r in e and w in e:
             return int(e[r]), int(e[w]), int(e.get(lr, "0"))
     raise RuntimeError("no rank in the environment: start the workers with torchrun, srun, mpirun or ncclrl")
@@ -178,9 +189,9 @@ def launch_commands(cfg: LaunchConfig, nodes: int, gpus_per_node: int, env: dict
         cmd = [prog, "-np", str(nranks), "--bind-to", "none"]
         if hosts and not cfg.emulated:
             cmd += ["-H", ",".join(f"{h}:{gpus_per_node}" for h in hosts), "--map-by", f"ppr:{gpus_per_node}:node"]
-        else:
-            cmd += ["--oversubscribe"]
-        for k in sorted(full):
+        else:  # this host only: inside an allocation mpirun would spread the ranks over its nodes
+            cmd += ["-H", f"localhost:{nranks}", "--oversubscribe"]
+        for k in sorted(full) + [k for k in PASS_ON if k in os.environ and k not in full]:
             cmd += ["-x", k]
         return [(cmd + extra + worker, full)]
     if cfg.kind == "srun":
@@ -188,8 +199,9 @@ def launch_commands(cfg: LaunchConfig, nodes: int, gpus_per_node: int, env: dict
         full = dict(env, **rdzv)
         if not cfg.master_addr:
             full["MASTER_ADDR"] = ""  # the worker takes the first node of SLURM_JOB_NODELIST (first_node)
+        # no per-task GPU binding: each task picks its GPU by local rank among all of its node's
         cmd = [prog, f"--nodes={nodes}", f"--ntasks={nranks}", f"--ntasks-per-node={gpus_per_node}",
-               "--kill-on-bad-exit=1", "--export=ALL", "--wait=30"]
+               "--kill-on-bad-exit=1", "--export=ALL", "--wait=30", "--gpu-bind=none"]
         return [(cmd + extra + worker, full)]
     # torchrun: one agent per node
     prog = cfg.program or "torchrun"
@@ -199,7 +211,7 @@ def launch_commands(cfg: LaunchConfig, nodes: int, gpus_per_node: int, env: dict
         cmd = [prog, f"--nnodes={nodes}", f"--nproc-per-node={gpus_per_node}", "--rdzv-backend=c10d",
                f"--rdzv-endpoint={addr}:{port}", f"--rdzv-id=ncclrl-{port}", "--max-restarts=0", *extra,
                "-m", module]
-        if cfg.python:
+        if not cfg.program:  # torchrun of the same Python on every node, whatever PATH a remote shell has
             cmd = [py, "-m", "torch.distributed.run", *cmd[1:]]
         host = hosts[n] if hosts else ""
         if cfg.emulated:
@@ -211,18 +223,25 @@ def launch_commands(cfg: LaunchConfig, nodes: int, gpus_per_node: int, env: dict
             # the remote agent gets the job's environment on its command line (ssh forwards none)
             assigns = [f"{k}={shlex.quote(v)}" for k, v in sorted(e.items())]
             remote = [w.replace("{host}", host) for w in shlex.split(cfg.remote)]
-            out.append((remote + ["env", *assigns, *map(shlex.quote, cmd)], {}))
+            line = remote + ["env", *assigns, *map(shlex.quote, cmd)]
+            if sum(len(w) + 1 for w in line) > MAX_ENV_BYTES:
+                raise ConfigError("launcher.remote", f"the command for {host} is {sum(len(w) + 1 for w in line)} "
+                                  f"bytes, more than one remote command line holds ({MAX_ENV_BYTES}); use "
+                                  "launcher=srun or mpirun, or measure fewer sizes at once")
+            out.append((line, {}))
     return out
 
 
 def first_node(nodelist: str) -> str:
-    """The first host of a Slurm node list (``gpu[01-04,07],login1`` -> ``gpu01``)."""
-    head = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist[:nodelist.index("]") + 1]
-    if "[" not in head:
-        return head
-    prefix, rng = head.split("[", 1)
-    first = rng.rstrip("]").split(",")[0].split("-")[0]
-    return prefix + first
+    """The first host of a Slurm node list: ``gpu[01-04,07],login1`` -> ``gpu01``,
+    ``rack[1-2]-node[01-04]`` -> ``rack1-node01``, ``node[1-2]-ib`` -> ``node1-ib``."""
+    depth, end = 0, len(nodelist)
+    for i, c in enumerate(nodelist):  # the first host expression ends at a comma outside brackets
+        depth += (c == "[") - (c == "]")
+        if c == "," and depth == 0:
+            end = i
+            break
+    return re.sub(r"\[([^\]]*)\]", lambda m: m.group(1).split(",")[0].split("-")[0], nodelist[:end])
 
 
 @dataclass
@@ -234,16 +253,30 @@ class Record:
     payload: str
 
 
+def parse_records(line: str) -> tuple[list[Record], str]:
+    """The records in a line of a launcher's output, and the rest of the line. Launchers may prefix
+    lines (``[1,0]<stdout>:``, ``[rank0]:``) and, forwarding many ranks, glue one rank's line onto
+    another's or into NCCL's own output: every record is found wherever it starts."""
+    parts = line.rstrip("\n").split(MARK)
+    out, rest = [], parts[0]
+    for part in parts[1:]:
+        fields = part.split("|", 2)
+        if len(fields) == 3 and fields[0].lstrip("-").isdigit():
+            out.append(Record(int(fields[0]), fields[1], fields[2]))
+        else:
+            rest += MARK + part
+    return out, rest
+
+
 def parse_record(line: str) -> Record | None:
-    """The record in a line of a launcher's output (launchers may prefix lines: ``[1,0]<stdout>:``,
-    ``[rank0]:``), or ``None``."""
-    i = line.find(MARK)
-    if i < 0:
-        return None
-    parts = line[i + len(MARK):].rstrip("\n").split("|", 2)
-    if len(parts) != 3 or not parts[0].lstrip("-").isdigit():
-        return None
-    return Record(int(parts[0]), parts[1], parts[2])
+    """The first record in a line, or ``None``."""
+    recs, _ = parse_records(line)
+    return recs[0] if recs else None
+
+
+def payload_json(payload: str):
+    """A record's JSON payload; text glued after it (another rank's output) is ignored."""
+    return json.JSONDecoder().raw_decode(payload.strip())[0]
 
 
 class Job:
@@ -268,9 +301,9 @@ class Job:
         for cmd, env in commands:  # every process before any reader thread: no fork while threads run
             self._log.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
             try:
-                p = subprocess.Popen(cmd, env=dict(base_env, **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, preexec_fn=_own_group, text=True, errors="replace",
-                                     bufsize=1)
+                p = subprocess.Popen([sys.executable, "-c", PDEATHSIG_EXEC, *cmd], env=dict(base_env, **env),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, text=True, errors="replace", bufsize=1)
             except OSError as e:
                 self.kill()
                 raise ConfigError("launcher", f"could not start {cmd[0]}: {e.strerror}") from None
@@ -283,15 +316,14 @@ class Job:
     def _read(self, p: subprocess.Popen) -> None:
         assert p.stdout is not None
         for line in p.stdout:
-            rec = parse_record(line)
+            recs, rest = parse_records(line)
             with self._lock:
                 self.last_output = time.time()
-                if rec is not None:
-                    self.records.append(rec)
-                else:
-                    self._log.write(line if line.endswith("\n") else line + "\n")
-                    if "NCCL WARN" in line:
-                        self.nccl_warnings.append(line.strip()[-300:])
+                self.records += recs
+                if rest.strip():
+                    self._log.write(rest + "\n")
+                    if "NCCL WARN" in rest:
+                        self.nccl_warnings.append(rest.strip()[-300:])
 
     def take(self) -> list[Record]:
         """The records that arrived since the last call."""
@@ -333,12 +365,14 @@ class Job:
         self._log.close()
 
 
-def _own_group() -> None:
-    """In a launcher process before it runs: a process group of its own (what a timeout ends), and
-    SIGTERM when ncclrl dies, even by SIGKILL (Linux), so a preempted run leaves no job behind."""
-    os.setsid()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+# Each launcher runs in a process group of its own (what a timeout ends) and gets SIGTERM when
+# ncclrl dies, even by SIGKILL (Linux): set in a small exec wrapper, not in a fork of this
+# multi-threaded process.
+PDEATHSIG_EXEC = ("import ctypes, os, signal, sys\n"
+                  "try:\n    ctypes.CDLL(None).prctl(1, signal.SIGTERM)\nexcept (OSError, AttributeError):\n    pass\n"
+                  "try:\n    os.execvp(sys.argv[1], sys.argv[1:])\n"
+                  "except OSError as e:\n    print(f'could not start {sys.argv[1]}: {e.strerror}', flush=True)\n"
+                  "    os._exit(127)")
 
 
 class Terminated(SystemExit):

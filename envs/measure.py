@@ -8,6 +8,7 @@ import uuid
 
 from ncclrl.costmodel.space import Point
 from ncclrl.envs.backend import Backend
+from ncclrl.envs.launch import Terminated
 from ncclrl.envs.live import HANG, TIMEOUT, is_hang, timing_label
 from ncclrl.envs.store import Store
 
@@ -66,6 +67,8 @@ def measure_whole(workers: Backend, points: list[Point], store: Store, topology:
                     hung.append(i)
             else:
                 nxt.append(i)
+        if getattr(workers, "terminated", False):  # SIGTERM: what the job finished is stored; now end
+            raise Terminated(128 + 15)
         if len(nxt) == len(remaining):  # no progress and nothing to blame: give up on these
             for i in nxt:
                 fail(i, "job made no progress")

@@ -192,7 +192,7 @@ class NcclTestsBackend(Backend):
                     str(binary), *args, "-g", "1"]
         cmd = [cfg.program or "mpirun", "--bind-to", "none"]
         if self.emulated:
-            cmd += ["--oversubscribe"]
+            cmd += ["-H", f"localhost:{n}", "--oversubscribe"]  # inside an allocation mpirun would spread them
             for k in sorted(env):
                 cmd += ["-x", k]
             cmd += extra
@@ -204,7 +204,7 @@ class NcclTestsBackend(Backend):
         if cfg.hosts and not all(h in LOCAL_HOSTS for h in cfg.hosts):
             cmd += ["-H", ",".join(f"{h}:{g}" for h in cfg.hosts), "--map-by", f"ppr:{g}:node"]
         else:
-            cmd += ["--oversubscribe"]
+            cmd += ["-H", f"localhost:{n}", "--oversubscribe"]
         for k in sorted(env):
             cmd += ["-x", k]
         return [*cmd, *extra, str(binary), *args, "-g", "1"]

@@ -3,9 +3,12 @@ our tuner plugin through a table that maps a distinct message size to it.
 
 A request (all points of one per-process knob setting) becomes one table: point ``k`` of a size
 ``s`` runs at ``s + k * q`` bytes (``q`` = 16, the smallest step every collective can take on 4
-ranks), and the table has a one-byte-wide row ``[s + k*q, s + k*q]`` forcing its configuration;
-NCCL's default has no row. The shift (at most a few hundred bytes) is negligible next to the
-sizes' latency floor. One short job per request, one process per GPU on every node
+ranks, more for AllGather/ReduceScatter on many ranks), skipping sizes other points run at, and the
+table has a one-byte-wide row forcing its configuration; NCCL's default has no row and runs at the
+size itself. Below a few KiB the shift is large relative to the size (h200-1x4's full grid, 10
+points per size from 8 B to 256 MiB: points run up to 560 B above their size; 14% at 1 KiB,
+3.5% at 4 KiB, under 1% from 16 KiB), where every size sits on NCCL's latency floor. One short
+job per request, one process per GPU on every node
 (:mod:`ncclrl.envs.worker`), started by the launcher of the user's cluster
 (:mod:`ncclrl.envs.launch`: local, torchrun, srun, mpirun). The table travels to every rank in an
 environment variable, and the ranks check they hold the same one before NCCL starts.
@@ -15,7 +18,6 @@ Only needs PyTorch with CUDA and numpy on the GPU machines.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import tempfile
@@ -32,9 +34,11 @@ from ncclrl.envs.launch import (
     TABLE_ENV,
     Job,
     LaunchConfig,
+    Terminated,
     encode,
     ending_on_sigterm,
     launch_commands,
+    payload_json,
 )
 from ncclrl.envs.live import LAUNCHES, SAFE_ENV, TIMEOUT, plugin_library, require_gpus
 
@@ -46,7 +50,9 @@ def shifted_sizes(points: list[Point], nranks: int) -> list[int]:
     next multiple of the quantum above it that no other point of the collective runs at. Every
     point's size is distinct, so no one-byte row of the job's table covers another point (a
     forced row on another size's NCCL default would run that default forced)."""
-    q = math.lcm(QUANTUM, 4 * nranks)  # whole elements, divisible over the ranks for AllGather/ReduceScatter
+    # whole elements; divisible over the ranks where the buffer is split (AllGather, ReduceScatter)
+    step = {c: math.lcm(QUANTUM, 4 * nranks) if c in ("allgather", "reducescatter") else QUANTUM
+            for c in {p.collective for p in points}}
     used: dict[str, set[int]] = {}
     for p in points:
         used.setdefault(p.collective, set()).add(int(p.nbytes))
@@ -58,6 +64,7 @@ def shifted_sizes(points: list[Point], nranks: int) -> list[int]:
             first.add((p.collective, s))
             out.append(s)
             continue
+        q = step[p.collective]
         x = s + q
         while x in used[p.collective]:
             x += q
@@ -139,8 +146,12 @@ class TableWorkers(Backend):
                "device": self.device, "timeout_s": self.timeout_s, "nranks": self.nranks, "kind": self.launcher.kind,
                "gpus_per_node": self.nranks // self.nodes, "emulate_nodes": self.launcher.emulated and self.nodes > 1}
         # the user's NCCL (and ncclrl) environment reaches every rank, whatever the launcher forwards
+        word = encode(job)
+        if len(word) > MAX_ENV_BYTES:
+            raise ConfigError("points", f"{len(points)} points make a job of {len(word)} bytes, more than one "
+                              f"environment variable holds ({MAX_ENV_BYTES}); measure fewer sizes or collectives")
         env = {k: v for k, v in os.environ.items() if k.startswith(FORWARD) and k != "NCCLRL_TUNER_TABLE"}
-        env.update({JOB_ENV: encode(job), TABLE_ENV: text, NCCL_TUNER_PLUGIN: str(self.plugin), **self.knobs.env()})
+        env.update({JOB_ENV: word, TABLE_ENV: text, NCCL_TUNER_PLUGIN: str(self.plugin), **self.knobs.env()})
         if self.nvls == "off":
             env.update(SAFE_ENV)
         return env
@@ -151,6 +162,7 @@ class TableWorkers(Backend):
         measured before is kept. A job whose ranks disagree (tables, plugin, rank count) raises
         :class:`ConfigError` before any collective."""
         self.failures = {}
+        self.terminated = False
         if self.table is not None and not all(p.is_default for p in points):
             raise ConfigError("points", "with a table only NCCL's default (what the table decides) can be measured")
         sizes = shifted_sizes(points, self.nranks)
@@ -169,6 +181,8 @@ class TableWorkers(Backend):
                     self._wait(job, seen, started)
                 except _TimedOut:
                     timed_out = True
+                except Terminated:  # the sizes finished are returned, stored, then ncclrl ends
+                    self.terminated = True
                 finally:
                     job.kill()  # whatever is left of the job, on every node
                     job.close()
@@ -177,6 +191,8 @@ class TableWorkers(Backend):
         self.nccl_version = seen.version or self.nccl_version
         self.provenance = seen.provenance(self.launcher, cmds)
         self.last_modes = seen.modes
+        if self.terminated:
+            return seen.results
         if seen.setup_error:
             raise ConfigError("launcher", seen.setup_error)
         out = seen.results
@@ -275,13 +291,13 @@ class JobRecords:
         if r.kind == "item":
             self.items[r.rank] = int(r.payload)
         elif r.kind == "result":
-            d = json.loads(r.payload)
+            d = payload_json(r.payload)
             if 0 <= d["i"] < len(self.results):
                 self.results[d["i"]], self.modes[d["i"]] = [float(x) for x in d["s"]], d["m"]
         elif r.kind == "hello":
-            self.hellos[r.rank] = json.loads(r.payload)
+            self.hellos[r.rank] = payload_json(r.payload)
         elif r.kind == "version":
-            self.version = r.payload
+            self.version = r.payload.split()[0] if r.payload.strip() else ""
         if r.kind in ("error", "done"):
             self.spoke_last.add(r.rank)
         if r.kind == "error":

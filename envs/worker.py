@@ -50,12 +50,30 @@ class Out:
         self.last = time.time()
         self._lock = threading.Lock()
 
-    def __call__(self, kind: str, payload) -> None:
+    def __call__(self, kind: str, payload, wait_s: float = -1) -> None:
         text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
-        with self._lock:
+        if not self._lock.acquire(timeout=wait_s):
+            return
+        try:
             sys.stdout.write(f"{MARK}{self.rank}|{kind}|{text.replace(chr(10), ' ')}\n")
             sys.stdout.flush()
             self.last = time.time()
+        finally:
+            self._lock.release()
+
+
+# what decides NCCL's algorithm, protocol and channels besides the table: ranks must agree on it
+DECIDING = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
+            "NCCL_NTHREADS", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_TUNER_PLUGIN",
+            "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_CROSS_NIC", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL")
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def _die_with_parent() -> None:
@@ -71,8 +89,10 @@ def _watchdog(out: Out, limit_s: float) -> None:
     while True:
         time.sleep(min(5.0, limit_s / 4))
         if time.time() - out.last > limit_s:
-            out("error", f"watchdog: no progress for {limit_s:.0f} s; this rank ends")
-            os._exit(EXIT_WATCHDOG)
+            try:  # a best effort: the driver may be gone, the pipe broken or full
+                out("error", f"watchdog: no progress for {limit_s:.0f} s; this rank ends", wait_s=2.0)
+            finally:
+                os._exit(EXIT_WATCHDOG)
 
 
 def _gpu_facts(torch, local_rank: int) -> dict:
@@ -108,10 +128,10 @@ def _fault(device: str, rank: int, item: int) -> None:
 
 
 def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
-    rank, world, local = rank_env()
+    job = decode(os.environ[JOB_ENV])
+    rank, world, local = rank_env(kind=job.get("kind"))
     out = Out(rank)
     _die_with_parent()
-    job = decode(os.environ[JOB_ENV])
     device = job.get("device", "cuda")
     gpn = int(job["gpus_per_node"])
     if job.get("emulate_nodes") and int(job["nranks"]) > gpn:
@@ -122,8 +142,9 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
         os.environ["NCCL_DEBUG"] = "INFO" if rank == 0 else "WARN"
         os.environ["NCCL_DEBUG_SUBSYS"] = "INIT,TUNING"
         os.environ.pop("NCCL_DEBUG_FILE", None)
-    if not os.environ.get("MASTER_ADDR") and os.environ.get("SLURM_JOB_NODELIST"):
-        os.environ["MASTER_ADDR"] = first_node(os.environ["SLURM_JOB_NODELIST"])
+    nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+    if not os.environ.get("MASTER_ADDR") and nodelist:  # rank 0 runs on the step's first node
+        os.environ["MASTER_ADDR"] = first_node(nodelist)
     threading.Thread(target=_watchdog, args=(out, float(job["timeout_s"]) + 30.0), daemon=True).start()
 
     import torch
@@ -136,8 +157,12 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
     table = os.environ.get(TABLE_ENV, "")
     plugin = os.environ.get("NCCL_TUNER_PLUGIN", "")
     plugin_ok = bool(plugin) and (plugin == "none" or os.path.isfile(plugin))
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if device == "cuda" and torch.cuda.is_available() else ""
+    decides = {k: os.environ[k] for k in sorted(DECIDING) if k in os.environ}
     hello = {"host": socket.gethostname(), "pid": os.getpid(), "local_rank": local, "world": world,
              "table": fingerprint(table), "plugin": plugin if plugin_ok else f"missing: {plugin}",
+             "plugin_bytes": fingerprint(_read(plugin)) if plugin_ok and plugin != "none" else "", "nccl": nccl,
+             "decides": fingerprint(json.dumps(decides, sort_keys=True)),
              "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_") and k != "NCCL_TUNER_PLUGIN"},
              **_gpu_facts(torch, local)}
     out("hello", hello)
@@ -145,8 +170,17 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
                             timeout=timedelta(seconds=float(job["timeout_s"]) + 60))
     everyone: list = [None] * world
-    dist.all_gather_object(everyone, (hello["table"], hello["plugin"], world, hello["host"]))
+    dist.all_gather_object(everyone, (hello["table"], hello["plugin"], world, hello["host"], hello["plugin_bytes"],
+                                      hello["nccl"], hello["decides"]))
     problems = []
+    for i, what in ((4, "plugin libraries (a stale build on some node?)"), (5, "NCCL versions"),
+                    (6, f"settings of the NCCL variables that decide ({', '.join(sorted(DECIDING)[:4])}, ...)")):
+        if len({e[i] for e in everyone}) > 1:
+            hosts: dict = {}
+            for e in everyone:
+                hosts.setdefault(e[i], set()).add(e[3])
+            problems.append(f"ranks run different {what}: " + "; ".join(
+                f"{v or 'none'} on {', '.join(sorted(h)[:3])}" for v, h in hosts.items()))
     if len({e[0] for e in everyone}) > 1:
         by = {}
         for r, e in enumerate(everyone):
@@ -166,12 +200,14 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
         return EXIT_MISMATCH
 
     if device == "cuda":
-        if not torch.cuda.is_available() or local >= torch.cuda.device_count():
-            out("error", f"local rank {local} needs GPU {local}; {hello['host']} has "
-                f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} visible")
+        seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        # a task that sees one GPU only (a site's per-task binding) takes that one
+        gpu = 0 if seen == 1 else local
+        if gpu >= seen:
+            out("error", f"local rank {local} needs GPU {local}; {hello['host']} has {seen} visible")
             return 2
-        torch.cuda.set_device(local)
-        dev = torch.device("cuda", local)
+        torch.cuda.set_device(gpu)
+        dev = torch.device("cuda", gpu)
     else:
         dev = torch.device("cpu")
     if job.get("mode") == "verify":
@@ -289,6 +325,8 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
         for k in range(samples):
             out("log", f"sample {k}")
             for j in range(len(idx)):
+                if rank == 0:  # names the point if NCCL hangs while it is timed
+                    out("item", str(idx[j]))
                 if graphs[j] is not None:
                     res[j][k] = timed(replayer(graphs[j]), 1) / reps[j]
                 else:
@@ -356,8 +394,9 @@ def verify(job: dict, out: Out, rank: int, world: int, dev, device: str) -> int:
             times[c["i"]] = (float(mine[0]), float(mine[1]))
     sync()
     dist.barrier()
-    if rank == 0:
-        out("verify", {"times_us": {str(i): t for i, t in times.items()}})
+    if rank == 0:  # one short record per case: a long line may be cut by a launcher
+        for i, t in times.items():
+            out("verify", {"i": i, "t": t})
     out("done", "")
     dist.destroy_process_group()
     return 0
@@ -368,8 +407,8 @@ if __name__ == "__main__":
         code = main()
     except Exception as e:  # noqa: BLE001 - one line for the driver, then a non-zero exit
         try:
-            r = rank_env()[0]
-        except RuntimeError:
+            r = rank_env(kind=decode(os.environ[JOB_ENV]).get("kind"))[0]
+        except (RuntimeError, KeyError, ValueError):
             r = -1
         sys.stdout.write(f"{MARK}{r}|error|{type(e).__name__}: {' '.join(str(e).split())[:400]}\n")
         sys.stdout.flush()

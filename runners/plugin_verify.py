@@ -31,7 +31,7 @@ from ncclrl.costmodel.replica import default_decisions, eligible_mask, scheduled
 from ncclrl.costmodel.table import parse_example_rows
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
-from ncclrl.envs.launch import TABLE_ENV, LaunchConfig, encode, launch_commands, run_to_end
+from ncclrl.envs.launch import TABLE_ENV, LaunchConfig, encode, launch_commands, payload_json, run_to_end
 from ncclrl.envs.live import elem_size, plugin_library, require_gpus
 from ncclrl.envs.torch_workers import RANK_VARS
 from ncclrl.runners.config import Command, register
@@ -122,8 +122,14 @@ def run_job(cases: list[dict], env: dict, topo, iters: int, out: Path, tag: str,
     records, text = run_to_end(launch_commands(launcher, topo.nodes, topo.gpus_per_node, full), base, log_dir,
                                timeout_s, launcher.grace_s)
     (log_dir / "nccl-rank0.log").write_text(text)
-    res = next((json.loads(r.payload) for r in records if r.kind == "verify"), {"times_us": {}})
-    t = {int(k): v for k, v in res["times_us"].items()}
+    t = {}
+    for r in records:
+        if r.kind == "verify":
+            try:
+                d = payload_json(r.payload)
+                t[int(d["i"])] = d["t"]
+            except (ValueError, KeyError, TypeError):  # a record cut by the launcher: that case is untimed
+                continue
     return {"times_us": [t[i][0] if i in t else None for i in range(len(cases))],
             "base_times_us": [t[i][1] if i in t else None for i in range(len(cases))],
             "log": text, "log_path": str(log_dir / "nccl-rank0.log")}

@@ -246,7 +246,9 @@ def test_mpirun_two_nodes(bindir, tmp_path):
     assert res[0] == [36.96, 36.96] and res[2] == [10947.8, 10947.8] and res[3] == [29.18, 29.18]
     pv = b.provenance
     assert pv["ranks_reported"] == 2 and pv["launcher"] == "mpirun" and pv["nccl_version"] == "2.28.3"
-    assert pv["command"].startswith("mpirun --bind-to none --oversubscribe") and " : -np 1 " in pv["command"]
+    # no hosts given: both emulated nodes run on localhost, oversubscribed
+    assert pv["command"].startswith("mpirun --bind-to none -H localhost:2 --oversubscribe")
+    assert " : -np 1 " in pv["command"]
     assert pv["nccl_env"]["NCCL_SOCKET_IFNAME"] == "lo"
     logs = [p.read_text() for p in (tmp_path / "logs").glob("*/launcher.log")]
     assert len(logs) == 6  # 3 configurations x 2 samples

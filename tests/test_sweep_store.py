@@ -242,11 +242,13 @@ def test_shifted_sizes_never_put_a_point_on_another_points_size():
                for a, pr, c in [("default", "default", 0), *configs]]
         sizes = shifted_sizes(pts, nranks)
         assert len(set(sizes)) == len(sizes)
-        assert all((s - p.nbytes) % (4 * nranks) == 0 for p, s in zip(pts, sizes, strict=True))  # whole elements
+        assert all((s - p.nbytes) % 16 == 0 for p, s in zip(pts, sizes, strict=True))  # whole elements
         assert all(s == p.nbytes for p, s in zip(pts, sizes, strict=True) if p.is_default)
         rows = parse_example_rows(table_rows(pts, sizes))
         spans = sorted((r["min_bytes"], r["max_bytes"]) for r in rows)
         assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False))
+        ag = [Point("allgather", 64 * nranks, "ring", "simple", c) for c in (1, 2, 4)]
+        assert all(x % (4 * nranks) == 0 for x in shifted_sizes(ag, nranks))  # divisible over the ranks
 
 
 class HangingWholeWorkers(FakeWorkers):
