@@ -258,7 +258,10 @@ def test_a_preempted_sweep_keeps_every_finished_job_and_resumes(plugin, tmp_path
     total = Store(store).count()
     assert measured == total - kept > 0  # the rerun measured only what the first run had not stored
     jobs = Store(store).jobs()
-    assert set(jobs.launcher) == {"mpirun"} and (jobs.ranks_reported == 2).all()
+    assert set(jobs.launcher) == {"mpirun"}
+    # every job that stored a point heard from both ranks; the job ended by SIGTERM may have heard none
+    with_points = jobs[jobs.job.isin(set(Store(store).frame().job))]
+    assert len(with_points) >= 2 and (with_points.ranks_reported == 2).all()
 
 
 def test_plugin_verify_runs_its_jobs_through_the_launcher(plugin, tmp_path, capsys):
