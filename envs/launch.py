@@ -435,3 +435,20 @@ def run_to_end(commands: list[tuple[list[str], dict[str, str]]], base_env: dict[
     if why:
         raise ConfigError("launcher", why)
     return records, text
+
+
+def run_worker(main) -> None:
+    """Run a worker's ``main`` and end the process with its code; an exception becomes one
+    ``error`` record (rank from the launcher's environment, -1 when unknown) and exit code 1. The
+    exit skips interpreter teardown, which can hang in NCCL or gloo after a failure."""
+    try:
+        code = main()
+    except Exception as e:  # noqa: BLE001 - one line for the driver, then a non-zero exit
+        try:
+            r = rank_env(kind=decode(os.environ[JOB_ENV]).get("kind"))[0]
+        except (RuntimeError, KeyError, ValueError, TypeError, AttributeError):
+            r = -1
+        sys.stdout.write(f"{MARK}{r}|error|{type(e).__name__}: {' '.join(str(e).split())[:400]}\n")
+        code = 1
+    sys.stdout.flush()
+    os._exit(code)

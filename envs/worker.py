@@ -35,7 +35,7 @@ import time
 from datetime import timedelta
 
 from ncclrl.costmodel.table import fingerprint
-from ncclrl.envs.launch import JOB_ENV, MARK, TABLE_ENV, decode, first_node, rank_env
+from ncclrl.envs.launch import JOB_ENV, MARK, TABLE_ENV, decode, first_node, rank_env, run_worker
 
 MAX_REPS = 50  # repetitions per sample: enough that an 8 B call's launch cost is amortized
 EXIT_MISMATCH = 3
@@ -403,15 +403,4 @@ def verify(job: dict, out: Out, rank: int, world: int, dev, device: str) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        code = main()
-    except Exception as e:  # noqa: BLE001 - one line for the driver, then a non-zero exit
-        try:
-            r = rank_env(kind=decode(os.environ[JOB_ENV]).get("kind"))[0]
-        except (RuntimeError, KeyError, ValueError):
-            r = -1
-        sys.stdout.write(f"{MARK}{r}|error|{type(e).__name__}: {' '.join(str(e).split())[:400]}\n")
-        sys.stdout.flush()
-        code = 1
-    sys.stdout.flush()
-    os._exit(code)
+    run_worker(main)

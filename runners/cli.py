@@ -36,7 +36,7 @@ from ncclrl.costmodel.topology import dump_topology, load_topology, preset_names
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.envs.live import PLUGIN_DIR, build_plugin
 from ncclrl.envs.store import Store
-from ncclrl.runners import benchmark, finetune, plugin_verify, pretrain, show, sweep, tune, validate
+from ncclrl.runners import benchmark, e2e, finetune, plugin_verify, pretrain, profile, show, sweep, tune, validate
 from ncclrl.runners.config import Command, command_help, register, run_command
 
 
@@ -404,6 +404,7 @@ COMMANDS: list[Command] = [
     benchmark.COMMAND, show.COMMAND,
     Command("plugin build", PluginBuildConfig, cmd_plugin_build, "build the NCCL tuner plugin"),
     plugin_verify.COMMAND,
+    e2e.COMMAND,
     Command("decisions", DecisionsConfig, cmd_decisions, "NCCL's default decision per size (replica of NCCL 2.28)"),
     Command("predict", PredictConfig, cmd_predict, "the simulator's time_us for CSV rows on stdin"),
     Command("calibrate", CalibrateConfig, cmd_calibrate,
@@ -412,6 +413,7 @@ COMMANDS: list[Command] = [
     Command("parse", ParseConfig, cmd_parse, "nccl-tests outputs to CSV", positional="files"),
     Command("detect", DetectConfig, cmd_detect, "onboard a cluster from its NCCL_DEBUG=INFO logs: a topology YAML",
             positional="logs"),
+    profile.COMMAND,
 ]
 BY_NAME = {c.name: c for c in COMMANDS}
 for _c in COMMANDS[COMMANDS.index(plugin_verify.COMMAND) + 1:] + [COMMANDS[8]]:
@@ -443,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         name, rest = f"plugin {argv[1]}", argv[2:]
     else:
         rest = argv[1:]
-    if name == "detect":
+    if name in ("detect", "profile"):
         try:
             rest = _output_flag(rest)
         except ConfigError as e:

@@ -1,0 +1,327 @@
+"""``ncclrl e2e``: does a table make a training step faster? Train a small transformer (random
+weights, random tokens) with DDP and with FSDP on the topology's ranks, with NCCL's defaults and
+with the table + ``nccl.conf``, and compare the step times (keys: :class:`E2EConfig`).
+
+    ncclrl e2e nccl_tuner.csv conf=nccl.conf topology=h200-2x2-sock launcher=srun
+
+Each side runs ``rounds`` jobs in the order default, table, table, default, ... (ABBA), so both
+sides see the same machine drift and neither always runs first. Every job is one launch of
+:mod:`ncclrl.envs.e2e_worker` through the launcher that trains with DDP, then with FSDP (a fresh
+model each); rank 0 reports the slowest rank's time of each timed step. Per side and mode the
+step time is the median of every timed step of its jobs; its 95% interval and the ratio's
+(table / default) come from a bootstrap that resamples jobs, then steps within each job, so the
+spread between jobs counts. The table's side is faster when the ratio's interval lies below 1,
+slower when it lies above 1, else it is a tie.
+
+``device=cpu`` runs the same jobs on CPUs with gloo (tests; the timings say nothing about NCCL).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.table import CONF_KEYS, fingerprint, parse_example_rows, read_conf_env
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.envs.launch import (
+    JOB_ENV,
+    MAX_ENV_BYTES,
+    TABLE_ENV,
+    LaunchConfig,
+    encode,
+    launch_commands,
+    payload_json,
+    run_to_end,
+)
+from ncclrl.envs.live import plugin_library, require_gpus
+from ncclrl.envs.torch_workers import RANK_VARS
+from ncclrl.runners.config import Command, register
+
+log = logging.getLogger(__name__)
+
+MODES = ("ddp", "fsdp", "both")
+SIDES = ("default", "table")
+DEVICES = ("cuda", "cpu")
+DTYPES = ("float32", "bfloat16")
+WORKER = "ncclrl.envs.e2e_worker"
+N_BOOT = 2000
+
+
+@dataclass
+class E2EConfig:
+    """Train a small transformer (random weights, synthetic tokens) with DDP and FSDP on the
+    topology's ranks, with NCCL's defaults and with a table + nccl.conf, in alternating jobs
+    (default, table, table, default, ...), and report each side's step time and the ratio
+    table/default with 95% bootstrap intervals.
+
+    :param table: the table (nccl_tuner.csv), handed to every rank of the table's jobs with the plugin
+    :param conf: its nccl.conf (KEY=VALUE knobs set in the table's jobs; empty: none)
+    :param topology: the platform the jobs run on: a preset name or a topology YAML path (its nodes
+        and GPUs per node make the job)
+    :param plugin: the tuner plugin library (default: the one ncclrl plugin build makes, built if
+        missing; the same path on every node)
+    :param mode: ddp, fsdp or both (every job trains with DDP, then with FSDP, a fresh model each)
+    :param layers: transformer blocks
+    :param d_model: model width
+    :param heads: attention heads (divides d_model)
+    :param seq_len: tokens per sequence
+    :param batch: sequences per rank per step
+    :param vocab: vocabulary size (embedding and output head)
+    :param steps: timed steps per job
+    :param warmup: steps per job before the timed ones (not timed)
+    :param dtype: float32, or bfloat16 (device=cuda only)
+    :param rounds: jobs per side
+    :param seed: seed of the weights and the data (the same in every job)
+    :param out: folder for steps.csv (every timed step of every job) and summary.json
+    :param timeout_s: a job that makes no progress for this long is ended (the command fails)
+    :param device: cuda (NCCL) or cpu (gloo: checks the launch path; the timings say nothing about NCCL)
+    :param launcher: how a job's processes start (group launcher=: local, torchrun, srun, mpirun)
+    """
+
+    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"launcher": "local"}])
+
+    table: str = ""
+    conf: str = ""
+    topology: str = ""
+    plugin: str | None = None
+    mode: str = "both"
+    layers: int = 2
+    d_model: int = 128
+    heads: int = 4
+    seq_len: int = 64
+    batch: int = 4
+    vocab: int = 1024
+    steps: int = 20
+    warmup: int = 3
+    dtype: str = "float32"
+    rounds: int = 2
+    seed: int = 0
+    out: str = "e2e"
+    timeout_s: float = 300.0
+    device: str = "cuda"
+    launcher: LaunchConfig = field(default_factory=LaunchConfig)
+
+    def check(self) -> None:
+        self.launcher.check()
+        for k in ("table", "conf"):
+            if getattr(self, k) and not Path(getattr(self, k)).is_file():
+                raise ConfigError(k, f"no such file: {getattr(self, k)}")
+        if self.topology:
+            load_topology(self.topology)
+        for k, allowed in (("mode", MODES), ("device", DEVICES), ("dtype", DTYPES)):
+            if getattr(self, k) not in allowed:
+                raise ConfigError(k, f"unknown value {getattr(self, k)!r}; allowed: {', '.join(allowed)}")
+        if self.dtype != "float32" and self.device == "cpu":
+            raise ConfigError("dtype", f"{self.dtype} is for device=cuda; allowed on cpu: float32")
+        for k in ("layers", "d_model", "heads", "seq_len", "batch", "vocab", "steps", "rounds"):
+            if getattr(self, k) < 1:
+                raise ConfigError(k, f"must be a whole number >= 1, got {getattr(self, k)}")
+        if self.warmup < 0:
+            raise ConfigError("warmup", f"must be a whole number >= 0, got {self.warmup}")
+        if self.d_model % self.heads:
+            raise ConfigError("heads", f"must divide d_model ({self.d_model}), got {self.heads}")
+        if self.timeout_s <= 0:
+            raise ConfigError("timeout_s", f"must be > 0, got {self.timeout_s}")
+
+
+def job_order(rounds: int) -> list[str]:
+    """The sides' jobs in running order: default, table, table, default, default, table, ..."""
+    out: list[str] = []
+    for r in range(rounds):
+        out += list(SIDES) if r % 2 == 0 else list(reversed(SIDES))
+    return out
+
+
+def bootstrap_median(jobs: list[np.ndarray], rng: np.random.Generator, n_boot: int = N_BOOT) -> np.ndarray:
+    """``n_boot`` bootstrap replicates of the median of all steps: each resamples the jobs (with
+    replacement), then the steps within each chosen job."""
+    out = np.empty(n_boot)
+    for b in range(n_boot):
+        pick = rng.integers(0, len(jobs), len(jobs))
+        out[b] = np.median(np.concatenate([rng.choice(jobs[j], jobs[j].size) for j in pick]))
+    return out
+
+
+def summarize(default_jobs: list[list[float]], table_jobs: list[list[float]], seed: int = 0) -> dict[str, Any]:
+    """Each side's median step time (ms) with its 95% interval, the ratio table/default with its
+    own, and the verdict: ``faster`` (interval below 1), ``slower`` (above 1) or ``tie``."""
+    rng = np.random.default_rng(seed)
+    a = [np.asarray(j, float) for j in default_jobs]
+    b = [np.asarray(j, float) for j in table_jobs]
+    boot_a, boot_b = bootstrap_median(a, rng), bootstrap_median(b, rng)
+    ratio = boot_b / boot_a
+    med_a, med_b = float(np.median(np.concatenate(a))), float(np.median(np.concatenate(b)))
+
+    def side(med: float, boot: np.ndarray, jobs: list[np.ndarray]) -> dict[str, Any]:
+        lo, hi = np.percentile(boot, [2.5, 97.5])
+        return {"step_time_ms": med, "ci_lo_ms": float(lo), "ci_hi_ms": float(hi), "jobs": len(jobs),
+                "steps": int(sum(j.size for j in jobs)), "job_medians_ms": [float(np.median(j)) for j in jobs]}
+
+    lo, hi = (float(x) for x in np.percentile(ratio, [2.5, 97.5]))
+    verdict = "faster" if hi < 1.0 else "slower" if lo > 1.0 else "tie"
+    return {"default": side(med_a, boot_a, a), "table": side(med_b, boot_b, b),
+            "ratio": {"value": med_b / med_a, "ci_lo": lo, "ci_hi": hi}, "verdict": verdict}
+
+
+def report_line(mode: str, s: dict[str, Any]) -> str:
+    """``ddp: default 12.3 ms [12.1, 12.6], table 11.8 ms [11.6, 12.0], ratio 0.96 [0.94, 0.98]: ...``"""
+    d, t, r = s["default"], s["table"], s["ratio"]
+    verdict = {"faster": "the table is faster (the interval lies below 1)",
+               "slower": "the table is slower (the interval lies above 1)",
+               "tie": "a tie (the interval contains 1)"}[s["verdict"]]
+    return (f"{mode}: default {d['step_time_ms']:.1f} ms [{d['ci_lo_ms']:.1f}, {d['ci_hi_ms']:.1f}], "
+            f"table {t['step_time_ms']:.1f} ms [{t['ci_lo_ms']:.1f}, {t['ci_hi_ms']:.1f}], "
+            f"ratio {r['value']:.2f} [{r['ci_lo']:.2f}, {r['ci_hi']:.2f}]: {verdict}")
+
+
+class E2E:
+    """The jobs of one ``ncclrl e2e`` run: what each side's ranks are handed, one job at a time.
+
+    :param cfg: the checked config
+    """
+
+    def __init__(self, cfg: E2EConfig) -> None:
+        for k in ("table", "topology"):  # required to run (the help composes without them)
+            if not getattr(cfg, k):
+                raise ConfigError(k, "required (ncclrl e2e TABLE topology=PRESET [conf=nccl.conf])")
+        self.cfg = cfg
+        self.topo = load_topology(cfg.topology)
+        self.launcher = cfg.launcher
+        if self.launcher.kind == "local" and cfg.device == "cuda":
+            require_gpus(self.topo.nranks)
+        self.table_text = Path(cfg.table).read_text()
+        try:
+            parse_example_rows(self.table_text)
+        except ValueError as e:
+            raise ConfigError("table", f"{cfg.table}: not a table (nccl_tuner.csv): {e}") from None
+        if len(self.table_text.encode()) > MAX_ENV_BYTES:
+            raise ConfigError("table", f"{len(self.table_text.encode())} bytes: more than one environment variable "
+                              f"holds ({MAX_ENV_BYTES})")
+        self.knobs = {k: str(v) for k, v in read_conf_env(cfg.conf).items()} if cfg.conf else {}
+        self.plugin = str(plugin_library(cfg.plugin))
+        self.table_fp = fingerprint(self.table_text)
+
+    def side_env(self, side: str) -> dict[str, str]:
+        """What the ranks of one side are handed on top of the user's NCCL_* environment: the table,
+        the plugin and the knobs, or ``NCCL_TUNER_PLUGIN=none`` alone."""
+        env = {k: v for k, v in os.environ.items()
+               if k.startswith(("NCCL_", "NCCLRL_")) and k not in (TABLE_ENV, "NCCLRL_TUNER_TABLE", JOB_ENV)}
+        if side == "table":
+            env.update({"NCCL_TUNER_PLUGIN": self.plugin, TABLE_ENV: self.table_text, **self.knobs})
+        else:
+            env["NCCL_TUNER_PLUGIN"] = "none"
+        return env
+
+    def job(self, modes: list[str], side: str) -> dict[str, Any]:
+        c, t = self.cfg, self.topo
+        return {"modes": modes, "side": side, "layers": c.layers, "d_model": c.d_model, "heads": c.heads,
+                "seq_len": c.seq_len, "batch": c.batch, "vocab": c.vocab, "dtype": c.dtype, "steps": c.steps,
+                "warmup": c.warmup, "seed": c.seed, "device": c.device, "timeout_s": c.timeout_s,
+                "nranks": t.nranks, "gpus_per_node": t.gpus_per_node, "kind": self.launcher.kind,
+                "emulate_nodes": self.launcher.emulated and t.nodes > 1,
+                "local_world": t.nranks if self.launcher.emulated else t.gpus_per_node}
+
+    def run_job(self, modes: list[str], side: str, log_dir: Path) -> dict[str, Any]:
+        """One job to its end: rank 0's step times per mode and what every rank said it received."""
+        env = dict(self.side_env(side), **{JOB_ENV: encode(self.job(modes, side))})
+        base = {k: v for k, v in os.environ.items()
+                if k not in RANK_VARS and k not in (TABLE_ENV, "NCCLRL_TUNER_TABLE")}
+        log_dir.mkdir(parents=True, exist_ok=True)
+        cmds = launch_commands(self.launcher, self.topo.nodes, self.topo.gpus_per_node, env, module=WORKER)
+        records, _ = run_to_end(cmds, base, log_dir, self.cfg.timeout_s, self.launcher.grace_s)
+        hellos = {r.rank: payload_json(r.payload) for r in records if r.kind == "hello"}
+        steps = [payload_json(r.payload) for r in records if r.kind == "steps" and r.rank == 0]
+        by_mode = {s["mode"]: [float(x) for x in s["step_time_ms"]] for s in steps}
+        if sorted(by_mode) != sorted(modes) or any(len(v) != self.cfg.steps for v in by_mode.values()):
+            raise ConfigError("launcher", f"{side} job: rank 0 reported step times for {sorted(by_mode)}, "
+                              f"expected {self.cfg.steps} steps of each of {', '.join(modes)}")
+        self.check_received(side, hellos)
+        return {"step_time_ms": by_mode,
+                "received": {str(r): {k: h.get(k) for k in ("table", "knobs", "plugin", "host")}
+                             for r, h in sorted(hellos.items())}}
+
+    def check_received(self, side: str, hellos: dict[int, dict]) -> None:
+        """Every rank of the job said hello, and holds what its side must: the table (by
+        fingerprint), the knobs and the plugin, or none of them."""
+        missing = sorted(set(range(self.topo.nranks)) - set(hellos))
+        if missing:
+            raise ConfigError("launcher", f"{side} job: ranks {missing} never reported")
+        want_fp = self.table_fp if side == "table" else ""
+        want_plugin = self.plugin if side == "table" else "none"
+        user = {k: v for k, v in os.environ.items() if k in CONF_KEYS}  # the user's own, on both sides
+        want_knobs = dict(user, **self.knobs) if side == "table" else user
+        for r, h in sorted(hellos.items()):
+            if h.get("table") != want_fp or h.get("plugin") != want_plugin or h.get("knobs") != want_knobs:
+                raise ConfigError("launcher", f"{side} job: rank {r} received table {h.get('table')!r}, "
+                                  f"plugin {h.get('plugin')!r}, knobs {h.get('knobs')}; expected table {want_fp!r}, "
+                                  f"plugin {want_plugin!r}, knobs {want_knobs}")
+            if not h.get("plugin_found", True):
+                raise ConfigError("plugin", f"{self.plugin} is missing on {h.get('host')} (rank {r}): build it at "
+                                  "the same path on every node (ncclrl plugin build)")
+
+
+def run_e2e(cfg: E2EConfig, out=None) -> dict[str, Any]:
+    """Every job, in ABBA order (each trains every mode); writes ``steps.csv`` and ``summary.json``
+    under ``cfg.out`` and one line per mode to ``out`` (default: standard output). Returns the summary."""
+    out = sys.stdout if out is None else out
+    e2e = E2E(cfg)
+    modes = ["ddp", "fsdp"] if cfg.mode == "both" else [cfg.mode]
+    out_dir = Path(cfg.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    summary: dict[str, Any] = {
+        "topology": e2e.topo.name, "nranks": e2e.topo.nranks, "table": str(cfg.table),
+        "table_fingerprint": e2e.table_fp, "conf": str(cfg.conf), "knobs": e2e.knobs, "plugin": e2e.plugin,
+        "device": cfg.device, "launcher": e2e.launcher.kind,
+        "model": {k: getattr(cfg, k) for k in ("layers", "d_model", "heads", "seq_len", "batch", "vocab", "dtype")},
+        "steps": cfg.steps, "warmup": cfg.warmup, "rounds": cfg.rounds, "jobs": [], "modes": {}}
+    t0 = time.time()
+    by_side: dict[str, dict[str, list[list[float]]]] = {s: {m: [] for m in modes} for s in SIDES}
+    with tempfile.TemporaryDirectory(prefix="ncclrl-e2e-") as tmp:
+        for n, side in enumerate(job_order(cfg.rounds)):
+            log.info("# job %d of %d: %s (%s)", n + 1, 2 * cfg.rounds, side, ", ".join(modes))
+            res = e2e.run_job(modes, side, Path(tmp) / f"job{n}")
+            summary["jobs"].append({"job": n, "round": n // 2, "side": side, "received": res["received"],
+                                    "median_step_time_ms": {m: float(np.median(v))
+                                                            for m, v in res["step_time_ms"].items()}})
+            for mode in modes:
+                by_side[side][mode].append(res["step_time_ms"][mode])
+                rows += [{"mode": mode, "job": n, "round": n // 2, "side": side, "step": k, "step_time_ms": ms}
+                         for k, ms in enumerate(res["step_time_ms"][mode])]
+    rows.sort(key=lambda r: (modes.index(r["mode"]), r["job"], r["step"]))
+    for mode in modes:
+        summary["modes"][mode] = summarize(by_side["default"][mode], by_side["table"][mode], seed=cfg.seed)
+        print(report_line(mode, summary["modes"][mode]), file=out, flush=True)
+    with open(out_dir / "steps.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["mode", "job", "round", "side", "step", "step_time_ms"],
+                           lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    summary["wall_s"] = round(time.time() - t0, 1)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    log.info("# %d jobs in %.0f s; every step in %s, the summary in %s", len(summary["jobs"]), summary["wall_s"],
+             out_dir / "steps.csv", out_dir / "summary.json")
+    return summary
+
+
+def main_e2e(cfg: DictConfig) -> int:
+    run_e2e(OmegaConf.to_object(cfg))
+    return 0
+
+
+COMMAND = Command("e2e", E2EConfig, main_e2e,
+                  "train a small transformer (DDP, FSDP) with NCCL's defaults and with a table: step times and ratio",
+                  positional="table", out_key="out")
+register(COMMAND)
