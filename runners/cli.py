@@ -29,7 +29,7 @@ from ncclrl.costmodel.calibrate import (
 )
 from ncclrl.costmodel.detect import detect, report
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.nccltests import NcclTestsError, parse_file, run_env
+from ncclrl.costmodel.nccltests import NcclTestsError, env_sources, parse_file, parse_file_runs, run_env
 from ncclrl.costmodel.replica import default_decisions
 from ncclrl.costmodel.simulator import Configs, SimParams, Simulator
 from ncclrl.costmodel.topology import dump_topology, load_topology, preset_names
@@ -272,12 +272,19 @@ def cmd_topologies(cfg) -> int:
 class ParseConfig:
     """nccl-tests outputs (stdout captures or ``-J`` JSON) to tidy CSV on stdout.
 
+    Reads what launchers and versions print: every table layout nccl-tests has had, the prefixes
+    of mpirun's tag-output and srun's label options, NCCL debug lines interleaved (even inside a row),
+    several runs per file (the ``run`` column counts them), bytes that are not UTF-8. The ``env``
+    column is the NCCL configuration the run printed (NCCL's ``set by environment`` lines, an
+    environment dump, the command line), else the one the file name gives; ``env_from`` says which.
+
     :param files: the files to read
-    :param lenient: accept runs cut short (no closing summary)
+    :param lenient: accept runs cut short (no closing summary: rows kept; a row cut short: left out),
+        with a warning on stderr for each; false: such a run is an error
     """
 
     files: list[str] = field(default_factory=list)
-    lenient: bool = False
+    lenient: bool = True
 
 
 def cmd_parse(cfg) -> int:
@@ -285,15 +292,19 @@ def cmd_parse(cfg) -> int:
         raise ConfigError("files", "no files given: ncclrl parse FILE...")
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerow(["source", "collective", "nbytes", "count", "dtype", "placement", "time_us", "algbw_gbps",
-                "busbw_gbps", "wrong", "env"])
+                "busbw_gbps", "wrong", "env", "run", "env_from"])
     for f in cfg.files:
-        run = parse_file(f, strict=not cfg.lenient)
-        env = ";".join(f"{k}={v}" for k, v in sorted(run_env(run).items()))
-        for r in run.records:
-            for kind, res in (("out_of_place", r.out_of_place), ("in_place", r.in_place)):
-                if res is not None:
-                    w.writerow([Path(f).name, r.collective, r.nbytes, r.count, r.dtype, kind, res.time_us,
-                                res.algbw_gbps, res.busbw_gbps, "" if res.wrong is None else res.wrong, env])
+        for i, run in enumerate(parse_file_runs(f, strict=not cfg.lenient)):
+            for note in run.notes:
+                print(f"warning: {note}", file=sys.stderr)
+            env = ";".join(f"{k}={v}" for k, v in sorted(run_env(run).items()))
+            env_from = "+".join(sorted(set(env_sources(run).values()), reverse=True))
+            for r in run.records:
+                for kind, res in (("out_of_place", r.out_of_place), ("in_place", r.in_place)):
+                    if res is not None:
+                        w.writerow([Path(f).name, r.collective, r.nbytes, r.count, r.dtype, kind, res.time_us,
+                                    res.algbw_gbps, res.busbw_gbps, "" if res.wrong is None else res.wrong, env,
+                                    i, env_from])
     return 0
 
 
