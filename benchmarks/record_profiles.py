@@ -8,8 +8,9 @@ Per rank and per job it writes, into ``--out``:
 * ``{job}-rank{r}.truth.json``: the collectives that rank issued during those steps, counted by the
   job itself (a ``TorchDispatchMode`` that sees every ``c10d`` operator the process groups run,
   whoever calls it: DDP's reducer, FSDP, user code), per step;
-* ``{job}-rank{r}.fr.json``: the flight recorder's JSON dump (``_dump_fr_trace_json``), when this
-  torch build records for the backend in use (``--flight-recorder``);
+* ``{job}-rank{r}.fr.json``: the flight recorder's JSON dump (``_dump_nccl_trace_json`` for NCCL,
+  ``_dump_fr_trace_json`` for gloo), when this torch build records for the backend in use
+  (``--flight-recorder``);
 * with ``--device cuda``: ``{job}-rank{r}.nccl.log``, NCCL's ``NCCL_DEBUG=INFO`` output with
   ``NCCL_DEBUG_SUBSYS=COLL,INIT`` (one file per rank through ``NCCL_DEBUG_FILE``).
 
@@ -198,7 +199,10 @@ def _worker(rank: int, nproc: int, port: int, job: str, device_kind: str, steps:
     stem.with_suffix(".truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     if flight_recorder:
         try:
-            dump = torch._C._distributed_c10d._dump_fr_trace_json(includeCollectives=True)
+            # ProcessGroupNCCL keeps its own recorder; the generic one serves the other backends
+            c10d = torch._C._distributed_c10d
+            dump = (c10d._dump_nccl_trace_json(includeCollectives=True) if backend == "nccl"
+                    else c10d._dump_fr_trace_json(includeCollectives=True))
         except Exception as e:  # noqa: BLE001 - a torch build without a recorder for this backend
             print(f"rank {rank}: no flight recorder dump: {e}")
         else:
@@ -227,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     Path(a.out).mkdir(parents=True, exist_ok=True)
     if a.flight_recorder:
         os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
+        os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")  # the name older torch reads for NCCL
     for job in a.jobs:
         mp.spawn(_worker, args=(a.nproc, _free_port(), job, a.device, a.steps, a.warmup, a.out, a.flight_recorder),
                  nprocs=a.nproc, join=True)

@@ -2,7 +2,7 @@
 
 :func:`build_profile` reads what a job left behind and counts, per collective, message size,
 communicator shape (nodes x ranks) and data type, the calls per step and the bytes per step, and
-whether the calls overlap compute. Three inputs are recognised by their content:
+whether the calls overlap compute. Four inputs are recognised by their content:
 
 ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL`` logs
     One line per collective call, printed by ``ncclEnqueueCheck`` (``src/enqueue.cc``, the same
@@ -37,6 +37,47 @@ PyTorch flight recorder JSON (``torch._C._distributed_c10d._dump_fr_trace_json()
     ``TORCH_FR_BUFFER_SIZE`` calls. It records what the backend ran: gloo, for instance, runs a
     reduce-scatter as an all-reduce and the dump says ``all_reduce``.
 
+ncclrl tuner plugin request logs (``NCCLRL_TUNER_REQUEST_LOG=PREFIX``; ``plugin/README.md``)
+    One file per tuner context, that is one rank's view of one communicator, named
+    ``PREFIX.HOST.PID.N.csv`` and written at the communicator's destroy. It lists every
+    ``getCollInfo`` request of that communicator in order, exactly what NCCL asked the tuner.
+    Format 1, recognised by its first line; ``#`` header lines ``# key: value``, then a CSV::
+
+        # ncclrl-tuner-request-log: 1
+        # host: nodeA
+        # pid: 4242
+        # context: 0
+        # comm_id: 0x00000000000004d2
+        # tuner_abi: 5
+        # nnodes: 2
+        # nranks: 8
+        # requests: 130
+        # recorded: 100
+        # max_records: 100
+        # dropped: 30
+        # dropped_unkeyed: 0
+        # dropped_count: allreduce,1048576,30
+        collective,nbytes,nnodes,nranks
+        allreduce,1048576,2,8
+
+    Header: ``ncclrl-tuner-request-log`` the format version (1); ``host`` the host name (characters
+    other than letters, digits, ``.``, ``-`` and ``_`` written as ``_``), ``pid`` the process,
+    ``context`` ``N`` of the file name (the process's logging contexts numbered from 0 in init
+    order); ``comm_id`` the communicator's id as 16 hex digits (tuner ABI v5 and later; ``unknown``
+    before); ``tuner_abi`` the ABI version NCCL loaded; ``nnodes``, ``nranks`` the communicator's
+    shape; ``requests`` every ``getCollInfo`` call; ``recorded`` the rows below; ``max_records`` the
+    cap on rows (``NCCLRL_TUNER_REQUEST_LOG_MAX``); ``dropped`` the requests past the cap
+    (``requests - recorded``), counted but not ordered; ``dropped_unkeyed`` those of them counted
+    without their collective and size (past 32768 distinct ones, or out of memory); then one
+    ``dropped_count: COLLECTIVE,NBYTES,COUNT`` per collective and size past the cap, sorted by
+    collective number then size. Unknown header keys are ignored. Rows, one per request in order:
+    ``collective`` (``broadcast``, ``reduce``, ``allgather``, ``reducescatter``, ``allreduce``, or
+    ``colltypeK`` for a ``collType`` K outside 0-4; 255 stands for any outside 0-254), ``nbytes``
+    (``nBytes`` of the request, bytes), ``nnodes``, ``nranks`` (the communicator's). The tuner is not
+    told the data type: ``dtype`` is ``unknown``, ``nbytes`` exact. Nodes come from ``nnodes``.
+    Files of one process with the same ``comm_id`` are different ranks of it (one process driving
+    several GPUs); otherwise a process is one rank.
+
 ``nbytes`` is what NCCL's tuner is asked about, ``nBytes`` of ``getCollInfo``: element size times
 ``ncclFuncMaxSendRecvCount`` (``src/include/enqueue.h``; ``getAlgoInfo`` in ``src/enqueue.cc``,
 NCCL 2.23 to 2.28; ``ncclInfoSetDerived`` in ``src/include/info.h`` multiplies by ``nRanks`` the
@@ -50,7 +91,11 @@ calls divided by it); else, per communicator, the shortest sequence of calls tha
 end of the input at least twice (calls before the first repetition, such as initialisation
 broadcasts or DDP's first step before it rebuilds its buckets, are left out and reported). With
 several ranks, a key's calls per step is the largest over the ranks (each rank of a communicator
-sees every call on it once).
+sees every call on it once). A request log's requests past its cap have no order: with ``steps``
+given they count (from ``dropped_count``), else they are left out, like every call after the last
+whole repetition, and reported. A request log cut by its cap ends mid-step, where a few equal calls
+in a row would pass for a repetition: there the block must also repeat over at least half of the
+recorded requests.
 """
 
 from __future__ import annotations
@@ -122,6 +167,7 @@ class Call:
     :param rank_id: the rank (process) that made the call
     :param step: the step it belongs to, where the input marks steps
     :param overlap: the call overlaps compute (None: unknown)
+    :param count: the calls it stands for (a request log's count past its cap; else 1)
     """
 
     collective: str
@@ -132,6 +178,7 @@ class Call:
     rank_id: str
     step: int | None = None
     overlap: bool | None = None
+    count: int = 1
 
 
 @dataclass
@@ -196,8 +243,8 @@ def _read_bytes(path: Path) -> bytes:
 
 
 def detect_format(path: str | Path) -> str:
-    """``nccl-log``, ``chrome-trace`` or ``flight-recorder`` from the file's content; anything else
-    (an empty file, a pickle, an unknown JSON) is a :class:`ConfigError`."""
+    """``nccl-log``, ``chrome-trace``, ``flight-recorder`` or ``request-log`` from the file's content;
+    anything else (an empty file, a pickle, an unknown JSON) is a :class:`ConfigError`."""
     path = Path(path)
     data = _read_bytes(path)
     return _format_of(path, data)
@@ -209,6 +256,8 @@ def _format_of(path: Path, data: bytes) -> str:
     if data[:1] == b"\x80":
         raise ConfigError("inputs", f"{path} is a pickle (a flight recorder dump?); pickles are never loaded: "
                                     "dump JSON with torch._C._distributed_c10d._dump_fr_trace_json()")
+    if data.startswith(REQUEST_LOG_MAGIC.encode()):
+        return "request-log"
     head = data.lstrip()[:1]
     if head in (b"{", b"["):
         try:
@@ -220,6 +269,13 @@ def _format_of(path: Path, data: bytes) -> str:
             return "chrome-trace"
         if isinstance(doc, dict) and "entries" in doc and "pg_config" in doc:
             return "flight-recorder"
+        if isinstance(doc, dict) and "pg_config" in doc and "version" in doc and doc["pg_config"]:
+            raise ConfigError("inputs", f"no collective calls in {path} (a flight recorder dump of "
+                                        f"{len(doc['pg_config'])} process group(s) with no entries)")
+        if isinstance(doc, dict) and "pg_config" in doc and "version" in doc:
+            raise ConfigError("inputs", f"{path}: a flight recorder dump with no entries: the recorder was off; "
+                                        "set TORCH_FR_BUFFER_SIZE (TORCH_NCCL_TRACE_BUFFER_SIZE on older torch) "
+                                        "to the calls to keep, e.g. 2000, before the job starts")
         raise ConfigError("inputs", f"{path}: JSON but neither a profiler Chrome trace (traceEvents) nor a "
                                     "flight recorder dump (entries, pg_config)")
     text = data.decode("utf-8", errors="replace")
@@ -229,7 +285,8 @@ def _format_of(path: Path, data: bytes) -> str:
         raise ConfigError("inputs", f"{path}: an NCCL log without collective lines; record it with "
                                     "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL")
     raise ConfigError("inputs", f"{path}: unknown format; expected an NCCL_DEBUG=INFO COLL log, a profiler "
-                                "Chrome trace (.json/.json.gz) or a flight recorder JSON dump")
+                                "Chrome trace (.json/.json.gz), a flight recorder JSON dump or an ncclrl tuner "
+                                "request log")
 
 
 _PREFIX = r"(?:(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[[^\]]*\] )?NCCL INFO "
@@ -407,22 +464,160 @@ def _flight_recorder_calls(path: Path, doc: dict[str, Any]) -> tuple[list[Call],
     return calls, notes
 
 
+REQUEST_LOG_MAGIC = "# ncclrl-tuner-request-log:"
+REQUEST_LOG_FORMAT = 1
+REQUEST_LOG_COLUMNS = "collective,nbytes,nnodes,nranks"
+_REQUEST_LOG_NEEDS = ("host", "pid", "context", "comm_id", "nnodes", "nranks", "requests", "recorded", "dropped",
+                      "dropped_unkeyed")
+
+
+@dataclass
+class RequestLog:
+    """One request log file (see the module's docstring).
+
+    :param header: its ``# key: value`` lines (``dropped_count`` apart)
+    :param calls: its requests in order
+    :param past_cap: one call per collective and size past the cap, ``count`` its requests
+    :param comm: the communicator as the profile names it (``host:pid:ctxN``)
+    :param nnodes: the communicator's nodes
+    """
+
+    header: dict[str, str]
+    calls: list[Call]
+    past_cap: list[Call]
+    comm: str
+    nnodes: int
+
+
+def _int_field(path: Path, where: str, value: str) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise ConfigError("inputs", f"{path}: {where}: expected a whole number >= 0, got {value!r}")
+    return v
+
+
+def read_request_log(path: str | Path, text: str | None = None) -> RequestLog:
+    """Read one request log written by the tuner plugin; a malformed one is a :class:`ConfigError`
+    naming the line."""
+    path = Path(path)
+    if text is None:
+        text = _read_bytes(path).decode("utf-8", errors="replace")
+    lines = text.splitlines()
+    if not lines or not lines[0].startswith(REQUEST_LOG_MAGIC):
+        raise ConfigError("inputs", f"{path}: not an ncclrl tuner request log (first line {REQUEST_LOG_MAGIC} N)")
+    version = lines[0][len(REQUEST_LOG_MAGIC):].strip()
+    if version != str(REQUEST_LOG_FORMAT):
+        raise ConfigError("inputs", f"{path}: request log format {version!r}; this ncclrl reads format "
+                                    f"{REQUEST_LOG_FORMAT}")
+    header: dict[str, str] = {}
+    counted: list[tuple[str, int, int]] = []
+    body = len(lines)
+    for i, line in enumerate(lines[1:], start=2):
+        if not line.startswith("#"):
+            body = i - 1
+            break
+        key, sep, value = line[1:].partition(":")
+        key, value = key.strip(), value.strip()
+        if not sep:
+            raise ConfigError("inputs", f"{path}:{i}: header line without 'key: value': {line[:80]!r}")
+        if key == "dropped_count":
+            parts = value.split(",")
+            if len(parts) != 3:
+                raise ConfigError("inputs", f"{path}:{i}: dropped_count: expected COLLECTIVE,NBYTES,COUNT, "
+                                            f"got {value!r}")
+            counted.append((parts[0], _int_field(path, f"line {i}", parts[1]), _int_field(path, f"line {i}", parts[2])))
+        else:
+            header[key] = value
+    missing = [k for k in _REQUEST_LOG_NEEDS if k not in header]
+    if missing:
+        raise ConfigError("inputs", f"{path}: request log header without {', '.join(missing)}")
+    nums = {k: _int_field(path, k, header[k]) for k in ("pid", "context", "nnodes", "nranks", "requests", "recorded",
+                                                        "dropped", "dropped_unkeyed")}
+    if body >= len(lines) or lines[body].strip() != REQUEST_LOG_COLUMNS:
+        raise ConfigError("inputs", f"{path}:{body + 1}: expected the columns line {REQUEST_LOG_COLUMNS}")
+    comm = f"{header['host']}:{nums['pid']}:ctx{nums['context']}"
+    rank_id = f"{header['host']}:{nums['pid']}"
+    calls: list[Call] = []
+    for i, line in enumerate(lines[body + 1:], start=body + 2):
+        if not line.strip():
+            continue
+        parts = line.split(",")
+        if len(parts) != 4:
+            raise ConfigError("inputs", f"{path}:{i}: expected {REQUEST_LOG_COLUMNS}, got {line[:80]!r}")
+        nbytes, _nodes, ranks = (_int_field(path, f"line {i}", v) for v in parts[1:])
+        calls.append(Call(collective_name(parts[0]), nbytes, "unknown", ranks, comm, rank_id))
+    if len(calls) != nums["recorded"]:
+        raise ConfigError("inputs", f"{path}: {len(calls)} requests, its header says recorded: {nums['recorded']} "
+                                    "(a truncated copy?)")
+    if nums["requests"] != nums["recorded"] + nums["dropped"] or \
+            sum(c for _, _, c in counted) + nums["dropped_unkeyed"] != nums["dropped"]:
+        raise ConfigError("inputs", f"{path}: its counts disagree (requests {nums['requests']}, recorded "
+                                    f"{nums['recorded']}, dropped {nums['dropped']} of which "
+                                    f"{nums['dropped_unkeyed']} unkeyed, dropped_count lines)")
+    past = [Call(collective_name(c), n, "unknown", nums["nranks"], comm, rank_id, count=k) for c, n, k in counted]
+    return RequestLog(header, calls, past, comm, nums["nnodes"])
+
+
+def _request_log_rank_ids(logs: list[RequestLog]) -> None:
+    """Files of one process with the same known ``comm_id`` are ranks of that communicator driven by
+    one process: the k-th of them (in context order) is rank ``host:pid#k``."""
+    seen: dict[tuple[str, str, str], int] = defaultdict(int)
+    for log in sorted(logs, key=lambda x: (x.header["host"], x.header["pid"], int(x.header["context"]))):
+        comm_id = log.header["comm_id"]
+        if comm_id == "unknown":
+            continue
+        key = (log.header["host"], log.header["pid"], comm_id)
+        k = seen[key]
+        seen[key] += 1
+        if k:
+            for c in log.calls + log.past_cap:
+                c.rank_id = f"{c.rank_id}#{k}"
+
+
 # -- steps ---------------------------------------------------------------------------------------
 
 
-def repeating_period(seq: list[Any]) -> tuple[int, int] | None:
-    """``(offset, period)`` of the shortest block of ``seq`` that repeats, back to back, from ``offset``
-    to the end (a last, partial repetition allowed) at least twice; None when nothing repeats."""
+MAX_TAIL = 16  # calls after the last step (a closing barrier, a teardown) that may be left out
+
+
+def repeating_block(seq: list[Any], min_cover: float = 0.0, max_tail: int = MAX_TAIL) -> tuple[int, int, int] | None:
+    """``(offset, period, end)`` of the block of ``seq`` that repeats back to back from ``offset`` to
+    ``end`` at least twice and covers the most calls in whole repetitions; ``end`` leaves out at
+    most ``max_tail`` calls at the end (and fewer than one period). Ties go to the fewest calls left
+    at the end, then the shortest period. The block covers at least ``min_cover`` of ``seq`` (a
+    share, 0 to 1). None when nothing repeats."""
     n = len(seq)
-    for p in range(1, n // 2 + 1):
-        last_mismatch = -1
-        for i in range(n - p):
-            if seq[i] != seq[i + p]:
-                last_mismatch = i
-        offset = last_mismatch + 1
-        if n - offset >= 2 * p:
-            return offset, p
-    return None
+    best: tuple[int, int, int, int] | None = None  # (covered, -tail, -period, offset)
+    for tail in range(min(max_tail, n // 3) + 1):
+        m = n - tail
+        found: list[tuple[int, int]] = []  # (period, covered) found at this end
+        for p in range(1, m // 2 + 1):
+            if tail >= p or any(p % q == 0 and c >= 2 * p for q, c in found):
+                continue  # a multiple of a period already found covers no more
+            i = m - p - 1  # the last i with seq[i] != seq[i + p], from the end
+            while i >= 0 and seq[i] == seq[i + p]:
+                i -= 1
+            offset = i + 1
+            covered = (m - offset) // p * p
+            if covered >= 2 * p and covered >= min_cover * n:
+                found.append((p, covered))
+                key = (covered, -tail, -p, offset)
+                if best is None or key > best:
+                    best = key
+    if best is None:
+        return None
+    covered, tail, p, offset = best[0], -best[1], -best[2], best[3]
+    # the repetitions end where the last whole one ends
+    return offset, p, offset + covered
+
+
+def repeating_period(seq: list[Any], min_cover: float = 0.0) -> tuple[int, int] | None:
+    """``(offset, period)`` of :func:`repeating_block` with no calls left out at the end."""
+    found = repeating_block(seq, min_cover, max_tail=0)
+    return None if found is None else found[:2]
 
 
 # -- the profile ---------------------------------------------------------------------------------
@@ -431,7 +626,7 @@ def repeating_period(seq: list[Any]) -> tuple[int, int] | None:
 def build_profile(paths: list[str | Path], steps: int = 0) -> Profile:
     """The profile of the job whose logs, traces or flight recorder dumps are ``paths``.
 
-    :param paths: input files, any mix of the three formats (see the module's docstring)
+    :param paths: input files, any mix of the four formats (see the module's docstring)
     :param steps: the job's steps covered by the inputs; 0: find them (ProfilerStep spans, else the
         repeating pattern of calls per communicator)
     """
@@ -446,6 +641,8 @@ def build_profile(paths: list[str | Path], steps: int = 0) -> Profile:
     unstepped: list[Call] = []
     comm_nodes: dict[str, int] = {}
     traces: list[dict[str, Any]] = []
+    request_logs: list[RequestLog] = []
+    capped: set[str] = set()  # communicators whose request log stops at its cap, mid-step
     for p in map(Path, paths):
         data = _read_bytes(p)
         fmt = _format_of(p, data)
@@ -454,6 +651,22 @@ def build_profile(paths: list[str | Path], steps: int = 0) -> Profile:
             calls, nodes, n = _nccl_log_calls(p, data.decode("utf-8", errors="replace"))
             comm_nodes.update(nodes)
             unstepped += calls
+        elif fmt == "request-log":
+            log = read_request_log(p, data.decode("utf-8", errors="replace"))
+            request_logs.append(log)
+            comm_nodes[log.comm] = log.nnodes
+            unstepped += log.calls
+            n = []
+            dropped, unkeyed = int(log.header["dropped"]), int(log.header["dropped_unkeyed"])
+            if dropped:
+                capped.add(log.comm)
+            if dropped and steps:
+                unstepped += log.past_cap
+                n.append(f"{p.name}: {dropped} requests past its cap of {log.header['max_records']} counted from "
+                         f"their totals" + (f", {unkeyed} of them without a size left out" if unkeyed else ""))
+            elif dropped:
+                n.append(f"{p.name}: {dropped} requests past its cap of {log.header['max_records']} have no order: "
+                         "left out of the steps (give steps=N to count them)")
         elif fmt == "chrome-trace":
             calls, info, n = _trace_calls(p, json.loads(data))
             traces.append(info | {"calls": calls})
@@ -464,6 +677,10 @@ def build_profile(paths: list[str | Path], steps: int = 0) -> Profile:
         notes += n
     if not stepped and not unstepped:
         raise ConfigError("inputs", "no collective calls in " + ", ".join(str(p) for p in paths))
+    if request_logs:
+        _request_log_rank_ids(request_logs)
+        notes.append(f"{len(request_logs)} request log(s): the tuner is not told the data type (dtype unknown, "
+                     "nbytes exact)")
     # nodes of a trace's group: distinct hosts when every rank of the group left a trace
     if traces:
         hosts = {str(t["rank"]): t["host"] for t in traces}
@@ -498,7 +715,7 @@ def build_profile(paths: list[str | Path], steps: int = 0) -> Profile:
                 how.add("ProfilerStep spans of the traces")
             step_counts.append(n_steps)
             for c in cs:
-                per_rank[(rank_id, key_of(c))] += 1 / n_steps
+                per_rank[(rank_id, key_of(c))] += c.count / n_steps
                 overlap[key_of(c)].append(c.overlap)
     if unstepped:
         by_comm: dict[str, list[Call]] = defaultdict(list)
@@ -509,14 +726,17 @@ def build_profile(paths: list[str | Path], steps: int = 0) -> Profile:
                 n_steps, body = steps, cs
                 how.add(f"steps={steps} (given)")
             else:
-                found = repeating_period([(c.collective, c.nbytes, c.dtype) for c in cs])
+                # a capped request log ends mid-step: nothing may be left out at its end
+                found = repeating_block([(c.collective, c.nbytes, c.dtype) for c in cs],
+                                        min_cover=0.5 if comm in capped else 0.0,
+                                        max_tail=0 if comm in capped else MAX_TAIL)
                 if found is None:
                     n_steps, body = 1, cs
                     notes.append(f"{comm}: {len(cs)} calls with no repeating pattern, counted as one step")
                 else:
-                    offset, period = found
-                    n_steps = (len(cs) - offset) // period
-                    body = cs[offset:offset + n_steps * period]
+                    offset, period, end = found
+                    n_steps = (end - offset) // period
+                    body = cs[offset:end]
                     left = len(cs) - len(body)
                     if left:
                         notes.append(f"{comm}: {left} calls outside the {n_steps} repeating steps left out "
@@ -524,7 +744,7 @@ def build_profile(paths: list[str | Path], steps: int = 0) -> Profile:
                 how.add("the repeating pattern of calls per communicator")
             step_counts.append(n_steps)
             for c in body:
-                per_rank[(c.rank_id, key_of(c))] += 1 / n_steps
+                per_rank[(c.rank_id, key_of(c))] += c.count / n_steps
                 overlap[key_of(c)].append(c.overlap)
     best: dict[tuple, float] = {}
     for (_rank, key), v in per_rank.items():
@@ -539,7 +759,7 @@ def build_profile(paths: list[str | Path], steps: int = 0) -> Profile:
             ov = "yes" if all(flags) else "no" if not any(flags) else "partial"
         cps = round(best[key], 6)
         entries.append(Entry(coll, nbytes, nodes, ranks, dt, cps, round(cps * nbytes, 3), ov))
-    if any(e.dtype == "unknown" for e in entries):
+    if any(e.dtype == "unknown" and e.nbytes == 0 for e in entries):
         notes.append("some calls' data type is unknown (their bytes are 0)")
     return Profile(entries, max(step_counts), "; ".join(sorted(how)), inputs, notes)
 
@@ -564,14 +784,20 @@ def dump_profile(profile: Profile, path: str | Path) -> None:
     Path(path).write_text(head + yaml.safe_dump(doc, sort_keys=False, width=120))
 
 
-def load_profile(path: str | Path) -> Profile:
-    """Read a profile written by :func:`dump_profile`; a malformed one is a :class:`ConfigError`."""
+def profile_document(path: str | Path) -> dict[str, Any]:
+    """The YAML document of a profile file, checked to be one (``kind: ncclrl-job-profile``)."""
     try:
         doc = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError("profile", f"cannot read {path}: {e}") from None
     if not isinstance(doc, dict) or doc.get("kind") != "ncclrl-job-profile":
         raise ConfigError("profile", f"{path} is not an ncclrl job profile (kind: ncclrl-job-profile)")
+    return doc
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read a profile written by :func:`dump_profile`; a malformed one is a :class:`ConfigError`."""
+    doc = profile_document(path)
     entries = []
     for i, row in enumerate(doc.get("collectives") or []):
         try:
@@ -596,5 +822,6 @@ def summary(profile: Profile) -> list[str]:
     return lines
 
 
-__all__ = ["Call", "Entry", "Profile", "build_profile", "collective_name", "detect_format",
-           "dtype_name", "dump_profile", "load_profile", "repeating_period", "summary"]
+__all__ = ["Call", "Entry", "Profile", "RequestLog", "build_profile", "collective_name", "detect_format", "dtype_name",
+           "dump_profile", "load_profile", "profile_document", "read_request_log", "repeating_block",
+           "repeating_period", "summary"]

@@ -20,16 +20,29 @@
  * 16 MiB or no memory = NCCL's defaults. Lookups are binary searches over per-collective arrays
  * built at init: no allocation, no locking (read-only after init), and the same answer on every
  * rank that reads the same bytes.
+ *
+ * Request log (opt-in, NCCLRL_TUNER_REQUEST_LOG=PREFIX): each communicator's context keeps every
+ * getCollInfo request (collType, nBytes) in order in memory, up to NCCLRL_TUNER_REQUEST_LOG_MAX
+ * records (default 100000; past it only counts per (collType, nBytes)), and writes them at its
+ * destroy/finalize to PREFIX.HOST.PID.N.csv (N: the process's logging contexts in init order),
+ * through a temporary file renamed into place. It reads nothing back and never changes a decision;
+ * a failure is one WARN and NCCL carries on (a folder that cannot be written: no log for that
+ * context; no memory while recording: counts only from there). Thread safety: NCCL calls a
+ * communicator's tuner context from one thread at a time (a communicator is not used
+ * concurrently), so a context's log takes no lock; the only state shared between contexts is the
+ * file counter N, an atomic.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "ncclrl_tuner_abi.h"
 
@@ -41,6 +54,20 @@
 #define MAX_KEYS 16 /* distinct (numPipeOps, regBuff) filters per collective */
 #define MAX_TABLE_BYTES (16 << 20) /* a larger table is refused whole: NCCL decides */
 #define DATA_ENV "NCCLRL_TUNER_TABLE_DATA"
+#define REQLOG_ENV "NCCLRL_TUNER_REQUEST_LOG"
+#define REQLOG_MAX_ENV "NCCLRL_TUNER_REQUEST_LOG_MAX"
+#define REQLOG_FORMAT 1
+#define REQLOG_DEFAULT_MAX 100000
+#define REQLOG_MAX_LIMIT (1 << 26)   /* ordered records at most: 512 MiB of 8-byte records */
+#define REQLOG_FIRST_CAP 4096        /* records allocated at init (32 KiB), doubled as needed up to the cap */
+#define REQLOG_FIRST_KEYS 64         /* slots of the past-the-cap count table at first use */
+#define REQLOG_MAX_KEYS (1 << 16)    /* slots at most; a new key past half of them is counted as unkeyed */
+#define REQLOG_COLL_SHIFT 56         /* a record: collType in the top 8 bits, nBytes in the low 56 (saturated) */
+#define REQLOG_NBYTES_MASK ((UINT64_C(1) << REQLOG_COLL_SHIFT) - 1)
+#define REQLOG_OTHER_COLL 0xff       /* a collType outside 0..254 */
+#define REQLOG_HOST_MAX 256
+#define REQLOG_IO_BUFFER (1 << 16)
+#define REQLOG_CWD_MAX 4096
 
 typedef struct {
   uint64_t lo, hi;
@@ -59,6 +86,27 @@ typedef struct {
 } part_t;
 
 typedef struct {
+  uint64_t key; /* a record (collType, nBytes) */
+  uint64_t count; /* 0: empty slot */
+} reqkey_t;
+
+/* One context's request log; on == 0 when NCCLRL_TUNER_REQUEST_LOG is unset or its folder cannot be written. */
+typedef struct {
+  int on, warned;
+  unsigned context;
+  uint64_t comm_id;
+  int has_comm_id;
+  long pid;
+  char host[REQLOG_HOST_MAX];
+  char* path; /* PREFIX.HOST.PID.N.csv */
+  uint64_t* recs; /* in request order */
+  size_t n, cap, max;
+  reqkey_t* keys; /* open addressing, power-of-two slots, at most half used */
+  size_t nkeys, keycap;
+  uint64_t requests, unkeyed;
+} reqlog_t;
+
+typedef struct {
   ncclrl_logger_t log;
   int version;
   int trace;
@@ -68,6 +116,7 @@ typedef struct {
   row_t* storage;
   int nrows, rejected, applicable;
   char path[512];
+  reqlog_t reqlog;
 } ctx_t;
 
 static const char* const COLL_NAMES[NCCLRL_NUM_COLLS] = {"broadcast", "reduce", "allgather", "reducescatter",
@@ -424,7 +473,237 @@ static const row_t* lookup(const ctx_t* ctx, int coll, uint64_t nbytes, int pipe
   return NULL;
 }
 
-static ctx_t* new_ctx(size_t nranks, size_t nnodes, ncclrl_logger_t logger, int version) {
+/* ---- request log ---- */
+
+static atomic_uint reqlog_next_context; /* N of the next logging context of this process */
+
+/* A failure while recording: one WARN per context, however often it happens. */
+static void reqlog_warn_once(ctx_t* ctx, const char* what) {
+  reqlog_t* rl = &ctx->reqlog;
+  if (!rl->warned)
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "request log %s: %s; NCCL's decisions are unaffected", rl->path, what);
+  rl->warned = 1;
+}
+
+static uint64_t reqlog_pack(int coll, size_t nbytes) {
+  uint64_t c = (coll >= 0 && coll < REQLOG_OTHER_COLL) ? (uint64_t)coll : REQLOG_OTHER_COLL;
+  uint64_t b = (uint64_t)nbytes > REQLOG_NBYTES_MASK ? REQLOG_NBYTES_MASK : (uint64_t)nbytes;
+  return (c << REQLOG_COLL_SHIFT) | b;
+}
+
+static size_t reqlog_slot(uint64_t key, size_t keycap) {
+  uint64_t h = key ^ (key >> 31);
+  h *= UINT64_C(0x9e3779b97f4a7c15);
+  return (size_t)(h ^ (h >> 29)) & (keycap - 1);
+}
+
+/* Double the count table (or make the first); 0 when it cannot grow (full, or no memory). */
+static int reqlog_grow_keys(ctx_t* ctx) {
+  reqlog_t* rl = &ctx->reqlog;
+  size_t cap = rl->keycap ? rl->keycap * 2 : REQLOG_FIRST_KEYS;
+  if (cap > REQLOG_MAX_KEYS) return 0;
+  reqkey_t* keys = calloc(cap, sizeof(reqkey_t));
+  if (!keys) {
+    reqlog_warn_once(ctx, "out of memory for the counts past the cap; later sizes are counted as unkeyed");
+    return 0;
+  }
+  for (size_t i = 0; i < rl->keycap; i++) {
+    if (!rl->keys[i].count) continue;
+    size_t j = reqlog_slot(rl->keys[i].key, cap);
+    while (keys[j].count) j = (j + 1) & (cap - 1);
+    keys[j] = rl->keys[i];
+  }
+  free(rl->keys);
+  rl->keys = keys;
+  rl->keycap = cap;
+  return 1;
+}
+
+/* A request past the cap: its (collType, nBytes) count goes up. */
+static void reqlog_count(ctx_t* ctx, uint64_t key) {
+  reqlog_t* rl = &ctx->reqlog;
+  if (rl->keycap) {
+    size_t j = reqlog_slot(key, rl->keycap);
+    for (; rl->keys[j].count; j = (j + 1) & (rl->keycap - 1))
+      if (rl->keys[j].key == key) { rl->keys[j].count++; return; }
+  }
+  if ((rl->nkeys + 1) * 2 > rl->keycap && !reqlog_grow_keys(ctx)) { rl->unkeyed++; return; }
+  size_t j = reqlog_slot(key, rl->keycap);
+  while (rl->keys[j].count) j = (j + 1) & (rl->keycap - 1);
+  rl->keys[j].key = key;
+  rl->keys[j].count = 1;
+  rl->nkeys++;
+}
+
+/* Every getCollInfo call of a logging context: a store, and a doubling now and then up to the cap. */
+static void reqlog_note(ctx_t* ctx, int coll, size_t nbytes) {
+  reqlog_t* rl = &ctx->reqlog;
+  if (!rl->on) return;
+  rl->requests++;
+  uint64_t rec = reqlog_pack(coll, nbytes);
+  if (rl->n == rl->cap && rl->cap < rl->max) {
+    size_t cap = rl->cap * 2 < rl->max ? rl->cap * 2 : rl->max;
+    uint64_t* bigger = realloc(rl->recs, cap * sizeof(uint64_t));
+    if (bigger) {
+      rl->recs = bigger;
+      rl->cap = cap;
+    } else {
+      reqlog_warn_once(ctx, "out of memory growing the ordered records; later requests are only counted");
+      rl->max = rl->n;
+    }
+  }
+  if (rl->n < rl->cap) rl->recs[rl->n++] = rec;
+  else reqlog_count(ctx, rec);
+}
+
+/* NCCLRL_TUNER_REQUEST_LOG_MAX, else the default; a malformed value is a WARN and the default. */
+static size_t reqlog_max(ctx_t* ctx) {
+  const char* s = getenv(REQLOG_MAX_ENV);
+  long long v = REQLOG_DEFAULT_MAX;
+  if (s && *s && parse_int(s, 0, REQLOG_MAX_LIMIT, &v) != 0) {
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s='%s' is not a whole number from 0 to %d; using %d", REQLOG_MAX_ENV, s,
+        REQLOG_MAX_LIMIT, REQLOG_DEFAULT_MAX);
+    v = REQLOG_DEFAULT_MAX;
+  }
+  return (size_t)v;
+}
+
+/* At init: when NCCLRL_TUNER_REQUEST_LOG is set, name this context's file and check its folder. */
+static void reqlog_open(ctx_t* ctx, uint64_t comm_id, int has_comm_id) {
+  const char* prefix = getenv(REQLOG_ENV);
+  if (!prefix || !*prefix) return;
+  reqlog_t* rl = &ctx->reqlog;
+  rl->max = reqlog_max(ctx);
+  rl->context = atomic_fetch_add(&reqlog_next_context, 1u);
+  rl->comm_id = comm_id;
+  rl->has_comm_id = has_comm_id;
+  rl->pid = (long)getpid();
+  if (gethostname(rl->host, sizeof(rl->host)) != 0 || !rl->host[0]) snprintf(rl->host, sizeof(rl->host), "unknown");
+  rl->host[sizeof(rl->host) - 1] = '\0';
+  for (char* h = rl->host; *h; h++) /* a file name on every file system */
+    if (!isalnum((unsigned char)*h) && *h != '.' && *h != '-' && *h != '_') *h = '_';
+  /* a relative prefix is taken from the working folder at init: the process may move before destroy */
+  char cwd[REQLOG_CWD_MAX];
+  const char* base = "";
+  if (prefix[0] != '/' && getcwd(cwd, sizeof(cwd)) != NULL) {
+    size_t n = strlen(cwd);
+    if (n + 1 < sizeof(cwd) && (n == 0 || cwd[n - 1] != '/')) { cwd[n] = '/'; cwd[n + 1] = '\0'; }
+    base = cwd;
+  }
+  int len = snprintf(NULL, 0, "%s%s.%s.%ld.%u.csv", base, prefix, rl->host, rl->pid, rl->context);
+  rl->path = len > 0 ? malloc((size_t)len + 1) : NULL;
+  if (!rl->path) {
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "request log %s...: out of memory; this communicator's requests are not "
+        "recorded; NCCL's decisions are unaffected", prefix);
+    return;
+  }
+  snprintf(rl->path, (size_t)len + 1, "%s%s.%s.%ld.%u.csv", base, prefix, rl->host, rl->pid, rl->context);
+  /* the folder must take new files now; a failure later (full disk) is reported at destroy */
+  char* dir = strdup(rl->path);
+  const char* folder = dir;
+  int err = ENOMEM;
+  if (dir) {
+    char* slash = strrchr(dir, '/');
+    if (!slash) folder = ".";
+    else if (slash == dir) folder = "/";
+    else *slash = '\0';
+    err = access(folder, W_OK | X_OK) == 0 ? 0 : errno;
+  }
+  if (err) {
+    char why[600];
+    snprintf(why, sizeof(why), "cannot create files in %s (%s); this communicator's requests are not recorded",
+             dir ? folder : "its folder", strerror(err));
+    reqlog_warn_once(ctx, why);
+    free(dir);
+    free(rl->path);
+    rl->path = NULL;
+    return;
+  }
+  free(dir);
+  rl->cap = rl->max < REQLOG_FIRST_CAP ? rl->max : REQLOG_FIRST_CAP;
+  rl->recs = rl->cap ? malloc(rl->cap * sizeof(uint64_t)) : NULL;
+  if (rl->cap && !rl->recs) rl->cap = 0; /* every request then goes to the counts */
+  rl->on = 1;
+  LOG(ctx, NCCLRL_LOG_INFO, PREFIX "request log: this communicator's requests (up to %zu in order) go to %s at "
+      "its destroy", rl->max, rl->path);
+}
+
+static int cmp_keys(const void* x, const void* y) {
+  uint64_t a = ((const reqkey_t*)x)->key, b = ((const reqkey_t*)y)->key;
+  return a < b ? -1 : a > b;
+}
+
+static int reqlog_coll_name(char* buf, size_t size, uint64_t rec) {
+  unsigned c = (unsigned)(rec >> REQLOG_COLL_SHIFT);
+  return c < NCCLRL_NUM_COLLS ? snprintf(buf, size, "%s", COLL_NAMES[c]) : snprintf(buf, size, "colltype%u", c);
+}
+
+/* At destroy: write PATH.tmp whole, then rename it to PATH; any failure is one WARN. */
+static void reqlog_close(ctx_t* ctx) {
+  reqlog_t* rl = &ctx->reqlog;
+  if (rl->on) {
+    size_t nkeys = 0;
+    for (size_t i = 0; i < rl->keycap; i++) /* the counts, compacted and sorted by (collType, nBytes) */
+      if (rl->keys[i].count) rl->keys[nkeys++] = rl->keys[i];
+    if (nkeys) qsort(rl->keys, nkeys, sizeof(reqkey_t), cmp_keys);
+    size_t tlen = strlen(rl->path) + sizeof(".tmp");
+    char* tmp = malloc(tlen);
+    FILE* f = NULL;
+    int err = ENOMEM;
+    if (tmp) {
+      snprintf(tmp, tlen, "%s.tmp", rl->path);
+      f = fopen(tmp, "w");
+      if (!f) err = errno;
+    }
+    if (f) {
+      errno = 0;
+      setvbuf(f, NULL, _IOFBF, REQLOG_IO_BUFFER);
+      char comm[32], name[32];
+      if (rl->has_comm_id) snprintf(comm, sizeof(comm), "0x%016llx", (unsigned long long)rl->comm_id);
+      else snprintf(comm, sizeof(comm), "unknown");
+      int bad = fprintf(f, "# ncclrl-tuner-request-log: %d\n# host: %s\n# pid: %ld\n# context: %u\n"
+                        "# comm_id: %s\n# tuner_abi: %d\n# nnodes: %zu\n# nranks: %zu\n# requests: %llu\n"
+                        "# recorded: %zu\n# max_records: %zu\n# dropped: %llu\n# dropped_unkeyed: %llu\n",
+                        REQLOG_FORMAT, rl->host, rl->pid, rl->context, comm, ctx->version, ctx->nnodes,
+                        ctx->nranks, (unsigned long long)rl->requests, rl->n, rl->max,
+                        (unsigned long long)(rl->requests - rl->n), (unsigned long long)rl->unkeyed) < 0;
+      for (size_t i = 0; i < nkeys && !bad; i++) {
+        reqlog_coll_name(name, sizeof(name), rl->keys[i].key);
+        bad = fprintf(f, "# dropped_count: %s,%llu,%llu\n", name,
+                      (unsigned long long)(rl->keys[i].key & REQLOG_NBYTES_MASK),
+                      (unsigned long long)rl->keys[i].count) < 0;
+      }
+      bad = bad || fputs("collective,nbytes,nnodes,nranks\n", f) < 0;
+      for (size_t i = 0; i < rl->n && !bad; i++) {
+        reqlog_coll_name(name, sizeof(name), rl->recs[i]);
+        bad = fprintf(f, "%s,%llu,%zu,%zu\n", name, (unsigned long long)(rl->recs[i] & REQLOG_NBYTES_MASK),
+                      ctx->nnodes, ctx->nranks) < 0;
+      }
+      if (bad || ferror(f)) { bad = 1; err = errno ? errno : EIO; }
+      int closed = fclose(f);
+      if (!bad && closed != 0) { bad = 1; err = errno ? errno : EIO; }
+      if (!bad && rename(tmp, rl->path) != 0) { bad = 1; err = errno; }
+      if (bad) unlink(tmp);
+      else {
+        err = 0;
+        LOG(ctx, NCCLRL_LOG_INFO, PREFIX "request log: wrote %s (%llu requests, %zu in order, %llu past the cap)",
+            rl->path, (unsigned long long)rl->requests, rl->n, (unsigned long long)(rl->requests - rl->n));
+      }
+    }
+    if (err) /* its own WARN, even after one while recording */
+      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "request log %s: cannot be written (%s); its %llu requests are lost; "
+          "NCCL's decisions are unaffected", rl->path, strerror(err), (unsigned long long)rl->requests);
+    free(tmp);
+  }
+  free(rl->recs);
+  free(rl->keys);
+  free(rl->path);
+  memset(rl, 0, sizeof(*rl));
+}
+
+/* comm_id: the communicator's id (ABI v5 and later; has_comm_id 0 before). */
+static ctx_t* new_ctx(size_t nranks, size_t nnodes, ncclrl_logger_t logger, int version, uint64_t comm_id,
+                      int has_comm_id) {
   ctx_t* ctx = calloc(1, sizeof(ctx_t));
   if (!ctx) return NULL;
   ctx->log = logger ? logger : nolog;
@@ -434,18 +713,20 @@ static ctx_t* new_ctx(size_t nranks, size_t nnodes, ncclrl_logger_t logger, int 
   const char* dbg = getenv("NCCL_DEBUG");
   ctx->trace = dbg && strcasecmp(dbg, "TRACE") == 0;
   load_table(ctx);
+  reqlog_open(ctx, comm_id, has_comm_id);
   return ctx;
 }
 
 static ncclrl_result_t destroy_ctx(void* c) {
   ctx_t* ctx = (ctx_t*)c;
-  if (ctx) { free(ctx->storage); free(ctx); }
+  if (ctx) { reqlog_close(ctx); free(ctx->storage); free(ctx); }
   return NCCLRL_SUCCESS;
 }
 
 /* Apply a row to NCCL's cost table (v3+). */
 static ncclrl_result_t apply(ctx_t* ctx, int coll, size_t nBytes, int pipe, int regbuff, float** costTable,
                              int numAlgo, int numProto, int* nChannels) {
+  if (ctx) reqlog_note(ctx, coll, nBytes);
   if (!ctx || !nChannels) return NCCLRL_SUCCESS; /* anything unexpected: NCCL decides */
   const row_t* r = lookup(ctx, coll, nBytes, pipe, regbuff);
   if (!r) return NCCLRL_SUCCESS;
@@ -470,12 +751,13 @@ static ncclrl_result_t apply(ctx_t* ctx, int coll, size_t nBytes, int pipe, int 
 
 /* ---- v2 ---- */
 static ncclrl_result_t init_v2(size_t nRanks, size_t nNodes, ncclrl_logger_t logger, void** ctx) {
-  *ctx = new_ctx(nRanks, nNodes, logger, 2);
+  *ctx = new_ctx(nRanks, nNodes, logger, 2, 0, 0);
   return *ctx ? NCCLRL_SUCCESS : NCCLRL_SYSTEM_ERROR;
 }
 static ncclrl_result_t get_v2(void* c, int collType, size_t nBytes, int collNetSupport, int nvlsSupport,
                               int numPipeOps, int* algorithm, int* protocol, int* nChannels) {
   ctx_t* ctx = (ctx_t*)c;
+  if (ctx) reqlog_note(ctx, collType, nBytes);
   if (!ctx || !algorithm || !protocol || !nChannels) return NCCLRL_SUCCESS;
   const row_t* r = lookup(ctx, collType, nBytes, numPipeOps, -2);
   if (!r) return NCCLRL_SUCCESS;
@@ -495,11 +777,11 @@ static ncclrl_result_t get_v2(void* c, int collType, size_t nBytes, int collNetS
 
 /* ---- v3 / v4 ---- */
 static ncclrl_result_t init_v3(size_t nRanks, size_t nNodes, ncclrl_logger_t logger, void** ctx) {
-  *ctx = new_ctx(nRanks, nNodes, logger, 3);
+  *ctx = new_ctx(nRanks, nNodes, logger, 3, 0, 0);
   return *ctx ? NCCLRL_SUCCESS : NCCLRL_SYSTEM_ERROR;
 }
 static ncclrl_result_t init_v4(size_t nRanks, size_t nNodes, ncclrl_logger_t logger, void** ctx) {
-  *ctx = new_ctx(nRanks, nNodes, logger, 4);
+  *ctx = new_ctx(nRanks, nNodes, logger, 4, 0, 0);
   return *ctx ? NCCLRL_SUCCESS : NCCLRL_SYSTEM_ERROR;
 }
 static ncclrl_result_t get_v3(void* c, int collType, size_t nBytes, int numPipeOps, float** costTable, int numAlgo,
@@ -514,14 +796,14 @@ static ncclrl_result_t get_v4(void* c, int collType, size_t nBytes, int numPipeO
 /* ---- v5 / v6 ---- */
 static ncclrl_result_t init_v5(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclrl_logger_t logger,
                                ncclrl_nvl_domain_info_v5_t* nvl, ncclrl_tuner_constants_v5_t* constants) {
-  (void)commId; (void)nvl; (void)constants;
-  *ctx = new_ctx(nRanks, nNodes, logger, 5);
+  (void)nvl; (void)constants;
+  *ctx = new_ctx(nRanks, nNodes, logger, 5, commId, 1);
   return *ctx ? NCCLRL_SUCCESS : NCCLRL_SYSTEM_ERROR;
 }
 static ncclrl_result_t init_v6(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclrl_logger_t logger,
                                ncclrl_nvl_domain_info_v5_t* nvl, ncclrl_tuner_constants_v5_t* constants) {
-  (void)commId; (void)nvl; (void)constants;
-  *ctx = new_ctx(nRanks, nNodes, logger, 6);
+  (void)nvl; (void)constants;
+  *ctx = new_ctx(nRanks, nNodes, logger, 6, commId, 1);
   return *ctx ? NCCLRL_SUCCESS : NCCLRL_SYSTEM_ERROR;
 }
 static ncclrl_result_t chunk_v6(void* c, int collType, size_t nBytes, int algo, int proto, int nChannels,

@@ -16,11 +16,13 @@ class ProfileConfig:
     NCCL's tuner sees them, communicator shape (nodes x ranks) and data type, the calls and bytes
     per step, and whether the calls overlap compute (unknown unless a GPU trace says). Inputs are
     recognised by their content: ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL`` logs (add ``INIT`` for
-    the node counts), PyTorch profiler Chrome traces (``.json`` or ``.json.gz``, one per rank) and
-    flight recorder JSON dumps. Steps come from the traces' ``ProfilerStep#N`` spans, else from
-    ``steps``, else from the repeating pattern of calls per communicator.
+    the node counts), PyTorch profiler Chrome traces (``.json`` or ``.json.gz``, one per rank),
+    flight recorder JSON dumps, and the request logs of ncclrl's tuner plugin
+    (``NCCLRL_TUNER_REQUEST_LOG=PREFIX``: one file per rank and communicator). Steps come from the
+    traces' ``ProfilerStep#N`` spans, else from ``steps``, else from the repeating pattern of calls
+    per communicator (calls before it and a few after it, such as a closing barrier, left out).
 
-    :param inputs: NCCL logs, profiler traces or flight recorder JSON dumps of one job
+    :param inputs: NCCL logs, profiler traces, flight recorder JSON dumps or plugin request logs of one job
     :param output: write the profile (YAML) here (``-o FILE`` works too); empty: only print
     :param steps: training steps the inputs cover (0: find them)
     """
@@ -61,6 +63,6 @@ def main_profile(cfg) -> int:
 
 
 COMMAND = Command("profile", ProfileConfig, main_profile,
-                  "what a training job calls per step, from NCCL logs or PyTorch traces: a profile YAML",
+                  "what a training job calls per step, from NCCL logs, PyTorch traces or plugin logs: a profile YAML",
                   positional="inputs")
 register(COMMAND)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.profile import build_profile, detect_format, load_profile, repeating_period
+from ncclrl.costmodel.profile import build_profile, detect_format, load_profile, repeating_block, repeating_period
 from ncclrl.runners.cli import main
 
 DATA = Path(__file__).parent / "data" / "profiles"
@@ -95,6 +95,19 @@ def test_repeating_period():
     assert repeating_period(list("xabcabcab")) == (1, 3)
     assert repeating_period(list("abcd")) is None
     assert repeating_period(list("aaaa")) == (0, 1)
+    # a step ending in equal calls: the block covering the most calls wins over the shortest one
+    assert repeating_period(list("aabaabaa")) == (0, 3)
+    assert repeating_period(list("aabaabaa"), min_cover=0.5) == (0, 3)
+    assert repeating_period(list("abcabcabcaa"), min_cover=0.9) is None
+
+
+def test_repeating_block_leaves_a_teardown_out():
+    """Init calls before, 4 steps of 6 calls, a closing barrier and gather after: the steps are
+    found, and the calls at either end are left out."""
+    seq = ["b1", "b2", "first"] + list("uvwxyz") * 4 + ["barrier", "gather"]
+    assert repeating_block(seq) == (3, 6, 27)
+    assert repeating_period(seq) is None  # with nothing left out at the end, no block repeats
+    assert repeating_block(seq, max_tail=1) is None  # two calls at the end: more than allowed
 
 
 def test_cli_writes_yaml_that_reloads(tmp_path, capsys):
@@ -138,3 +151,47 @@ def test_missing_input_and_output_flag(tmp_path, capsys):
     assert main(["profile", str(DATA / "ddp-rank0.fr.json"), "-o"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and all(line.startswith("ncclrl: error:") for line in err)
+
+
+def test_an_empty_flight_recorder_dump_says_the_recorder_was_off(tmp_path):
+    # what torch 2.11 wrote on a GPU when the NCCL recorder had no buffer
+    f = tmp_path / "rank0.fr.json"
+    f.write_text('{"comm_lib_version":"","nccl_comm_state":{},"pg_config":{},"pg_status":{},"version":"2.10"}')
+    with pytest.raises(ConfigError, match="no entries: the recorder was off; set TORCH_FR_BUFFER_SIZE"):
+        build_profile([f])
+
+    # FSDP on one rank: the recorder was on, the job called no collective
+    f.write_text('{"comm_lib_version":"2.28.9","nccl_comm_state":{},"pg_config":{"0":{"desc":"default_pg",'
+                 '"name":"0","ranks":"[0]"}},"pg_status":{},"version":"2.10"}')
+    with pytest.raises(ConfigError, match=r"no collective calls in .*1 process group\(s\) with no entries"):
+        build_profile([f])
+
+
+GPU = DATA / "h100-1gpu"  # one H100, NCCL 2.28.9, torch 2.11: docs/data/h100x1-jobs-2026-11-24/run2.sh
+
+
+@pytest.mark.parametrize("source", ["trace.json.gz", "fr.json", "nccl.log"])
+def test_recorded_nccl_job_on_a_gpu_matches_the_jobs_own_count(source):
+    """DDP on one GPU through NCCL: the profiler trace, NCCL's flight recorder and NCCL's COLL log
+    each give the job's own count per step; the log's init broadcasts, DDP's first step (before it
+    rebuilds its buckets) and the closing barrier are left out."""
+    doc = json.loads((GPU / "ddp-rank0.truth.json").read_text())
+    truth = [Counter((c["collective"], max(c["in_nelems"], c["out_nelems"]) * c["element_nbytes"], c["dtype"])
+                     for c in calls) for calls in doc["calls_by_step"]]
+    assert all(t == truth[0] for t in truth) and sum(truth[0].values()) == 6
+    prof = build_profile([GPU / f"ddp-rank0.{source}"])
+    assert {(e.collective, e.nbytes, e.dtype): e.calls_per_step for e in prof.entries} == dict(truth[0])
+    if source == "nccl.log":
+        assert prof.steps == 4 and {(e.nodes, e.ranks) for e in prof.entries} == {(1, 1)}
+        assert any("6 before, 1 after" in n for n in prof.notes)
+
+
+def test_fsdp_on_one_gpu_calls_no_collective():
+    assert json.loads((GPU / "fsdp-rank0.truth.json").read_text())["calls_by_step"] == [[], [], []]
+    for f in ("fsdp-rank0.trace.json.gz", "fsdp-rank0.fr.json"):
+        with pytest.raises(ConfigError, match="no collective calls"):
+            build_profile([GPU / f])
+    # NCCL's log holds only the closing barrier, which no step pattern can tell apart
+    prof = build_profile([GPU / "fsdp-rank0.nccl.log"])
+    assert [(e.collective, e.nbytes, e.calls_per_step) for e in prof.entries] == [("allreduce", 4, 1)]
+    assert any("no repeating pattern" in n for n in prof.notes)

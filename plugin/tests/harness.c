@@ -2,8 +2,8 @@
  * A harness that plays NCCL: dlopen the plugin, resolve every ncclTunerPlugin_vN, init with a
  * logger, call getCollInfo with real-shaped cost tables (-1 entries included), finalize, and check
  * each decision against known answers for tests/data/basic.csv (from a file and from
- * NCCLRL_TUNER_TABLE_DATA), tests/data/shapes.csv (rows for several communicator shapes) and
- * tables of 1 MiB and 17 MiB in the environment.
+ * NCCLRL_TUNER_TABLE_DATA), tests/data/shapes.csv (rows for several communicator shapes),
+ * tables of 1 MiB and 17 MiB in the environment, and the request log (NCCLRL_TUNER_REQUEST_LOG).
  *
  *   harness LIB DATA_DIR     exit status 0 when every check passes (HARNESS_ECHO=1: print the log lines)
  */
@@ -429,6 +429,67 @@ int main(int argc, char** argv) {
     free(huge);
   }
   free(basic);
+
+  /* the request log: the same decisions, every request in the file (3 in order, the rest counted),
+   * and an unwritable folder costs one WARN and nothing else */
+  char logdir[] = "/tmp/ncclrl-harness-log-XXXXXX";
+  CHECK(mkdtemp(logdir) != NULL, "mkdtemp");
+  snprintf(path, sizeof(path), "%s/basic.csv", argv[2]);
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+  setenv("NCCLRL_TUNER_TABLE", path, 1);
+  char prefix[1100];
+  snprintf(prefix, sizeof(prefix), "%s/req", logdir);
+  setenv("NCCLRL_TUNER_REQUEST_LOG", prefix, 1);
+  setenv("NCCLRL_TUNER_REQUEST_LOG_MAX", "3", 1);
+  nmsgs = 0;
+  ctx = NULL;
+  CHECK(v5->init(&ctx, 0xabc, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS && ctx, "init with a request log");
+  int opened = -1;
+  for (int i = 0; i < nmsgs; i++)
+    if (levels[i] == NCCLRL_LOG_INFO && strstr(msgs[i], "request log: ")) opened = i;
+  CHECK(opened >= 0, "no INFO naming the request log's file");
+  char logfile[1200] = "";
+  if (opened >= 0) {
+    const char* at = strstr(msgs[opened], " go to ");
+    const char* end = at ? strstr(at, " at its destroy") : NULL;
+    if (at && end && (size_t)(end - at - 7) < sizeof(logfile)) {
+      memcpy(logfile, at + 7, (size_t)(end - at - 7));
+      logfile[end - at - 7] = '\0';
+    }
+  }
+  CHECK(strncmp(logfile, prefix, strlen(prefix)) == 0, "request log file '%s' is not under %s", logfile, prefix);
+  check_cost_version("request log v5", ctx, 5, v3, (get_cost_fn)v5->getCollInfo);
+  CHECK(v5->finalize(ctx) == NCCLRL_SUCCESS, "finalize with a request log");
+  CHECK(count_level(NCCLRL_LOG_WARN) == 8, "request log: WARNs beyond the table's: %d", count_level(NCCLRL_LOG_WARN));
+  size_t log_len = 0;
+  char* text = logfile[0] ? read_all(logfile, &log_len) : NULL;
+  CHECK(text != NULL, "no request log at '%s'", logfile);
+  if (text) {
+    snprintf(want, sizeof(want), "# comm_id: 0x0000000000000abc\n# tuner_abi: 5\n# nnodes: 1\n# nranks: 4\n"
+             "# requests: %zu\n# recorded: 3\n# max_records: 3\n# dropped: %zu\n# dropped_unkeyed: 0\n",
+             NEXPECT, NEXPECT - 3);
+    CHECK(strncmp(text, "# ncclrl-tuner-request-log: 1\n# host: ", 38) == 0 && strstr(text, want),
+          "request log header:\n%s", text);
+    CHECK(strstr(text, "# dropped_count: reduce,5,1\n# dropped_count: reduce,15,1\n") != NULL, "dropped counts");
+    CHECK(strstr(text, "collective,nbytes,nnodes,nranks\nallreduce,100,1,4\nallreduce,65535,1,4\n"
+                       "allreduce,65536,1,4\n") != NULL && text[log_len - 1] == '\n', "request log rows:\n%s", text);
+    free(text);
+    unlink(logfile);
+  }
+  snprintf(want, sizeof(want), "%s.tmp", logfile);
+  CHECK(access(want, F_OK) != 0, "the temporary file is left behind");
+  rmdir(logdir);
+  setenv("NCCLRL_TUNER_REQUEST_LOG", "/nonexistent/ncclrl/req", 1);
+  nmsgs = 0;
+  ctx = NULL;
+  CHECK(v5->init(&ctx, 0xabd, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS && ctx, "init, unwritable log");
+  check_cost_version("unwritable request log v5", ctx, 5, v3, (get_cost_fn)v5->getCollInfo);
+  v5->finalize(ctx);
+  CHECK(count_level(NCCLRL_LOG_WARN) == 9 && find_msg(NCCLRL_LOG_WARN, "request log /nonexistent/ncclrl/req.",
+                                                      "cannot create files in /nonexistent/ncclrl"),
+        "unwritable request log: one WARN (%d in all)", count_level(NCCLRL_LOG_WARN));
+  unsetenv("NCCLRL_TUNER_REQUEST_LOG");
+  unsetenv("NCCLRL_TUNER_REQUEST_LOG_MAX");
 
   dlclose(lib);
   printf("%d passed, %d failed\n", checks - failures, failures);
