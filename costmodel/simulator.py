@@ -14,7 +14,12 @@ constants by parameters of the platform, and adds the effects NCCL's own model l
   channels x ``NCCL_SOCKET_NTHREADS`` x ``NCCL_NSOCKS_PERTHREAD``, each flow capped, each helper
   thread capped, the node's NICs capped;
 * seeded multiplicative noise whose size grows as the message shrinks (latency-bound calls are
-  noisy), with rare slow outliers.
+  noisy), with rare slow outliers;
+* interference with compute that runs at the same time (:meth:`Simulator.interference`): NCCL
+  runs one CTA per channel, each on an SM the compute kernels then lack, and moves HBM traffic the
+  compute competes for, so overlapped compute slows down as the channels rise; the compute in turn
+  slows NCCL (bus bandwidth down, latency up, in proportion to the load). With no load
+  (:meth:`Simulator.time_us` without ``load``, or a load of 0) every time is exactly the isolated one.
 
 Every parameter is named with its unit; :data:`PARAM_DOC` documents them and
 :data:`RANDOMIZATION` gives the bounds used for domain randomization.
@@ -23,7 +28,8 @@ Every parameter is named with its unit; :data:`PARAM_DOC` documents them and
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +53,27 @@ _SIMPLE_CH_BW = {"volta": 10.0, "ampere": 18.0, "hopper": 24.0, "blackwell": 36.
 _PROTO_CH_FRAC = np.array([0.26, 0.78, 1.0])
 _TREE_CH_FRAC = np.array([0.87, 0.77, 0.83])
 _PROTO_CAP_FRAC = np.array([0.5, 0.93, 0.98])
+
+# Published per-GPU figures: SMs and peak HBM bandwidth (GB/s) of each model's SXM part (V100 SXM2
+# 80 / 900, A100 80GB 108 / 2039, A40 84 / 696, H100 SXM 132 / 3350, H200 132 / 4800, B200 148 /
+# 8000); a model not listed takes its architecture's flagship.
+GPU_SPECS: dict[str, tuple[float, float]] = {
+    "V100": (80.0, 900.0), "A100": (108.0, 2039.0), "A40": (84.0, 696.0), "H100": (132.0, 3350.0),
+    "H200": (132.0, 4800.0), "B200": (148.0, 8000.0),
+}
+_ARCH_GPU = {"volta": "V100", "ampere": "A100", "hopper": "H100", "blackwell": "B200"}
+# HBM bytes per byte of payload per protocol: LL carries a 4-byte flag with every 4 bytes of data,
+# LL128 8 bytes of flags per 128-byte line, Simple none.
+_PROTO_LINE_FACTOR = np.array([2.0, 128.0 / 120.0, 1.0])
+
+
+def gpu_specs(topo: Topology) -> tuple[float, float]:
+    """(SMs, peak HBM GB/s) of the topology's GPU model (its architecture's flagship if unknown)."""
+    model = topo.gpu_model.upper()
+    for name, spec in GPU_SPECS.items():
+        if name in model:
+            return spec
+    return GPU_SPECS[_ARCH_GPU[topo.gpu_arch]]
 
 PARAM_DOC: dict[str, str] = {
     "launch_us": "host cost of one call (enqueue + kernel launch), us; back-to-back calls overlap it "
@@ -72,6 +99,16 @@ PARAM_DOC: dict[str, str] = {
     "sock_send_us": "sockets: extra latency of an inter-node step whose data does not ride inline with the "
                     "control message (larger than NCCL_SOCKET_INLINE), us",
     "sock_thread_us": "sockets: the same when helper threads carry the data (NCCL_SOCKET_NTHREADS), us",
+    "gpu_sms": "streaming multiprocessors (SMs) per GPU, count (published per model; not randomized)",
+    "sms_per_channel": "SMs one channel keeps from concurrent compute while a call runs, SMs (NCCL runs one "
+                       "CTA per channel; below 1 when compute blocks still fit beside it)",
+    "hbm_gbps": "HBM bandwidth per GPU that NCCL and compute share, GB/s",
+    "hbm_bytes_per_bus_byte": "[proto] HBM bytes NCCL moves per byte of bus traffic (read the source, write "
+                              "the peer's buffer, read it to reduce; LL/LL128 flags), bytes/byte",
+    "load_bw_loss": "fraction of NCCL's bus bandwidth lost while compute runs for the whole call "
+                    "(SM scheduling, HBM and L2 contention), 0-1",
+    "load_lat_frac": "fractional rise of a call's latency (fixed, hop and per-channel terms) while compute "
+                     "runs for the whole call (CTAs wait for SMs the compute holds), 0-",
 }
 
 # (low, high) multiplicative bounds for domain randomization (absolute for contention_exp).
@@ -97,10 +134,22 @@ RANDOMIZATION: dict[str, tuple[float, float]] = {
     "outlier_scale": (0.7, 1.3),
     "sock_send_us": (0.5, 2.0),
     "sock_thread_us": (0.5, 2.0),
+    "gpu_sms": (1.0, 1.0),
+    "sms_per_channel": (0.6, 1.0),
+    "hbm_gbps": (0.75, 1.0),
+    "hbm_bytes_per_bus_byte": (0.67, 1.5),
+    "load_bw_loss": (0.5, 2.0),
+    "load_lat_frac": (0.5, 2.0),
 }
 
+#: the interference parameters; :meth:`SimParams.randomized` draws them from a stream of their own
+#: (derived from the generator's state without advancing it), so that every other parameter, and
+#: whatever the caller draws next, comes out as it did before they existed
+INTERFERENCE_PARAMS = ("gpu_sms", "sms_per_channel", "hbm_gbps", "hbm_bytes_per_bus_byte", "load_bw_loss",
+                       "load_lat_frac")
+
 TABLE_PARAMS = ("base_us", "hop_us", "channel_bw_gbps", "cap_gbps")
-PROTO_PARAMS = ("net_hop_us", "loop_us", "net_eff")
+PROTO_PARAMS = ("net_hop_us", "loop_us", "net_eff", "hbm_bytes_per_bus_byte")
 ALGO_PARAMS = ("fill_steps", "net_flows")
 
 
@@ -129,6 +178,12 @@ class SimParams:
     outlier_scale: float
     sock_send_us: float = 0.0
     sock_thread_us: float = 0.0
+    gpu_sms: float = 132.0
+    sms_per_channel: float = 1.0
+    hbm_gbps: float = 3350.0
+    hbm_bytes_per_bus_byte: np.ndarray = field(default_factory=lambda: 3.0 * _PROTO_LINE_FACTOR)
+    load_bw_loss: float = 0.15
+    load_lat_frac: float = 0.25
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -175,6 +230,8 @@ class SimParams:
             # sockets cost 1.5-3x at 1-64 KiB
             sock_send_us=3.0 if kind == "socket" else 0.0,
             sock_thread_us=12.0 if kind == "socket" else 0.0,
+            gpu_sms=gpu_specs(topo)[0],
+            hbm_gbps=gpu_specs(topo)[1],
         )
 
     @classmethod
@@ -228,7 +285,17 @@ class SimParams:
         """A platform drawn around this one: every parameter within :data:`RANDOMIZATION`'s
         bounds (log-uniform; ``scale`` in [0, 1] shrinks the bounds)."""
         p = self.copy()
+        state = repr(rng.bit_generator.state).encode()
+        side = np.random.default_rng(int.from_bytes(hashlib.sha256(state).digest()[:8], "little"))
         for key, (lo, hi) in RANDOMIZATION.items():
+            if key in INTERFERENCE_PARAMS:
+                llo, lhi = np.log(lo) * scale, np.log(hi) * scale
+                v = getattr(p, key)
+                if isinstance(v, np.ndarray):
+                    setattr(p, key, v * np.exp(side.uniform(llo, lhi, size=v.shape)))
+                else:
+                    setattr(p, key, float(v * np.exp(side.uniform(llo, lhi))))
+                continue
             if key == "contention_exp":
                 p.contention_exp = float(rng.uniform(self.contention_exp + (lo - self.contention_exp) * scale,
                                                      self.contention_exp + (hi - self.contention_exp) * scale))
@@ -241,6 +308,7 @@ class SimParams:
                 setattr(p, key, float(v * np.exp(rng.uniform(llo, lhi))))
         # Keep the physical ordering that makes protocols what they are.
         p.cap_gbps = np.maximum(p.cap_gbps, 1e-3)
+        p.load_bw_loss = min(p.load_bw_loss, 0.9)
         return p
 
 
@@ -359,6 +427,22 @@ def _softmin(x: np.ndarray, y: np.ndarray | float, q: float) -> np.ndarray:
     return m * ((m / x) ** q + (m / y) ** q) ** (-1.0 / q)
 
 
+@dataclass
+class Interference:
+    """Per call, under overlapped compute (:meth:`Simulator.interference`).
+
+    :param nccl_us: the call's time while the compute runs, us
+    :param compute_rate: the compute's throughput while the call runs, 0-1 of its isolated speed
+    :param cost_us: what the call adds to the step beyond the compute, us
+    :param load: the fraction of the call the compute overlaps, 0-1
+    """
+
+    nccl_us: np.ndarray
+    compute_rate: np.ndarray
+    cost_us: np.ndarray
+    load: np.ndarray
+
+
 class Simulator:
     """Times configurations on one simulated platform.
 
@@ -374,20 +458,36 @@ class Simulator:
         self.rng = np.random.default_rng(seed)
 
     # -- noise-free time -------------------------------------------------------------------
-    def time_us(self, cfg: Configs, validate: bool = True) -> np.ndarray:
-        """Expected time (us) of each configuration, noise-free."""
-        return self._time(cfg, validate)[0]
+    def time_us(self, cfg: Configs, validate: bool = True, load: Any = None) -> np.ndarray:
+        """Expected time (us) of each configuration, noise-free.
 
-    def _time(self, cfg: Configs, validate: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        :param load: per entry (or one for all), the fraction 0-1 of the call during which compute
+            runs on the same GPUs (:data:`PARAM_DOC` ``load_bw_loss``, ``load_lat_frac``); None or 0:
+            the isolated time, exactly
+        """
+        return self._time(cfg, validate, load)[0]
+
+    def channels_used(self, cfg: Configs, validate: bool = True) -> np.ndarray:
+        """Channels (CTAs, one SM each) each configuration's call runs on: the tuner's count or
+        NCCL's per-call choice, capped by the communicator's, after NCCL's cell scheduler."""
+        if validate:
+            cfg.validate(self.topo)
+        return self._channels(cfg)
+
+    def _channels(self, cfg: Configs) -> np.ndarray:
+        topo = self.topo
+        comm_ch = np.where(cfg.comm_channels > 0, cfg.comm_channels, topo.nccl.channels)
+        auto, _ = auto_channels(self.model, cfg.nbytes, cfg.algo, cfg.proto, comm_ch)
+        maxc = np.where(cfg.channels > 0, np.minimum(cfg.channels, comm_ch), auto)
+        return scheduled_channels(cfg.coll, cfg.nbytes, cfg.proto, maxc, comm_ch, topo.nranks).astype(float)
+
+    def _time(self, cfg: Configs, validate: bool = True, load: Any = None) -> tuple[np.ndarray, np.ndarray]:
         topo, p = self.topo, self.params
         if validate:
             cfg.validate(topo)
         coll, nbytes, algo, proto = cfg.coll, cfg.nbytes, cfg.algo, cfg.proto
         n, nn = topo.nranks, topo.nodes
-        comm_ch = np.where(cfg.comm_channels > 0, cfg.comm_channels, topo.nccl.channels)
-        auto, _ = auto_channels(self.model, nbytes, algo, proto, comm_ch)
-        maxc = np.where(cfg.channels > 0, np.minimum(cfg.channels, comm_ch), auto)
-        k = scheduled_channels(coll, nbytes, proto, maxc, comm_ch, n).astype(float)
+        k = self._channels(cfg)
 
         intra_hops, inter_hops, ring_steps = _hops(topo, coll, algo)
         lat = (p.base_us[algo, proto] + intra_hops * p.hop_us[algo, proto]
@@ -406,6 +506,11 @@ class Simulator:
             nic = topo.net.nics_per_node * topo.net.nic_bw_gbps * p.net_eff[proto]
             net_bus = _softmin(k * per_ch, nic, q)
             bus = _softmin(bus, net_bus, q)
+        if load is not None:
+            u = np.clip(np.broadcast_to(np.asarray(load, dtype=float), k.shape), 0.0, 1.0)
+            if np.any(u > 0):  # compute on the same GPUs: less bandwidth, more latency (none at u = 0)
+                lat = lat * (1.0 + p.load_lat_frac * u)
+                bus = bus * (1.0 - min(p.load_bw_loss, 0.9) * u)
         bw_time = nbytes * N.bus_factor(coll, n) / (1000.0 * bus)
 
         # Pipelining: fill with one chunk per fill step, then a cost per loop of chunks.
@@ -429,6 +534,56 @@ class Simulator:
         hi = np.maximum(device, p.launch_us)
         t = hi * ((device / hi) ** r + (p.launch_us / hi) ** r) ** (1.0 / r)
         return t, np.minimum(t, lat + p.launch_us)
+
+    # -- interference with concurrent compute -----------------------------------------------
+    def compute_rate(self, cfg: Configs, t_us: Any, mem_frac: Any = 0.0, validate: bool = True) -> np.ndarray:
+        """Throughput (0-1 of its isolated speed) of compute that runs while each call runs for
+        ``t_us``: its SM-bound share loses the SMs the call's channels hold
+        (``channels x sms_per_channel / gpu_sms``), its memory-bound share ``mem_frac`` the HBM
+        bandwidth the call moves (``hbm_bytes_per_bus_byte x bus bytes / t_us / hbm_gbps``):
+        ``rate = 1 / ((1 - m) / (1 - f_sm) + m / (1 - f_mem))``, each share capped at 0.9.
+
+        :param t_us: the call's time (us) while the compute runs
+        :param mem_frac: per entry, the fraction 0-1 of the compute's isolated time bound by HBM bandwidth
+        """
+        if validate:
+            cfg.validate(self.topo)
+        p = self.params
+        k = self._channels(cfg)
+        m = np.clip(np.broadcast_to(np.asarray(mem_frac, dtype=float), k.shape), 0.0, 1.0)
+        t = np.maximum(np.broadcast_to(np.asarray(t_us, dtype=float), k.shape), 1e-9)
+        f_sm = np.minimum(k * p.sms_per_channel / p.gpu_sms, 0.9)
+        bus_bytes = cfg.nbytes * N.bus_factor(cfg.coll, self.topo.nranks)
+        f_mem = np.minimum(p.hbm_bytes_per_bus_byte[cfg.proto] * bus_bytes / (1000.0 * t) / p.hbm_gbps, 0.9)
+        return 1.0 / ((1.0 - m) / (1.0 - f_sm) + m / (1.0 - f_mem))
+
+    def interference(self, cfg: Configs, compute_us: Any, mem_frac: Any = 0.0, t_iso_us: Any = None,
+                     validate: bool = True) -> Interference:
+        """What each call costs a step when ``compute_us`` of compute overlaps it (both start together
+        on the same GPUs).
+
+        The call runs under a load ``u = min(1, compute_us / t_iso)`` (its isolated time), so it takes
+        ``t = time_us(cfg, load=u)``; the compute runs at :meth:`compute_rate` while the call runs and
+        at full speed after. The pair ends after ``max(t, compute_us + t * (1 - rate))``; what the
+        call costs beyond the compute is ``cost = max(t - compute_us, t * (1 - rate))``: the exposed
+        communication when the call outlasts the compute, else the compute's slowdown. With
+        ``compute_us`` 0 the cost is the isolated time, exactly.
+
+        :param compute_us: per entry, the compute (us, as it runs alone) that overlaps the call
+        :param mem_frac: per entry, the share 0-1 of that compute bound by HBM bandwidth
+        :param t_iso_us: isolated times to scale from (a platform's, with effects beyond this
+            simulator); the load's effect is this simulator's ratio of loaded to isolated time
+        """
+        if validate:
+            cfg.validate(self.topo)
+        sim_iso = self._time(cfg, False)[0]
+        t_iso = sim_iso if t_iso_us is None else np.broadcast_to(np.asarray(t_iso_us, dtype=float), sim_iso.shape)
+        c = np.maximum(np.broadcast_to(np.asarray(compute_us, dtype=float), sim_iso.shape), 0.0)
+        load = np.minimum(c / np.maximum(t_iso, 1e-9), 1.0)
+        t = t_iso * (self._time(cfg, False, load)[0] / sim_iso) if np.any(load > 0) else np.array(t_iso, dtype=float)
+        rate = self.compute_rate(cfg, t, mem_frac, validate=False)
+        cost = np.where(c > 0, np.maximum(t - c, t * (1.0 - rate)), t)
+        return Interference(t, rate, cost, load)
 
     # -- noisy samples ---------------------------------------------------------------------
     def sample(self, cfg: Configs, n_samples: int = 1, rng: np.random.Generator | None = None,
