@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -349,6 +350,8 @@ class EIController:
 
 
 SHIPPED = "shipped"
+# checkpoints that are pickles (stable-baselines3 .zip, torch .pt/.pth, plain pickles): never loaded
+PICKLED_SUFFIXES = (".zip", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
 def strategy_path(name: str) -> Path:
@@ -396,17 +399,37 @@ class PolicyController:
 
     @classmethod
     def load(cls, path: str | Path) -> PolicyController:
+        """Read a strategy: JSON and an ``.npz`` of plain arrays (``allow_pickle=False``), so loading
+        runs no code. A pickled checkpoint (stable-baselines3 ``.zip``, torch ``.pt``, ``.pkl``) is
+        refused in one line, never unpickled."""
         path = Path(path)
+        refuse = (f"{path} is a pickled checkpoint; ncclrl never loads pickles (loading one can run any code): "
+                  "give the strategy.json (+ strategy.npz) that ncclrl pretrain writes")
+        if path.suffix.lower() in PICKLED_SUFFIXES:
+            raise ConfigError("strategy", refuse)
         try:
-            meta = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise ConfigError("strategy", f"cannot read {path}: {e}") from None
-        if meta.get("format") != "ncclrl-strategy" or meta.get("version") != 1:
+            raw = path.read_bytes()
+        except OSError as e:
+            raise ConfigError("strategy", f"cannot read {path}: {e.strerror or e}") from None
+        if raw[:2] in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05") or raw[:4] == b"PK\x03\x04":
+            raise ConfigError("strategy", refuse)
+        try:
+            meta = json.loads(raw.decode())
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ConfigError("strategy", f"cannot read {path}: not JSON ({e})") from None
+        if not isinstance(meta, dict) or meta.get("format") != "ncclrl-strategy" or meta.get("version") != 1:
             raise ConfigError("strategy", f"{path} is not an ncclrl strategy (format ncclrl-strategy, version 1)")
         if list(meta.get("features", [])) != list(FEATURES):
             raise ConfigError("strategy", f"{path} was trained on other features: {meta.get('features')}")
-        with np.load(path.parent / meta["weights"], allow_pickle=False) as z:
-            layers = [(z[f"w{i}"].astype(float), z[f"b{i}"].astype(float)) for i in range(len(meta["layers"]))]
+        weights = path.parent / str(meta.get("weights", ""))
+        if weights.suffix != ".npz" or weights.parent != path.parent:
+            raise ConfigError("strategy", f"{path}: weights must name an .npz beside it, got {meta.get('weights')!r}")
+        try:
+            with np.load(weights, allow_pickle=False) as z:
+                layers = [(z[f"w{i}"].astype(float), z[f"b{i}"].astype(float)) for i in range(len(meta["layers"]))]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile) as e:
+            raise ConfigError("strategy", f"cannot read the weights {weights}: {e} (plain arrays only, no "
+                              "pickled objects)") from None
         return cls(layers, meta)
 
 

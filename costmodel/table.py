@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import tempfile
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -138,23 +142,27 @@ class Table:
         rows = [r for r in self.rows if r.nnodes in (-1, nodes) and r.nranks in (-1, nranks)]
         return Table(self.topology, rows, dict(self.conf), dict(self.provenance), self.title)
 
-    def write(self, out_dir: Path, json_name: str = "nccl_tuner.json", extra: dict[str, Any] | None = None,
-              ) -> dict[str, Path]:
-        """``nccl_tuner.csv``, ``nccl.conf`` and the JSON (``extra`` added to it) into ``out_dir``."""
-        out_dir.mkdir(parents=True, exist_ok=True)
-        topo = self.topology
-        where = f" for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), NCCL {topo.nccl.version}" if topo else ""
-        paths = {"csv": out_dir / "nccl_tuner.csv", "json": out_dir / json_name, "conf": out_dir / "nccl.conf"}
+    def csv_text(self, where: str = "") -> str:
+        """The ``nccl_tuner.csv`` text of the rows (a title comment, the header, one row a line)."""
         shapes = self.shapes()
         named = "" if len(shapes) < 2 else "\n# communicator shapes (nNodes x nRanks): " + \
             ", ".join(f"{n}x{r}" for n, r in shapes)
         lines = [f"# {self.title}{where}{named}", CSV_HEADER] + [r.line() for r in self.rows]
-        paths["csv"].write_text("\n".join(lines) + "\n")
-        paths["json"].write_text(json.dumps({"provenance": self.provenance, "nccl_conf": self.conf,
-                                             "rows": [dict(r.__dict__) for r in self.rows], **(extra or {})},
-                                            indent=1, default=str))
-        paths["conf"].write_text("".join(f"{k}={v}\n" for k, v in sorted(self.conf.items())))
-        return paths
+        return "\n".join(lines) + "\n"
+
+    def write(self, out_dir: Path, json_name: str = "nccl_tuner.json", extra: dict[str, Any] | None = None,
+              ) -> dict[str, Path]:
+        """``nccl_tuner.csv``, ``nccl.conf`` and the JSON (``extra`` added to it) into ``out_dir``,
+        as one unit (:func:`write_unit`): a reader never sees half a file, and :func:`check_unit`
+        (run by :meth:`read`) tells a table beside another write's ``nccl.conf`` from a whole one."""
+        out_dir = Path(out_dir)
+        topo = self.topology
+        where = f" for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), NCCL {topo.nccl.version}" if topo else ""
+        doc = json.dumps({"provenance": self.provenance, "nccl_conf": self.conf,
+                          "rows": [dict(r.__dict__) for r in self.rows], **(extra or {})}, indent=1, default=str)
+        conf = "".join(f"{k}={v}\n" for k, v in sorted(self.conf.items()))
+        written = write_unit(out_dir, {"nccl.conf": conf, json_name: doc, "nccl_tuner.csv": self.csv_text(where)})
+        return {"csv": written["nccl_tuner.csv"], "json": written[json_name], "conf": written["nccl.conf"]}
 
     @classmethod
     def read(cls, path: str | Path, topology: Topology | None = None) -> Table:
@@ -163,6 +171,7 @@ class Table:
         path = Path(path)
         if not path.is_file():
             raise ConfigError("table", f"file not found: {path}")
+        check_unit(path)
         text = path.read_text()
         if path.suffix == ".json":
             try:
@@ -212,3 +221,203 @@ def read_conf_env(path: str | Path) -> dict[str, int]:
 def read_conf(path: str | Path) -> Point:
     """The per-process knobs of an ``nccl.conf`` as a knob setting."""
     return Point("allreduce", 1, **{CONF_KEYS[k]: v for k, v in read_conf_env(path).items()})
+
+
+# -- tables written whole ----------------------------------------------------------------------------
+
+MANIFEST = "nccl_tuner.manifest"  # beside the files a table write produced: their fingerprints
+MANIFEST_FORMAT = 1
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    """``path`` holds ``data`` or what it held before, never part of it: a temporary file in the same
+    folder, flushed to disk, renamed over ``path``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_unit(out_dir: Path, texts: dict[str, str]) -> dict[str, Path]:
+    """Write the files ``texts`` (name -> content) into ``out_dir`` as one unit, in the order given
+    (a table: ``nccl.conf`` first, ``nccl_tuner.csv`` last). First :data:`MANIFEST` is replaced by one
+    that says a write is under way, then each file goes to a temporary name and is renamed into place,
+    then the manifest is replaced by one naming every file's fingerprint (:func:`fingerprint`) and
+    size. A writer that dies midway leaves the "writing" manifest, or files whose fingerprints differ
+    from the manifest's: :func:`check_unit` refuses both, so no reader takes a table with another
+    write's ``nccl.conf`` for a whole one.
+
+    :param out_dir: the folder (created if needed)
+    :param texts: file name -> text
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = {name: text.encode() for name, text in texts.items()}
+    _replace_file(out_dir / MANIFEST, json.dumps({"format": MANIFEST_FORMAT, "state": "writing",
+                                                  "files": sorted(data)}, indent=1).encode() + b"\n")
+    for name, blob in data.items():
+        _replace_file(out_dir / name, blob)
+    files_ = {name: {"fingerprint": fingerprint(blob), "bytes": len(blob)} for name, blob in data.items()}
+    table = files_.get("nccl_tuner.csv", {}).get("fingerprint")
+    _replace_file(out_dir / MANIFEST, json.dumps({"format": MANIFEST_FORMAT, "state": "complete",
+                                                  "fingerprint": table, "files": files_}, indent=1).encode() + b"\n")
+    return {name: out_dir / name for name in data}
+
+
+def check_unit(path: str | Path) -> dict[str, Any] | None:
+    """Whether the files of the table write that ``path`` (a table file, or its folder) belongs to
+    are whole and of one write: ``None`` when the folder has no :data:`MANIFEST` (written by hand, or
+    before manifests), else the manifest; a write that did not finish, or a listed file whose bytes
+    differ from what that write put there, is a one-line :class:`ConfigError`."""
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    man = folder / MANIFEST
+    if not man.is_file():
+        return None
+    try:
+        doc = json.loads(man.read_text())
+        state, listed = doc["state"], doc["files"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError("table", f"{man} is unreadable ({type(e).__name__}): the table's files may come from "
+                          "different writes; write the table again") from None
+    if state != "complete":
+        raise ConfigError("table", f"{folder}: a write of this table did not finish ({MANIFEST} says {state!r}): "
+                          "its files may mix two writes; write the table again")
+    for name, meta in listed.items():
+        f = folder / name
+        if not f.is_file():
+            raise ConfigError("table", f"{f} is missing: {MANIFEST} lists it (fingerprint {meta['fingerprint']})")
+        got = fingerprint(f.read_bytes())
+        if got != meta["fingerprint"]:
+            raise ConfigError("table", f"{f} changed after the table was written (fingerprint {got}, {MANIFEST} "
+                              f"says {meta['fingerprint']}): it no longer goes with the other files of that write; "
+                              f"write the table again (or delete {MANIFEST} to use the files as they are)")
+    return doc
+
+
+# -- the plugin's own reading of a table --------------------------------------------------------------
+
+CHECKER = "ncclrl-table-check"
+
+
+@dataclass
+class RowVerdict:
+    """What the plugin does with one line of a table: ``accepted`` (``row`` holds its fields as the
+    plugin read them: collective, min_bytes, max_bytes, algorithm, protocol, channels (-1: NCCL's),
+    nNodes, nRanks, numPipeOps, regBuff, chunk_bytes) or rejected (``message``: its WARN)."""
+
+    line: int
+    accepted: bool
+    message: str = ""
+    row: tuple | None = None
+
+
+@dataclass
+class TableCheck:
+    """A table as the plugin reads it (:func:`check_table`).
+
+    :param source: the file checked
+    :param size: its bytes
+    :param fingerprint: FNV-1a of its bytes (the plugin's INFO line)
+    :param rows: well-formed rows (every communicator shape)
+    :param refused: why the plugin refuses the whole table (NCCL decides everything), or ""
+    :param verdicts: per row or rejected line, in line order
+    :param shapes: the communicator shapes checked, ``(nNodes, nRanks, rows loaded)`` (-1: a value no row names)
+    """
+
+    source: str
+    size: int = 0
+    fingerprint: str = ""
+    rows: int = 0
+    refused: str = ""
+    verdicts: list[RowVerdict] = field(default_factory=list)
+    shapes: list[tuple[int, int, int]] = field(default_factory=list)
+
+    @property
+    def rejected(self) -> list[RowVerdict]:
+        return [v for v in self.verdicts if not v.accepted]
+
+    @property
+    def accepted(self) -> list[RowVerdict]:
+        return [v for v in self.verdicts if v.accepted]
+
+    @property
+    def ok(self) -> bool:
+        """The plugin loads every row (nothing refused, nothing rejected)."""
+        return not self.refused and not self.rejected
+
+    def summary(self) -> str:
+        if self.refused:
+            return f"plugin check: refused whole, NCCL decides everything: {self.refused}"
+        return (f"plugin check: {self.size} bytes, fingerprint {self.fingerprint}, {len(self.accepted)} rows load, "
+                f"{len(self.rejected)} rejected")
+
+
+def plugin_checker(build_dir: str | Path | None = None) -> Path:
+    """The program that reads a table with the plugin's own code (``plugin/table_check.c`` compiled
+    with ``ncclrl_tuner.c``), built from the installed sources into ``build_dir`` (default: where
+    ``ncclrl plugin build`` puts the plugin, ``$NCCLRL_PLUGIN_DIR`` or ``~/.cache/ncclrl/plugin``)
+    when missing or older than its sources; a failed build is a one-line :class:`ConfigError`."""
+    src = Path(str(files("ncclrl") / "plugin"))
+    out = Path(build_dir or os.environ.get("NCCLRL_PLUGIN_DIR", "~/.cache/ncclrl/plugin")).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        p = subprocess.run(["make", "--no-print-directory", "-C", str(src), f"BUILD={out}", str(out / CHECKER)],
+                           capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ConfigError("plugin", f"cannot build the table checker ({e}): it needs make and a C compiler") from None
+    if p.returncode != 0:
+        last = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["make failed"]
+        raise ConfigError("plugin", f"building the table checker failed: {last[0]}")
+    return out / CHECKER
+
+
+def check_table(path: str | Path, checker: str | Path | None = None) -> TableCheck:
+    """Read the table file ``path`` with the plugin's own code (:func:`plugin_checker`): the same
+    file checks (a regular file, at most 16 MiB, no NUL byte), parser and per-communicator rules
+    (overlaps, filter limit) for every communicator shape the table can meet. Nothing is
+    re-implemented here, so what this reports is what NCCL's ranks will load.
+
+    :param path: the CSV table
+    :param checker: the checker program (default: :func:`plugin_checker`)
+    """
+    prog = Path(checker) if checker else plugin_checker()
+    try:
+        p = subprocess.run([str(prog), str(path)], capture_output=True, text=True, timeout=120, errors="replace")
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ConfigError("plugin", f"the table checker failed on {path}: {e}") from None
+    lines = p.stdout.splitlines()
+    if p.returncode != 0 or not lines or lines[0] != f"{CHECKER}\t1":
+        raise ConfigError("plugin", f"the table checker failed on {path}: {(p.stderr or p.stdout).strip()[:200]}")
+    out = TableCheck(str(path))
+    for line in lines[1:]:
+        kind, _, rest = line.partition("\t")
+        f = rest.split("\t")
+        if kind == "table":
+            out.size, out.fingerprint, out.rows = int(f[0]), f[1], int(f[2])
+        elif kind == "refused":
+            out.refused = rest
+        elif kind == "shape":
+            out.shapes.append((int(f[0]), int(f[1]), int(f[2])))
+        elif kind == "accepted":
+            row = (f[1], int(f[2]), int(f[3]), f[4], f[5], *map(int, f[6:12]))
+            out.verdicts.append(RowVerdict(int(f[0]), True, "", row))
+        elif kind == "rejected":
+            out.verdicts.append(RowVerdict(int(f[0]), False, rest.partition("\t")[2]))
+    return out
+
+
+def check_text(text: str | bytes, checker: str | Path | None = None) -> TableCheck:
+    """:func:`check_table` on a table's text (through a temporary file)."""
+    with tempfile.TemporaryDirectory(prefix="ncclrl-check-") as d:
+        path = Path(d) / "nccl_tuner.csv"
+        path.write_bytes(text.encode() if isinstance(text, str) else text)
+        res = check_table(path, checker)
+    res.source = "<text>"
+    res.refused = res.refused.replace(str(path), "the table")
+    return res

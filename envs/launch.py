@@ -313,17 +313,26 @@ class Job:
             t.start()
             self._threads.append(t)
 
+    _closed = False
+    lingering = False  # a process left behind held the output open past close()
+    read_grace_s = 5.0  # how long a finished job's output is still read (close)
+
     def _read(self, p: subprocess.Popen) -> None:
         assert p.stdout is not None
-        for line in p.stdout:
-            recs, rest = parse_records(line)
-            with self._lock:
-                self.last_output = time.time()
-                self.records += recs
-                if rest.strip():
-                    self._log.write(rest + "\n")
-                    if "NCCL WARN" in rest:
-                        self.nccl_warnings.append(rest.strip()[-300:])
+        try:
+            for line in p.stdout:
+                recs, rest = parse_records(line)
+                with self._lock:
+                    if self._closed:
+                        return
+                    self.last_output = time.time()
+                    self.records += recs
+                    if rest.strip():
+                        self._log.write(rest + "\n")
+                        if "NCCL WARN" in rest:
+                            self.nccl_warnings.append(rest.strip()[-300:])
+        except (OSError, ValueError):  # the pipe or the log closed under it
+            return
 
     def take(self) -> list[Record]:
         """The records that arrived since the last call."""
@@ -360,9 +369,17 @@ class Job:
                 p.wait(timeout=5)
 
     def close(self) -> None:
+        """Stop reading, once the processes have ended: their output is read for ``read_grace_s``
+        more, not until its end. A process the job left behind, in a session of its own and out of
+        reach of the group kill, may hold the pipe open long after a complete run (``lingering``
+        says so)."""
+        end = time.time() + self.read_grace_s
         for t in self._threads:
-            t.join(timeout=5)
-        self._log.close()
+            t.join(timeout=max(0.0, end - time.time()))
+        with self._lock:
+            self._closed = True
+            self.lingering = any(t.is_alive() for t in self._threads)
+            self._log.close()
 
 
 # Each launcher runs in a process group of its own (what a timeout ends) and gets SIGTERM when

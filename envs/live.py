@@ -103,9 +103,16 @@ def build_plugin(out_dir: str | Path = PLUGIN_DIR) -> Path:
     sources stay where they are installed); returns the library's path."""
     src = Path(str(files("ncclrl.plugin")))
     out = Path(out_dir).expanduser().resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    p = subprocess.run(["make", "--no-print-directory", "-C", str(src), f"BUILD={out}", str(out / PLUGIN_NAME)],
-                       capture_output=True, text=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError("out", f"cannot create {out}: {e.strerror or e}") from None
+    try:
+        p = subprocess.run(["make", "--no-print-directory", "-C", str(src), f"BUILD={out}", str(out / PLUGIN_NAME)],
+                           capture_output=True, text=True, errors="replace")
+    except FileNotFoundError:
+        raise ConfigError("plugin", "`make` is not on PATH: the plugin is built with make and a C11 compiler "
+                          "(apt-get install make gcc, or build-essential)") from None
     if p.returncode != 0:
         last = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["make failed"]
         raise ConfigError("plugin", f"build failed: {last[0]}")

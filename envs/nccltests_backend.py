@@ -62,6 +62,8 @@ nccl-tests' ``nccl-library=``) and ``provenance`` what ran the job (hosts and GP
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import re
 import shlex
@@ -82,8 +84,17 @@ from ncclrl.costmodel.nccltests import (
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.table import fingerprint, format_row
 from ncclrl.envs.backend import Backend
-from ncclrl.envs.launch import LOCAL_HOSTS, MAX_ENV_BYTES, TABLE_ENV, Job, LaunchConfig, ending_on_sigterm
+from ncclrl.envs.launch import (
+    LOCAL_HOSTS,
+    MAX_ENV_BYTES,
+    TABLE_ENV,
+    Job,
+    LaunchConfig,
+    ending_on_sigterm,
+)
 from ncclrl.envs.live import SAFE_ENV, TIMEOUT
+
+log = logging.getLogger(__name__)
 
 PROGRAMS = {"allreduce": "all_reduce_perf", "allgather": "all_gather_perf", "reducescatter": "reduce_scatter_perf",
             "broadcast": "broadcast_perf", "reduce": "reduce_perf"}
@@ -98,6 +109,9 @@ NO_TABLE_LINE = re.compile(r"no table at (\S+)")
 DISAGREE = "ranks disagree on the table"
 # how long after the table starts printing a rank may still be missing its plugin line
 LATE_LINE_S = 5.0
+# how long the output is still read after the launch's processes ended (a process they left behind
+# may hold it open: the launch is done at its exit, not at the end of its output)
+READ_GRACE_S = 0.5
 
 
 class NcclTestsBackend(Backend):
@@ -298,7 +312,11 @@ class NcclTestsBackend(Backend):
         out: dict[int, float] = {}
         for r in run.records:
             if r.out_of_place is not None:
-                out[r.nbytes] = r.out_of_place.time_us
+                t = r.out_of_place.time_us
+                if not (math.isfinite(t) and t > 0):
+                    raise LaunchError(f"nccl-tests printed an out-of-place time of {t:g} us at {r.nbytes} B: not a "
+                                      "finite time > 0 (a broken timer or a corrupted output)")
+                out[r.nbytes] = t
         return out
 
     def _run(self, cmd: list[str], env: dict[str, str], workdir: Path,
@@ -312,6 +330,7 @@ class NcclTestsBackend(Backend):
         t0 = time.time()
         with ending_on_sigterm():
             job = Job([(cmd, {})], env, workdir, grace_s=self.launcher.grace_s)
+            job.read_grace_s = READ_GRACE_S  # nccl-tests' output is its log, complete at its exit
             try:
                 while True:
                     done = job.done()
@@ -326,6 +345,9 @@ class NcclTestsBackend(Backend):
             finally:
                 job.kill()  # whatever is left of the launch, on every node
                 job.close()
+        if job.lingering:
+            log.warning("# %s: a process the launch left behind still holds its output; the launch ended at its "
+                        "exit, later output is not read", Path(cmd[0]).name)
         watch.add(reader.new_lines() + [reader.rest])
         code = job.procs[0].returncode if job.procs else None
         return reader.all_text(), code, timed_out, early or watch.verdict(final=False)

@@ -12,7 +12,7 @@ from ncclrl.costmodel.space import KNOB_FIELDS, Point, knob_grid
 from ncclrl.costmodel.topology import Topology
 from ncclrl.envs.backend import Backend
 from ncclrl.envs.live import launch_of
-from ncclrl.envs.store import Store, job_ids
+from ncclrl.envs.store import job_ids, open_readonly
 
 
 class ReplayWorkers(Backend):
@@ -61,7 +61,7 @@ def recorded_sweep(path: str | Path, topo: Topology, launch: str, tags: tuple[st
     the store has."""
     import pandas as pd
 
-    with Store(Path(path)) as rs:
+    with open_readonly(path) as rs:  # read only: the recorded file never changes
         frames = [rs.frame(launch, topology=topo.name, tag=t, **where) for t in tags]
         if frames[0].empty:
 
@@ -79,7 +79,7 @@ def replay_noise(path: str | Path, topo: Topology, launch: str, colls: list[int]
     point the sweep measured once answers every repeat with the same samples."""
 
     out = {}
-    with Store(Path(path)) as rs:
+    with open_readonly(path) as rs:  # read only: the recorded file never changes
         for c in colls:
             f = rs.frame(launch, topology=topo.name, tag="validate-base", status="ok", collective=N.COLLECTIVES[c])
             if f.empty:

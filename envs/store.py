@@ -2,24 +2,36 @@
 
 One row per measured point (configuration x size) with all its samples, so nothing measured is
 lost and an interrupted sweep resumes where it stopped (``has``). WAL journal with full sync:
-a row is on disk once ``add`` returns. Light on purpose (stdlib + numpy): it runs on the GPU
-machine too.
+a row is on disk once ``add`` returns (the rows of one job together, in one transaction, under
+:meth:`Store.batch`). Several processes may share a store: SQLite's busy timeout makes a writer wait
+for the other's transaction. ``Store(path, readonly=True)`` (:func:`open_readonly`) opens it with
+SQLite's ``mode=ro`` and never changes the file. Light on purpose (stdlib + numpy): it runs on the
+GPU machine too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import math
+import os
 import socket
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.noise import summarize
 from ncclrl.costmodel.space import KNOB_FIELDS, Point
-from ncclrl.envs.live import HANG, TIMEOUT, timing_label
+from ncclrl.envs.live import HANG, timing_label
+
+log = logging.getLogger(__name__)
+# how long a writer waits for another process's transaction on the same store
+BUSY_TIMEOUT_S = 60.0
 
 JOBS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (  -- what ran each job: one row per job (set of processes)
@@ -66,7 +78,8 @@ CREATE TABLE IF NOT EXISTS measurements (
     ci_lo_us REAL,
     ci_hi_us REAL,
     error TEXT,
-    job TEXT NOT NULL DEFAULT ''  -- one id per job (set of processes); '' in stores from before it
+    job TEXT NOT NULL DEFAULT '',  -- one id per job (set of processes); '' in stores from before it
+    compute_slowdown TEXT  -- JSON list per sample: a compute load's slowdown beside the call (sweep load=); NULL: none
 );
 CREATE INDEX IF NOT EXISTS by_point ON measurements
     (topology, backend, collective, nbytes, algo, proto, channels, comm_channels, buffsize_bytes,
@@ -81,11 +94,18 @@ class Store:
     path: Path
     host: str = field(default_factory=socket.gethostname)
 
+    readonly: bool = False
+
     def __post_init__(self) -> None:
         self.path = Path(self.path)
+        self._batch = 0
+        if self.readonly:
+            self._open_readonly()
+            return
+        self._check_writable()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(self.path), timeout=30)
+            self._db = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_S)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(SCHEMA)
@@ -94,9 +114,61 @@ class Store:
                 self._db.execute("ALTER TABLE measurements ADD COLUMN socket_inline_bytes INTEGER NOT NULL DEFAULT 0")
             if "job" not in cols:  # a store from before job ids: job_ids() infers them from the timestamps
                 self._db.execute("ALTER TABLE measurements ADD COLUMN job TEXT NOT NULL DEFAULT ''")
+            if "compute_slowdown" not in cols:  # a store from before compute loads: none ran
+                self._db.execute("ALTER TABLE measurements ADD COLUMN compute_slowdown TEXT")
             self._db.commit()
         except (sqlite3.Error, OSError) as e:
             raise ConfigError("store", f"cannot open {self.path}: {e}") from None
+
+    def _check_writable(self) -> None:
+        """Refuse, before anything is measured, a store this process must not write: a file or
+        folder without write permission (even for root, who could write it anyway)."""
+        p, folder = self.path, self.path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if p.exists():
+            if not p.is_file():
+                raise ConfigError("store", f"{p} is not a file; name the SQLite store file (store=runs/store.sqlite)")
+            if not (p.stat().st_mode & 0o222) or not os.access(p, os.W_OK):
+                raise ConfigError("store", f"{p} is read-only; make it writable (chmod u+w) or name another store=")
+        if folder.exists() and (not folder.is_dir() or not (folder.stat().st_mode & 0o222)
+                                or not os.access(folder, os.W_OK | os.X_OK)):
+            raise ConfigError("store", f"cannot write in {folder} (read-only or not a folder); SQLite needs to "
+                              "write its journal next to the store: name a store= in a writable folder")
+
+    def _open_readonly(self) -> None:
+        """``mode=ro``: SQLite refuses every write. With no ``-wal`` beside the file (no writer has it
+        open) it is also opened ``immutable``, so that not even SQLite's shared-memory files appear."""
+        if not self.path.is_file():
+            raise ConfigError("store", f"no store at {self.path}")
+        wal = self.path.with_name(self.path.name + "-wal")
+        uri = f"file:{quote(str(self.path.resolve()))}?mode=ro" + ("" if wal.exists() else "&immutable=1")
+        try:
+            self._db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
+            self._db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as e:
+            raise ConfigError("store", f"cannot read {self.path}: {e}") from None
+
+    @contextlib.contextmanager
+    def batch(self):
+        """Rows added inside are committed together when it closes (one job's rows: a kill stores
+        all of them or none); an error rolls them back."""
+        self._batch += 1
+        try:
+            yield self
+        except BaseException:
+            self._batch -= 1
+            if not self._batch:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.rollback()
+            raise
+        self._batch -= 1
+        if not self._batch:
+            try:
+                self._db.commit()
+            except sqlite3.Error as e:
+                raise ConfigError("store", f"cannot write to {self.path}: {e}; earlier measurements are kept, "
+                                  "rerun to resume") from None
 
     def close(self) -> None:
         self._db.close()
@@ -108,34 +180,50 @@ class Store:
         self.close()
 
     def add(self, point: Point, samples: list[float], *, backend: str, topology: str, nccl_version: str,
-            timing: str, tag: str, status: str = "ok", error: str | None = None, job: str = "") -> None:
+            timing: str, tag: str, status: str = "ok", error: str | None = None, job: str = "",
+            compute_slowdown: list[float] | None = None) -> None:
+        """Store one point's samples. A time that is not a finite number above zero (NaN, 0,
+        negative: a broken timer or output) is no measurement: the point is stored ``failed`` with
+        the reason, never ``ok``, so it can never be the best. ``compute_slowdown``: per sample, the
+        slowdown of a compute load that ran beside it (``None``: no load)."""
+        bad = bad_time(samples)
+        if bad is not None and status == "ok":
+            status, error = "failed", f"invalid time {bad!r} us: not a finite number > 0"
+            log.warning("# %s %d B %s/%s/%d: %s; stored as failed", point.collective, int(point.nbytes), point.algo,
+                        point.proto, int(point.channels), error)
+        if bad is not None:
+            samples = []
         med, lo, hi = summarize(samples) if samples else (None, None, None)
         try:
             self._db.execute(
                 "INSERT INTO measurements (ts, host, backend, topology, nccl_version, collective, nbytes, algo, proto,"
                 " channels, comm_channels, buffsize_bytes, socket_nthreads, nsocks_perthread, socket_inline_bytes,"
-                " timing, tag, status, samples_us, median_us, ci_lo_us, ci_hi_us, error, job) VALUES"
-                " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " timing, tag, status, samples_us, median_us, ci_lo_us, ci_hi_us, error, job, compute_slowdown)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (time.time(), self.host, backend, topology, nccl_version, point.collective, int(point.nbytes),
                  point.algo, point.proto, int(point.channels), *map(int, point.knobs), timing, tag, status,
-                 json.dumps([round(float(s), 4) for s in samples]), med, lo, hi, error, job))
-            self._db.commit()
+                 json.dumps([round(float(s), 4) for s in samples]), med, lo, hi, error, job,
+                 None if compute_slowdown is None else json.dumps([round(float(x), 4) for x in compute_slowdown])))
+            if not self._batch:
+                self._db.commit()
         except sqlite3.Error as e:  # a full disk lands here; what was committed before stays
             raise ConfigError("store", f"cannot write to {self.path}: {e}; earlier measurements are kept, "
                               "free space and rerun to resume") from None
 
     def has(self, point: Point, *, backend: str, topology: str, tag: str, launch: str | None = None,
             hung: bool = False) -> bool:
-        """Whether ``point`` has a measurement (``status='ok'``) under ``tag``; only one taken with
-        ``launch`` (torch|nccl) when given; with ``hung``, a recorded hang counts too."""
+        """Whether ``point`` has a measurement (``status='ok'`` with a median above 0) under ``tag``;
+        only one taken with ``launch`` (torch|nccl) when given; with ``hung``, a recorded hang counts
+        too (``NCCL hung``, or a point skipped after one). A timeout never counts: the next run of
+        the same command measures it again."""
         where = dict(zip(KNOB_FIELDS, map(int, point.knobs), strict=True))
         q, args = self._where(dict(topology=topology, backend=backend, collective=point.collective,
                                    nbytes=int(point.nbytes), algo=point.algo, proto=point.proto,
                                    channels=int(point.channels), tag=tag, **where), launch)
-        q += " AND (status='ok'" + (" OR status='timeout' OR (status='failed' AND (instr(error, ?) > 0 OR "
-                                    "instr(error, ?) > 0)))" if hung else ")")
+        q += (" AND ((status='ok' AND typeof(median_us) IN ('real', 'integer') AND median_us > 0)"
+              + (" OR (status='failed' AND instr(error, ?) > 0))" if hung else ")"))
         return self._db.execute(f"SELECT 1 FROM measurements{q} LIMIT 1",
-                                args + [HANG, TIMEOUT] * hung).fetchone() is not None
+                                args + [HANG] * hung).fetchone() is not None
 
     def add_job(self, job: str, *, backend: str, topology: str, tag: str, nccl_version: str = "?",
                 launcher: str = "", command: str = "", hosts: list | None = None, gpus: list | None = None,
@@ -144,14 +232,16 @@ class Store:
         """Record what ran job ``job`` (its provenance); a backend that knows nothing of it records
         only the job."""
         try:
-            self._db.executescript(JOBS_SCHEMA)  # made on first use: a store only read stays as it was
+            if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name='jobs'").fetchone():
+                self._db.execute(JOBS_SCHEMA)  # made on first use: a store only read stays as it was
             self._db.execute(
                 "INSERT OR REPLACE INTO jobs (job, ts, backend, topology, tag, nccl_version, launcher, command, hosts,"
                 " gpus, driver, cuda, nccl_env, ranks_reported) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (job, time.time(), backend, topology, tag, nccl_version or "?", launcher, command,
                  json.dumps(hosts or []), json.dumps(gpus or []), json.dumps(driver or []), json.dumps(cuda or []),
                  json.dumps(nccl_env or {}, sort_keys=True), int(ranks_reported)))
-            self._db.commit()
+            if not self._batch:
+                self._db.commit()
         except sqlite3.Error as e:
             raise ConfigError("store", f"cannot write to {self.path}: {e}; earlier measurements are kept") from None
 
@@ -183,14 +273,69 @@ class Store:
 
         q, args = self._where(where, launch)
         df = pd.read_sql_query(f"SELECT * FROM measurements{q} ORDER BY id", self._db, params=args)
-        df["samples_us"] = df["samples_us"].map(json.loads)
-        return df
+        for col, default in (("socket_inline_bytes", 0), ("job", ""), ("compute_slowdown", None)):
+            if col not in df.columns:  # an old store opened read-only
+                df[col] = default
+        df["compute_slowdown"] = df["compute_slowdown"].map(lambda s: json.loads(s) if isinstance(s, str) else None)
+        return drop_corrupt(df, self.path)
 
     def export_csv(self, out: Path, **where: Any) -> Path:
         df = self.frame(**where)
         df["samples_us"] = df["samples_us"].map(lambda s: " ".join(f"{v:g}" for v in s))
         df.to_csv(out, index=False)
         return Path(out)
+
+
+def bad_time(samples) -> Any:
+    """The first sample that is not a finite time above zero, else ``None``."""
+    for v in samples:
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            return v
+        if not math.isfinite(f) or f <= 0:
+            return f
+    return None
+
+
+def drop_corrupt(df, path: Path):
+    """``df`` with ``samples_us`` parsed, without the rows whose stored values are unusable (samples
+    that are not a JSON list of times, an ``ok`` row whose times or median are not finite numbers
+    above zero): each is reported in one line naming its row id, the rest is kept."""
+    keep, parsed = [], []
+    for rid, status, raw, med in zip(df["id"], df["status"], df["samples_us"], df["median_us"], strict=True):
+        why, smp = "", []
+        try:
+            smp = json.loads(raw) if isinstance(raw, str) else None
+            if not isinstance(smp, list):
+                why = f"samples_us is not a JSON list: {str(raw)[:40]!r}"
+            elif status == "ok" and (not smp or bad_time(smp) is not None):
+                why = f"samples_us holds {bad_time(smp)!r}, not times > 0" if smp else "an ok row without samples"
+        except (ValueError, TypeError):
+            why = f"samples_us is not JSON: {str(raw)[:40]!r}"
+        if not why and status == "ok":
+            try:
+                m = float(med)
+            except (TypeError, ValueError):
+                m = math.nan
+            if not math.isfinite(m) or m <= 0:
+                why = f"median_us is {med!r}, not a time > 0"
+        if why:
+            log.warning("# store %s: row id %s is corrupt (%s); left out, the other rows are used", path, rid, why)
+        keep.append(not why)
+        parsed.append(smp if not why else [])
+    import pandas as pd
+
+    df = df.assign(samples_us=pd.Series(parsed, index=df.index, dtype=object))
+    df = df.loc[pd.Series(keep, index=df.index, dtype=bool)].reset_index(drop=True)
+    for col in ("median_us", "ci_lo_us", "ci_hi_us"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+    return df
+
+
+def open_readonly(path: str | Path) -> Store:
+    """A store opened only to read (``mode=ro``): what commands that read a store use."""
+    return Store(Path(path), readonly=True)
 
 
 def job_ids(df, gap_s: float = 3.0):

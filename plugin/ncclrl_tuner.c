@@ -16,8 +16,11 @@
  * Rules: a row only forces an (algorithm, protocol) whose cost-table entry NCCL left enabled; an
  * unmatched size, or a disabled entry, leaves NCCL's choice untouched (channels stay 0).
  * Malformed rows, unknown names and rows that overlap an earlier applicable row are rejected at
- * load with a WARN naming the source, line and field; valid rows still load; no file, a table over
- * 16 MiB or no memory = NCCL's defaults. Lookups are binary searches over per-collective arrays
+ * load with a WARN naming the source, line and field (one per row; the overlap check is O(n log n));
+ * valid rows still load; no file, a file that is not a regular file (FIFO, directory, device: checked
+ * with fstat after a non-blocking open, before any read), a table over 16 MiB, a NUL byte anywhere,
+ * or no memory = NCCL's defaults, with a WARN. Parsing is ASCII-only and ignores the C locale. Under
+ * ABI v2 a row's algorithm is written only where NCCL 2.21 runs it for that collective. Lookups are binary searches over per-collective arrays
  * built at init: no allocation, no locking (read-only after init), and the same answer on every
  * rank that reads the same bytes.
  *
@@ -33,15 +36,15 @@
  * file counter N, an atomic.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ncclrl_tuner_abi.h"
@@ -140,31 +143,54 @@ static int name_index(const char* s, const char* const* names, int n) {
   return -1;
 }
 
-/* Whole decimal number, optionally -1; returns 0 on success. */
+/* ASCII character classes and case, whatever the process's locale: an application's setlocale()
+ * (a decimal comma in LC_NUMERIC, Turkish case rules in LC_CTYPE) never changes how a table reads. */
+static int ascii_space(int c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
+static int ascii_digit(int c) { return c >= '0' && c <= '9'; }
+static int ascii_alnum(int c) { return ascii_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+static char ascii_lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
+static int ascii_caseeq(const char* a, const char* b) {
+  for (; *a && *b; a++, b++)
+    if (ascii_lower(*a) != ascii_lower(*b)) return 0;
+  return *a == *b;
+}
+
+/* A whole decimal number (optional sign, ASCII digits only, no locale) in [lo, hi], or "max"
+ * (4294967295); returns 0 on success, -1 otherwise (*out untouched). */
 static int parse_int(const char* s, long long lo, long long hi, long long* out) {
-  if (*s == '\0') return -1;
-  if (strcmp(s, "max") == 0) { *out = 4294967295LL; return *out <= hi ? 0 : -1; }
-  const char* p = s;
-  if (*p == '-' || *p == '+') p++;
-  if (*p == '\0') return -1;
-  for (; *p; p++)
-    if (!isdigit((unsigned char)*p)) return -1;
-  errno = 0;
-  long long v = strtoll(s, NULL, 10);
-  if (errno != 0 || v < lo || v > hi) return -1;
+  long long v;
+  if (strcmp(s, "max") == 0) {
+    v = 4294967295LL;
+  } else {
+    const char* p = s;
+    int neg = 0;
+    if (*p == '-' || *p == '+') neg = *p++ == '-';
+    if (*p == '\0') return -1;
+    const uint64_t limit = UINT64_C(1) << 63; /* the magnitude of INT64_MIN */
+    uint64_t m = 0;
+    for (; *p; p++) {
+      if (!ascii_digit((unsigned char)*p)) return -1;
+      unsigned d = (unsigned)(*p - '0');
+      if (m > (limit - d) / 10) return -1; /* out of range of a 64-bit integer */
+      m = m * 10 + d;
+    }
+    if (!neg && m == limit) return -1;
+    v = neg ? (m == limit ? INT64_MIN : -(long long)m) : (long long)m;
+  }
+  if (v < lo || v > hi) return -1;
   *out = v;
   return 0;
 }
 
 static char* trim(char* s) {
-  while (isspace((unsigned char)*s)) s++;
+  while (ascii_space((unsigned char)*s)) s++;
   char* e = s + strlen(s);
-  while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+  while (e > s && ascii_space((unsigned char)e[-1])) *--e = '\0';
   return s;
 }
 
 static void lower(char* s) {
-  for (; *s; s++) *s = (char)tolower((unsigned char)*s);
+  for (; *s; s++) *s = ascii_lower(*s);
 }
 
 /* Parse one line into *r. Returns 1 for a row, 0 for blank/comment, -1 for an error (logged). */
@@ -257,19 +283,6 @@ static int parse_line(ctx_t* ctx, const char* path, int lineno, char* line, row_
   return 1;
 }
 
-static int keys_compatible(int32_t p1, int8_t r1, int32_t p2, int8_t r2) {
-  return (p1 == p2 || p1 == -1 || p2 == -1) && (r1 == r2 || r1 == -1 || r2 == -1);
-}
-
-static int cmp_rows(const void* x, const void* y) {
-  const row_t* a = (const row_t*)x;
-  const row_t* b = (const row_t*)y;
-  if (a->coll != b->coll) return a->coll < b->coll ? -1 : 1;
-  if (a->pipe != b->pipe) return a->pipe < b->pipe ? -1 : 1;
-  if (a->regbuff != b->regbuff) return a->regbuff < b->regbuff ? -1 : 1;
-  return a->lo < b->lo ? -1 : a->lo > b->lo ? 1 : 0;
-}
-
 /* FNV-1a (64-bit) of the table's exact bytes: the fingerprint ranks and ncclrl compare. */
 static uint64_t fnv1a64(const char* buf, size_t len) {
   uint64_t h = 0xcbf29ce484222325ULL;
@@ -280,19 +293,18 @@ static uint64_t fnv1a64(const char* buf, size_t len) {
   return h;
 }
 
-/* Parse, validate and index a table text of len bytes for this communicator; origin names it in
- * log lines (a path, or the environment variable). Never fails: problems are WARNs, and anything
- * odd leaves NCCL's decisions in place. */
-static void load_text(ctx_t* ctx, const char* origin, const char* text, size_t len) {
-  snprintf(ctx->path, sizeof(ctx->path), "%s", origin);
-  uint64_t hash = fnv1a64(text, len);
-  int cap = 256;
+/* Every line of a table text, in order: the well-formed rows of every communicator shape go to
+ * *out (*n of them, file order), each rejected line is one WARN (ctx->rejected counts them).
+ * Returns 0, or -1 when out of memory (logged; nothing kept). */
+static int parse_text(ctx_t* ctx, const char* origin, const char* text, size_t len, row_t** out, int* n) {
+  int cap = 256, count = 0;
   row_t* rows = malloc(sizeof(row_t) * (size_t)cap);
+  *out = NULL;
+  *n = 0;
   if (!rows) {
     LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s: NCCL's own decisions everywhere", origin);
-    return;
+    return -1;
   }
-  int n = 0;
   char line[MAX_LINE];
   int lineno = 0;
   const char* p = text;
@@ -309,109 +321,366 @@ static void load_text(ctx_t* ctx, const char* origin, const char* text, size_t l
       ctx->rejected++;
       continue;
     }
-    if (memchr(start, '\0', line_len)) {
-      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s:%d: line holds a NUL byte; rejected", origin, lineno);
-      ctx->rejected++;
-      continue;
-    }
     memcpy(line, start, line_len);
     line[line_len] = '\0';
     row_t r;
     int rc = parse_line(ctx, origin, lineno, line, &r);
     if (rc < 0) { ctx->rejected++; continue; }
     if (rc == 0) continue;
-    ctx->nrows++;
-    if ((r.nnodes != -1 && (size_t)r.nnodes != ctx->nnodes) || (r.nranks != -1 && (size_t)r.nranks != ctx->nranks))
-      continue; /* for another communicator shape */
-    int clash = -1;
-    for (int i = 0; i < n; i++) {
-      const row_t* o = &rows[i];
-      if (o->coll == r.coll && keys_compatible(o->pipe, o->regbuff, r.pipe, r.regbuff) && r.lo <= o->hi &&
-          o->lo <= r.hi) { clash = i; break; }
-    }
-    if (clash >= 0) {
-      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s:%d: field min_bytes: range %llu-%llu of %s overlaps line %d; rejected",
-          origin, lineno, (unsigned long long)r.lo, (unsigned long long)r.hi, COLL_NAMES[(int)r.coll],
-          rows[clash].line);
-      ctx->rejected++;
-      continue;
-    }
-    if (n == cap) {
-      row_t* bigger = realloc(rows, sizeof(row_t) * (size_t)cap * 2);
+    if (count == cap) {
+      row_t* bigger = cap <= INT32_MAX / 2 ? realloc(rows, sizeof(row_t) * (size_t)cap * 2) : NULL;
       if (!bigger) {
         /* a partial table could differ between ranks: apply none of it */
         free(rows);
         LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s at line %d: NCCL's own decisions everywhere",
             origin, lineno);
-        ctx->nrows = 0;
-        return;
+        return -1;
       }
       rows = bigger;
       cap *= 2;
     }
-    rows[n++] = r;
+    rows[count++] = r;
   }
-  /* Group by (collective, numPipeOps, regBuff); each group a run sorted by min_bytes. */
-  qsort(rows, (size_t)n, sizeof(row_t), cmp_rows);
-  int pos = 0;
+  *out = rows;
+  *n = count;
+  return 0;
+}
+
+/* ---- overlap check: O(n log n) ----
+ * Rows are checked in file order: a row is rejected when its range overlaps a row accepted before
+ * it for the same collective whose numPipeOps/regBuff filters are compatible (equal, or either -1).
+ * "Some accepted row of a set S overlaps [lo, hi]" is "the largest max_bytes among the accepted rows
+ * of S with min_bytes <= hi is >= lo": a prefix maximum over S sorted by min_bytes, kept in a
+ * Fenwick tree. Four orders hold every set a query needs: rows by (collective, numPipeOps,
+ * regBuff), by (collective, regBuff), by (collective, numPipeOps) and by collective alone. */
+enum { ORD_EXACT, ORD_REG, ORD_PIPE, ORD_ALL, NUM_ORDS };
+
+typedef struct {
+  int64_t group;
+  uint64_t lo;
+  int32_t row; /* index into the rows, file order */
+} okey_t;
+
+typedef struct {
+  uint64_t hi1; /* max_bytes + 1 of an accepted row, 0: none */
+  int32_t line;
+} best_t;
+
+typedef struct {
+  okey_t* keys;   /* sorted by (group, lo, row) */
+  int32_t* pos;   /* row -> its place in keys */
+  int32_t* start; /* place -> first place of its group */
+  int32_t* end;   /* place -> one past the last place of its group */
+  best_t* fw;     /* per group, a Fenwick tree over its places (1-based within the group) */
+} order_t;
+
+static int64_t order_group(int kind, int coll, int32_t pipe, int regbuff) {
+  int64_t g = (int64_t)coll << 40;
+  if (kind == ORD_EXACT || kind == ORD_PIPE) g |= ((int64_t)pipe + 1) << 2;
+  if (kind == ORD_EXACT || kind == ORD_REG) g |= (int64_t)(regbuff + 1);
+  return g;
+}
+
+/* Stable LSD radix sort by (group, lo), bytes of lo first, then of group; the keys arrive in row
+ * (file) order, so ties stay in it. A byte every key shares costs one counting pass and no move. */
+static int radix_sort(okey_t* a, okey_t* tmp, int n) {
+  static const int PASSES = 16;
+  size_t (*count)[256] = calloc((size_t)PASSES, sizeof(*count));
+  if (!count) return -1;
+  for (int i = 0; i < n; i++) { /* every pass's histogram in one read */
+    uint64_t lo = a[i].lo, g = (uint64_t)a[i].group;
+    for (int b = 0; b < 8; b++) { count[b][(lo >> (8 * b)) & 0xff]++; count[8 + b][(g >> (8 * b)) & 0xff]++; }
+  }
+  okey_t* src = a;
+  okey_t* dst = tmp;
+  for (int pass = 0; pass < PASSES; pass++) {
+    int shift = (pass % 8) * 8, same = 0;
+    for (int b = 0; b < 256; b++) same |= count[pass][b] == (size_t)n;
+    if (same || n == 0) continue;
+    size_t sum = 0;
+    for (int b = 0; b < 256; b++) { size_t c = count[pass][b]; count[pass][b] = sum; sum += c; }
+    for (int i = 0; i < n; i++)
+      dst[count[pass][(pass < 8 ? src[i].lo >> shift : (uint64_t)src[i].group >> shift) & 0xff]++] = src[i];
+    okey_t* t = src; src = dst; dst = t;
+  }
+  if (src != a) memcpy(a, src, sizeof(okey_t) * (size_t)n);
+  free(count);
+  return 0;
+}
+
+static int better(best_t a, best_t b) { return a.hi1 > b.hi1 || (a.hi1 == b.hi1 && a.hi1 && a.line < b.line); }
+
+/* The best accepted row of group g with min_bytes <= hi (hi1 0: none). */
+static best_t order_query(const order_t* o, int n, int64_t g, uint64_t hi) {
+  best_t best = {0, 0};
+  int lo_i = 0, hi_i = n; /* first place of group g */
+  while (lo_i < hi_i) {
+    int mid = lo_i + (hi_i - lo_i) / 2;
+    if (o->keys[mid].group < g) lo_i = mid + 1; else hi_i = mid;
+  }
+  if (lo_i >= n || o->keys[lo_i].group != g) return best;
+  int s = lo_i, e = o->end[lo_i];
+  int a = s, b = e; /* first place of the group with min_bytes > hi */
+  while (a < b) {
+    int mid = a + (b - a) / 2;
+    if (o->keys[mid].lo <= hi) a = mid + 1; else b = mid;
+  }
+  for (int i = a - s; i > 0; i -= i & -i)
+    if (better(o->fw[s + i - 1], best)) best = o->fw[s + i - 1];
+  return best;
+}
+
+static void order_insert(order_t* o, int row, best_t v) {
+  int p = o->pos[row], s = o->start[p], len = o->end[p] - s;
+  for (int i = p - s + 1; i <= len; i += i & -i)
+    if (better(v, o->fw[s + i - 1])) o->fw[s + i - 1] = v;
+}
+
+static void order_free(order_t* o) {
+  free(o->keys); free(o->pos); free(o->start); free(o->end); free(o->fw);
+}
+
+static int order_build(order_t* o, int kind, const row_t* rows, int n, okey_t* tmp) {
+  memset(o, 0, sizeof(*o));
+  size_t m = n > 0 ? (size_t)n : 1;
+  o->keys = malloc(m * sizeof(okey_t));
+  o->pos = malloc(m * sizeof(int32_t));
+  o->start = malloc(m * sizeof(int32_t));
+  o->end = malloc(m * sizeof(int32_t));
+  o->fw = calloc(m, sizeof(best_t));
+  if (!o->keys || !o->pos || !o->start || !o->end || !o->fw) { order_free(o); return -1; }
+  for (int i = 0; i < n; i++) {
+    o->keys[i].group = order_group(kind, rows[i].coll, rows[i].pipe, rows[i].regbuff);
+    o->keys[i].lo = rows[i].lo;
+    o->keys[i].row = i;
+  }
+  if (radix_sort(o->keys, tmp, n) != 0) { order_free(o); return -1; }
   for (int i = 0; i < n;) {
-    int c = rows[i].coll, j = i;
-    while (j < n && rows[j].coll == c && rows[j].pipe == rows[i].pipe && rows[j].regbuff == rows[i].regbuff) j++;
-    if (ctx->nparts[c] == MAX_KEYS) {
-      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s:%d: field numPipeOps: more than %d distinct numPipeOps/regBuff filters "
-          "for %s; rejected", origin, rows[i].line, MAX_KEYS, COLL_NAMES[c]);
-      ctx->rejected += j - i;
-    } else {
-      part_t* part = &ctx->parts[c][ctx->nparts[c]++];
-      part->pipe = rows[i].pipe;
-      part->regbuff = rows[i].regbuff;
-      part->rows = rows + i;
-      part->n = j - i;
-      pos += j - i;
+    int j = i;
+    while (j < n && o->keys[j].group == o->keys[i].group) j++;
+    for (int k = i; k < j; k++) { o->start[k] = i; o->end[k] = j; o->pos[o->keys[k].row] = k; }
+    i = j;
+  }
+  return 0;
+}
+
+/* Line of an accepted row that clashes with r (0: none). */
+static int find_clash(const order_t* ords, int n, const row_t* r) {
+  int64_t g[4];
+  const order_t* o[4];
+  int k = 0;
+  if (r->pipe != -1 && r->regbuff != -1) {
+    for (int x = 0; x < 4; x++) {
+      o[k] = &ords[ORD_EXACT];
+      g[k++] = order_group(ORD_EXACT, r->coll, x & 1 ? -1 : r->pipe, x & 2 ? -1 : r->regbuff);
+    }
+  } else if (r->pipe == -1 && r->regbuff != -1) {
+    o[k] = &ords[ORD_REG]; g[k++] = order_group(ORD_REG, r->coll, -1, r->regbuff);
+    o[k] = &ords[ORD_REG]; g[k++] = order_group(ORD_REG, r->coll, -1, -1);
+  } else if (r->pipe != -1) {
+    o[k] = &ords[ORD_PIPE]; g[k++] = order_group(ORD_PIPE, r->coll, r->pipe, -1);
+    o[k] = &ords[ORD_PIPE]; g[k++] = order_group(ORD_PIPE, r->coll, -1, -1);
+  } else {
+    o[k] = &ords[ORD_ALL]; g[k++] = order_group(ORD_ALL, r->coll, -1, -1);
+  }
+  for (int i = 0; i < k; i++) {
+    best_t b = order_query(o[i], n, g[i], r->hi);
+    if (b.hi1 && b.hi1 - 1 >= r->lo) return b.line;
+  }
+  return 0;
+}
+
+/* The rows of this communicator's shape that load: rows of other shapes are dropped silently; a
+ * row overlapping an accepted one (above), or past MAX_KEYS distinct numPipeOps/regBuff filters of
+ * its collective, is rejected with one WARN each. rows (file order, n of them) is compacted in
+ * place and sorted by (collective, numPipeOps, regBuff, min_bytes); returns how many are left, or
+ * -1 when out of memory (logged). */
+static int select_rows(ctx_t* ctx, const char* origin, row_t* rows, int n) {
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    const row_t* r = &rows[i];
+    if ((r->nnodes != -1 && (size_t)r->nnodes != ctx->nnodes) || (r->nranks != -1 && (size_t)r->nranks != ctx->nranks))
+      continue;
+    rows[m++] = *r;
+  }
+  order_t ords[NUM_ORDS];
+  int built = 0;
+  okey_t* tmp = malloc(sizeof(okey_t) * (m > 0 ? (size_t)m : 1));
+  row_t* sorted = malloc(sizeof(row_t) * (m > 0 ? (size_t)m : 1));
+  char* accepted = calloc(m > 0 ? (size_t)m : 1, 1);
+  /* only the orders some row queries are kept up to date; the first also sorts the result */
+  int used[NUM_ORDS] = {0, 0, 0, 0};
+  for (int i = 0; i < m; i++)
+    used[rows[i].pipe == -1 ? (rows[i].regbuff == -1 ? ORD_ALL : ORD_REG) : (rows[i].regbuff == -1 ? ORD_PIPE : 0)] = 1;
+  int queried_exact = used[ORD_EXACT];
+  used[ORD_EXACT] = 1;
+  memset(ords, 0, sizeof(ords));
+  if (tmp && sorted && accepted)
+    for (; built < NUM_ORDS; built++)
+      if (used[built] && order_build(&ords[built], built, rows, m, tmp) != 0) break;
+  free(tmp);
+  if (built < NUM_ORDS) {
+    for (int k = 0; k < built; k++) order_free(&ords[k]);
+    free(sorted);
+    free(accepted);
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory checking %s: NCCL's own decisions everywhere", origin);
+    return -1;
+  }
+  for (int i = 0; i < m; i++) {
+    const row_t* r = &rows[i];
+    int clash = find_clash(ords, m, r);
+    if (clash) {
+      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s:%d: field min_bytes: range %llu-%llu of %s overlaps line %d; rejected",
+          origin, r->line, (unsigned long long)r->lo, (unsigned long long)r->hi, COLL_NAMES[(int)r->coll], clash);
+      ctx->rejected++;
+      continue;
+    }
+    best_t v = {r->hi + 1, r->line};
+    for (int k = 0; k < NUM_ORDS; k++)
+      if (used[k] && (k != ORD_EXACT || queried_exact)) order_insert(&ords[k], i, v);
+    accepted[i] = 1;
+  }
+  /* the accepted rows in the first order: by (collective, numPipeOps, regBuff, min_bytes) */
+  int kept = 0;
+  for (int p = 0; p < m; p++) {
+    int i = ords[ORD_EXACT].keys[p].row;
+    if (accepted[i]) sorted[kept++] = rows[i];
+  }
+  memcpy(rows, sorted, sizeof(row_t) * (size_t)kept);
+  for (int k = 0; k < NUM_ORDS; k++) order_free(&ords[k]);
+  free(sorted);
+  free(accepted);
+  /* at most MAX_KEYS (numPipeOps, regBuff) groups per collective, the first in that order */
+  int out = 0, keys = 0;
+  for (int i = 0; i < kept;) {
+    int j = i;
+    while (j < kept && rows[j].coll == rows[i].coll && rows[j].pipe == rows[i].pipe &&
+           rows[j].regbuff == rows[i].regbuff) j++;
+    keys = (i > 0 && rows[i - 1].coll == rows[i].coll) ? keys + 1 : 1;
+    for (int k = i; k < j; k++) {
+      if (keys > MAX_KEYS) {
+        LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s:%d: field numPipeOps: more than %d distinct numPipeOps/regBuff "
+            "filters for %s; rejected", origin, rows[k].line, MAX_KEYS, COLL_NAMES[(int)rows[k].coll]);
+        ctx->rejected++;
+      } else {
+        rows[out++] = rows[k];
+      }
     }
     i = j;
   }
+  return out;
+}
+
+/* Parse, validate and index a table text of len bytes for this communicator; origin names it in
+ * log lines (a path, or the environment variable). Never fails: problems are WARNs, and anything
+ * odd leaves NCCL's decisions in place. */
+static void load_text(ctx_t* ctx, const char* origin, const char* text, size_t len) {
+  snprintf(ctx->path, sizeof(ctx->path), "%s", origin);
+  uint64_t hash = fnv1a64(text, len);
+  const char* nul = memchr(text, '\0', len);
+  if (nul) { /* not a text table (a binary, or a file preallocated and not yet written) */
+    int lineno = 1;
+    for (const char* q = text; q < nul; q++) lineno += *q == '\n';
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s holds a NUL byte at offset %zu (line %d): not a text table; NCCL's "
+        "own decisions everywhere (%zu bytes, fingerprint %016llx)", origin, (size_t)(nul - text), lineno, len,
+        (unsigned long long)hash);
+    return;
+  }
+  row_t* rows = NULL;
+  int n = 0;
+  if (parse_text(ctx, origin, text, len, &rows, &n) != 0) return;
+  ctx->nrows = n;
+  n = select_rows(ctx, origin, rows, n);
+  if (n < 0) {
+    free(rows);
+    ctx->nrows = 0;
+    return;
+  }
+  for (int i = 0; i < n;) {
+    int c = rows[i].coll, j = i;
+    while (j < n && rows[j].coll == c && rows[j].pipe == rows[i].pipe && rows[j].regbuff == rows[i].regbuff) j++;
+    part_t* part = &ctx->parts[c][ctx->nparts[c]++]; /* select_rows left at most MAX_KEYS per collective */
+    part->pipe = rows[i].pipe;
+    part->regbuff = rows[i].regbuff;
+    part->rows = rows + i;
+    part->n = j - i;
+    i = j;
+  }
   ctx->storage = rows;
-  ctx->applicable = pos;
+  ctx->applicable = n;
   LOG(ctx, NCCLRL_LOG_INFO, PREFIX "table from %s (%zu bytes, %d rows, fingerprint %016llx): %d for this "
       "communicator (%zu ranks, %zu nodes), %d rejected; tuner ABI v%d", origin, len, ctx->nrows,
       (unsigned long long)hash, ctx->applicable, ctx->nranks, ctx->nnodes, ctx->rejected, ctx->version);
 }
 
-/* The whole file as one buffer (*len bytes), or NULL (logged) when it cannot be read in full. */
+static const char* file_kind(mode_t mode) {
+  return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device" :
+         S_ISBLK(mode) ? "a block device" : S_ISSOCK(mode) ? "a socket" : "not a regular file";
+}
+
+/* The whole file as one buffer (*len bytes), or NULL (logged) when it cannot be read in full.
+ * Only a regular file of at most MAX_TABLE_BYTES is read: the file is opened without blocking
+ * (a FIFO with no writer never stalls init) and checked with fstat before any read; a file that
+ * keeps growing past the cap while read is refused too. */
 static char* read_file(ctx_t* ctx, const char* path, size_t* len) {
-  FILE* f = fopen(path, "rb");
-  if (!f) {
-    LOG(ctx, NCCLRL_LOG_INFO, PREFIX "no table at %s (%s): NCCL's own decisions everywhere", path, strerror(errno));
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT || err == ENOTDIR)
+      LOG(ctx, NCCLRL_LOG_INFO, PREFIX "no table at %s (%s): NCCL's own decisions everywhere", path, strerror(err));
+    else
+      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "cannot open table %s (%s): NCCL's own decisions everywhere", path,
+          strerror(err));
     return NULL;
   }
-  size_t cap = 1 << 16, n = 0;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "cannot read %s (%s): NCCL's own decisions everywhere", path, strerror(errno));
+    close(fd);
+    return NULL;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s is %s, not a regular file: NCCL's own decisions everywhere", path,
+        file_kind(st.st_mode));
+    close(fd);
+    return NULL;
+  }
+  if (st.st_size > MAX_TABLE_BYTES) {
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s is larger than %d bytes (%lld): NCCL's own decisions everywhere", path,
+        MAX_TABLE_BYTES, (long long)st.st_size);
+    close(fd);
+    return NULL;
+  }
+  size_t cap = (size_t)st.st_size + 1 > 4096 ? (size_t)st.st_size + 1 : 4096, n = 0;
   char* buf = malloc(cap);
+  int err = 0;
   while (buf && n <= MAX_TABLE_BYTES) {
     if (n == cap) {
-      char* bigger = realloc(buf, cap * 2);
+      size_t want = cap * 2 > (size_t)MAX_TABLE_BYTES + 1 ? (size_t)MAX_TABLE_BYTES + 1 : cap * 2;
+      char* bigger = realloc(buf, want);
       if (!bigger) { free(buf); buf = NULL; break; }
       buf = bigger;
-      cap *= 2;
+      cap = want;
     }
-    size_t got = fread(buf + n, 1, cap - n, f);
-    n += got;
+    ssize_t got = read(fd, buf + n, cap - n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) { err = errno; break; }
     if (got == 0) break;
+    n += (size_t)got;
   }
-  int failed = buf ? ferror(f) : 0;
-  fclose(f);
+  close(fd);
   if (!buf) {
     LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s: NCCL's own decisions everywhere", path);
     return NULL;
   }
-  if (failed) {
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "cannot read %s: NCCL's own decisions everywhere", path);
+  if (err) {
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "cannot read %s (%s): NCCL's own decisions everywhere", path, strerror(err));
     free(buf);
     return NULL;
   }
   if (n > MAX_TABLE_BYTES) {
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s is larger than %d bytes: NCCL's own decisions everywhere", path,
-        MAX_TABLE_BYTES);
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s is larger than %d bytes (it grew while read): NCCL's own decisions "
+        "everywhere", path, MAX_TABLE_BYTES);
     free(buf);
     return NULL;
   }
@@ -581,7 +850,7 @@ static void reqlog_open(ctx_t* ctx, uint64_t comm_id, int has_comm_id) {
   if (gethostname(rl->host, sizeof(rl->host)) != 0 || !rl->host[0]) snprintf(rl->host, sizeof(rl->host), "unknown");
   rl->host[sizeof(rl->host) - 1] = '\0';
   for (char* h = rl->host; *h; h++) /* a file name on every file system */
-    if (!isalnum((unsigned char)*h) && *h != '.' && *h != '-' && *h != '_') *h = '_';
+    if (!ascii_alnum((unsigned char)*h) && *h != '.' && *h != '-' && *h != '_') *h = '_';
   /* a relative prefix is taken from the working folder at init: the process may move before destroy */
   char cwd[REQLOG_CWD_MAX];
   const char* base = "";
@@ -711,7 +980,7 @@ static ctx_t* new_ctx(size_t nranks, size_t nnodes, ncclrl_logger_t logger, int 
   ctx->nranks = nranks;
   ctx->nnodes = nnodes;
   const char* dbg = getenv("NCCL_DEBUG");
-  ctx->trace = dbg && strcasecmp(dbg, "TRACE") == 0;
+  ctx->trace = dbg && ascii_caseeq(dbg, "TRACE");
   load_table(ctx);
   reqlog_open(ctx, comm_id, has_comm_id);
   return ctx;
@@ -750,6 +1019,37 @@ static ncclrl_result_t apply(ctx_t* ctx, int coll, size_t nBytes, int pipe, int 
 }
 
 /* ---- v2 ---- */
+
+/* Tuner ABI v2 (NCCL 2.21) has no cost table: the plugin writes the algorithm and protocol itself,
+ * and NCCL runs them unchecked. So a row's choice is only written where that NCCL runs it for this
+ * collective (its tuning model, src/graph/tuning.cc and src/enqueue.cc in 2.21):
+ *   Broadcast, Reduce: Ring;  AllGather, ReduceScatter: Ring, NVLS;
+ *   AllReduce: Tree, Ring, CollNet Direct, CollNet Chain, NVLS, NVLS Tree;
+ *   PAT does not exist (2.23+); CollNet and NVLS algorithms run the Simple protocol only;
+ *   CollNet needs the call's collNetSupport, NVLS and NVLS Tree its nvlsSupport; NVLS Tree needs
+ *   several nodes, NVLS on several nodes needs CollNet too.
+ * CollNet Direct for AllGather/ReduceScatter also depends on the network plugin's collectives and a
+ * NIC per GPU, which a v2 call does not show: never written. A user's NCCL_ALGO/NCCL_PROTO is not
+ * visible under v2 either (v3 and later see it as -1 entries). */
+static int v2_can_run(const ctx_t* ctx, int coll, int algo, int proto, int collNetSupport, int nvlsSupport) {
+  int ok = 0;
+  switch (coll) {
+    case NCCLRL_BROADCAST:
+    case NCCLRL_REDUCE: ok = algo == NCCLRL_RING; break;
+    case NCCLRL_ALLGATHER:
+    case NCCLRL_REDUCESCATTER: ok = algo == NCCLRL_RING || algo == NCCLRL_NVLS; break;
+    case NCCLRL_ALLREDUCE: ok = algo >= NCCLRL_TREE && algo <= NCCLRL_NVLS_TREE; break;
+    default: ok = 0;
+  }
+  if (!ok || proto < 0 || proto >= NCCLRL_NUM_PROTOS) return 0;
+  if (algo == NCCLRL_TREE || algo == NCCLRL_RING) return 1;
+  if (proto != NCCLRL_SIMPLE) return 0;
+  if (algo == NCCLRL_COLLNET_DIRECT || algo == NCCLRL_COLLNET_CHAIN) return collNetSupport == 1;
+  if (nvlsSupport != 1) return 0;
+  if (algo == NCCLRL_NVLS_TREE) return ctx->nnodes > 1;
+  return ctx->nnodes <= 1 || collNetSupport == 1; /* NVLS */
+}
+
 static ncclrl_result_t init_v2(size_t nRanks, size_t nNodes, ncclrl_logger_t logger, void** ctx) {
   *ctx = new_ctx(nRanks, nNodes, logger, 2, 0, 0);
   return *ctx ? NCCLRL_SUCCESS : NCCLRL_SYSTEM_ERROR;
@@ -762,12 +1062,12 @@ static ncclrl_result_t get_v2(void* c, int collType, size_t nBytes, int collNetS
   const row_t* r = lookup(ctx, collType, nBytes, numPipeOps, -2);
   if (!r) return NCCLRL_SUCCESS;
   if (r->algo >= 0) {
-    /* No cost table in v2: only force what this call says is available. PAT is unknown to v2 NCCLs. */
-    int ok = r->algo == NCCLRL_RING || r->algo == NCCLRL_TREE ||
-             ((r->algo == NCCLRL_NVLS || r->algo == NCCLRL_NVLS_TREE) && nvlsSupport) ||
-             ((r->algo == NCCLRL_COLLNET_DIRECT || r->algo == NCCLRL_COLLNET_CHAIN) && collNetSupport);
-    if (r->algo == NCCLRL_TREE && (collType == NCCLRL_BROADCAST || collType == NCCLRL_REDUCE)) ok = 0;
-    if (!ok) return NCCLRL_SUCCESS;
+    if (!v2_can_run(ctx, collType, r->algo, r->proto, collNetSupport, nvlsSupport)) {
+      if (ctx->trace)
+        LOG(ctx, NCCLRL_LOG_TRACE, PREFIX "%s %zu B: %s/%s cannot run here under tuner ABI v2 (line %d); NCCL decides",
+            COLL_NAMES[collType], nBytes, ALGO_NAMES[(int)r->algo], PROTO_NAMES[(int)r->proto], r->line);
+      return NCCLRL_SUCCESS;
+    }
     *algorithm = r->algo;
     *protocol = r->proto;
   }

@@ -276,29 +276,64 @@ def summarize(df: pd.DataFrame, ref: str = "ncclrl") -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def plot(s: pd.DataFrame, path: Path) -> Path:
-    """Fraction of the optimum against the budget, one panel per set, with the 95% intervals."""
+def plot(s: pd.DataFrame, path: Path, ref: str = "ncclrl") -> Path:
+    """Per set (a column each): the fraction of the optimum against the budget, every method with
+    its 95% interval over problems (top), and ``ref`` minus each method paired by problem with its
+    95% interval, a line at 0 (bottom; only when the summary has the paired differences). Budgets
+    are evenly spaced categories; a budget's methods are spread sideways so their bars stay apart.
+    The error bars' line collections carry ``gid`` ``fraction:<method>`` and ``diff:<method>``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     sets = list(dict.fromkeys(s["set"]))
-    fig, axes = plt.subplots(1, len(sets), figsize=(5 * len(sets), 4), squeeze=False)
-    for ax, st in zip(axes[0], sets, strict=True):
-        for method, g in s[s["set"] == st].groupby("method", sort=False):
+    methods = list(dict.fromkeys(s["method"]))
+    budgets = sorted(set(s["budget"]))
+    paired = "diff" in s.columns and s["diff"].notna().any()
+    nrow = 2 if paired else 1
+    fig, axes = plt.subplots(nrow, len(sets), figsize=(4.6 * len(sets) + 1.8, 3.6 * nrow + 0.6), squeeze=False,
+                             sharey="row", sharex=True)
+    colors = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)}
+    step = 0.7 / max(len(methods), 1)
+    where = {m: (i - (len(methods) - 1) / 2) * step for i, m in enumerate(methods)}
+    idle = {m for m in methods if (s.loc[s["method"] == m, "used"] == 0).all()}
+    for k, st in enumerate(sets):
+        sub = s[s["set"] == st]
+        ax = axes[0][k]
+        for method, g in sub.groupby("method", sort=False):
             g = g.sort_values("budget")
-            style = "-o" if method == "ncclrl" else "--."
-            ax.errorbar(g["budget"], g["fraction"], yerr=[g["fraction"] - g["lo"], g["hi"] - g["fraction"]],
-                        fmt=style, capsize=2, label=method)
-        ax.set_title(st)
-        ax.set_xscale("log")
-        ax.set_xlabel("budget (live points per problem)")
-        ax.set_ylabel("fraction of the optimum")
+            x = [budgets.index(b) + where[method] for b in g["budget"]]
+            ours = method == ref
+            bars = ax.errorbar(x, g["fraction"], yerr=[g["fraction"] - g["lo"], g["hi"] - g["fraction"]],
+                               fmt="-o" if ours else "--.", ms=6 if ours else 4, lw=1.8 if ours else 0.9,
+                               capsize=2, color=colors[method], zorder=3 if ours else 2,
+                               label=method + (" (no live points: flat in budget)" if method in idle else ""))
+            bars.lines[2][0].set_gid(f"fraction:{method}")
+        n = int(sub["problems"].max())
+        rough = " (intervals over so few are rough)" if n < 5 else ""
+        ax.set_title(f"{st}: {n} problem{'s' if n != 1 else ''}{rough}", fontsize=10)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
+        if paired:
+            dx = axes[1][k]
+            for method, g in sub[sub["diff"].notna()].groupby("method", sort=False):
+                g = g.sort_values("budget")
+                x = [budgets.index(b) + where[method] for b in g["budget"]]
+                dx.errorbar(x, g["diff"], yerr=[g["diff"] - g["diff_lo"], g["diff_hi"] - g["diff"]], fmt="o", ms=3,
+                            capsize=2, color=colors[method]).lines[2][0].set_gid(f"diff:{method}")
+            dx.axhline(0, color="black", lw=0.8, zorder=0)
+            dx.grid(alpha=0.3)
+    axes[0][0].set_ylabel("fraction of the optimum\n(mean over problems of the median\nover seeds, 95% interval)")
+    if paired:
+        axes[1][0].set_ylabel(f"{ref} minus the method\n(paired by problem, 95% interval;\n> 0: {ref} better)")
+    for ax in axes[-1]:
+        ax.set_xticks(range(len(budgets)), [str(b) for b in budgets])
+        ax.set_xlim(-0.5, len(budgets) - 0.5)
+        ax.set_xlabel("budget (live points per problem)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 

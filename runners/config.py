@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import os
 import re
 import textwrap
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_module
@@ -227,9 +229,61 @@ def compose_config(cmd: Command, overrides: list[str], check: bool = True, setup
         hydra_cfg = cfg.pop("hydra")
     if setup_logging:
         configure_log(hydra_cfg.job_logging, hydra_cfg.verbose)
+    if check:
+        check_sizes(cmd, cfg)
+        check_outputs(cmd, cfg)
     if check and hasattr(cmd.schema, "check"):
         OmegaConf.to_object(cfg).check()
     return cfg
+
+
+# the largest size a key may name: 2^62 bytes, so that a doubled size still fits the store's 64-bit integers
+MAX_BYTES = 1 << 62
+# keys naming a folder a command writes into, and keys naming a file it writes (its folder must exist)
+FOLDER_KEYS = ("out", "run_dir", "log_dir")
+FILE_KEYS = ("output", "plot")
+
+
+def check_sizes(cmd: Command, cfg: DictConfig) -> None:
+    """Every ``*_bytes`` key a size from 1 to :data:`MAX_BYTES` (one line naming the key)."""
+    from ncclrl.costmodel.units import parse_bytes
+
+    for key in _keys(cmd.schema):
+        if not key.rsplit(".", 1)[-1].endswith("_bytes"):
+            continue
+        value = OmegaConf.select(cfg, key)
+        if value is None or OmegaConf.is_config(value) or value == "":
+            continue
+        n = parse_bytes(str(value), key)
+        if n > MAX_BYTES:
+            raise ConfigError(key, f"{value} is beyond the largest size; allowed: a whole number of bytes from 1 to "
+                              f"2^62 ({MAX_BYTES}), with an optional K, M or G suffix")
+
+
+def check_outputs(cmd: Command, cfg: DictConfig) -> None:
+    """Before anything runs: every folder the command writes can be created, and every file it
+    writes lies in an existing, writable folder (one line naming the key)."""
+    files_ = set(FILE_KEYS) | set(getattr(cmd.schema, "FILE_KEYS", ()))
+    for key in _keys(cmd.schema):
+        if "." in key or key not in set(FOLDER_KEYS) | files_:
+            continue
+        value = OmegaConf.select(cfg, key)
+        if not value or not isinstance(value, str):
+            continue
+        path = Path(value).expanduser()
+        folder = path.parent if key in files_ else path
+        if key in files_ and path.is_dir():
+            raise ConfigError(key, f"{value} is a folder; name a file to write")
+        if key in files_ and not folder.is_dir():
+            raise ConfigError(key, f"the folder {folder} does not exist; create it, or name a file in an existing "
+                              "folder")
+        probe = folder
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        if not probe.is_dir():
+            raise ConfigError(key, f"cannot create {folder}: {probe} is a file, not a folder")
+        if not (probe.stat().st_mode & 0o222) or not os.access(probe, os.W_OK | os.X_OK):
+            raise ConfigError(key, f"cannot write in {probe} (read-only); name a folder you can write")
 
 
 def _as_list(override: str, keys: dict[str, type]) -> str:

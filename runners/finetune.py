@@ -34,6 +34,7 @@ from ncclrl.costmodel.space import KNOB_FIELDS, Point
 from ncclrl.costmodel.table import file_sha256
 from ncclrl.costmodel.topology import Topology, load_topology
 from ncclrl.costmodel.units import parse_bytes
+from ncclrl.envs.live import TIMEOUT
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.replay import ReplayWorkers, recorded_sweep
 from ncclrl.envs.store import Store
@@ -136,23 +137,66 @@ def live_problem(args: DictConfig, topo: Topology, colls: list[int]) -> tuple[Pr
 def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep=None):
     """``measure(knobs, points, samples, tag)`` over the chosen backend; every point is stored (and
     counted on ``bar``, a progress bar). Replayed, ``sweep`` is the recorded sweep when the caller
-    has read it already (:func:`live_problem`)."""
+    has read it already (:func:`live_problem`).
+
+    Resuming: what ``store`` already holds for this topology and backend is taken first, in the
+    order it was stored (per tag and point: the n-th request of a point gets its n-th stored row),
+    so the same command after an interruption repeats the run's decisions without measuring again
+    and measures from where it stopped; a stored timeout is measured again."""
     replay, seen = sweep, {}
     if args["backend"] == "replay" and replay is None:  # the sweep's jobs, then its repeat's (a point measured again)
         replay = recorded_sweep(args["replay_store"], topo, args["launch"], ("sweep", "sweep-repeat"), status="ok")
+    journal = stored_journal(store, topo.name, args["backend"])
+    reused = [0]
 
     def measure(knobs: Point, points: list[Point], samples: int, tag: str) -> list[list[float] | None]:
-        if replay is not None:
-            w = ReplayWorkers(replay, knobs, seen)
-        else:
-
-            w = live_workers(args, topo, knobs)
-        res = measure_whole(w, points, store, topo.name, backend=args["backend"], samples=samples, tag=tag)
+        got: list[Any] = []
+        for p in points:
+            key = point_key(p)
+            rows = journal.get((tag, key))
+            got.append(rows.pop(0) if rows else MISSING)
+            if got[-1] is not MISSING and got[-1] is not None:
+                seen[key] = seen.get(key, 0) + 1  # as the replay would have counted it
+        todo = [i for i, g in enumerate(got) if g is MISSING]
+        if len(todo) < len(points):
+            if not reused[0]:
+                logger.info("# resuming from %s: measurements this run stored before are reused, not measured "
+                            "again", store.path)
+            reused[0] += len(points) - len(todo)
+        if todo:
+            w = ReplayWorkers(replay, knobs, seen) if replay is not None else live_workers(args, topo, knobs)
+            res = measure_whole(w, [points[i] for i in todo], store, topo.name, backend=args["backend"],
+                                samples=samples, tag=tag)
+            for i, r in zip(todo, res, strict=True):
+                got[i] = r
         if bar is not None:
             bar.advance(len(points))
-        return res
+        return got
 
     return measure
+
+
+MISSING = object()
+
+
+def point_key(p: Point) -> tuple:
+    return (p.collective, int(p.nbytes), p.algo, p.proto, int(p.channels), *map(int, p.knobs))
+
+
+def stored_journal(store: Store, topology: str, backend: str) -> dict[tuple, list[list[float] | None]]:
+    """Per (tag, point), the store's rows for ``topology`` and ``backend`` in the order they were
+    stored: the samples of an ``ok`` row, ``None`` for a failure; timeouts (and points skipped
+    after one) are left out, so that they are measured again."""
+    df = store.frame(topology=topology, backend=backend)
+    out: dict[tuple, list[list[float] | None]] = {}
+    for r in df.itertuples(index=False):
+        err = str(r.error or "")
+        if r.status == "timeout" or (r.status != "ok" and TIMEOUT in err):
+            continue
+        key = (r.collective, int(r.nbytes), r.algo, r.proto, int(r.channels),
+               *(int(getattr(r, f)) for f in KNOB_FIELDS))
+        out.setdefault((r.tag, key), []).append(list(r.samples_us) if r.status == "ok" else None)
+    return out
 
 
 def sweep_reference(frame, topo: Topology, sizes: dict[int, list[int]]) -> dict[str, Any]:

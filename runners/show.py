@@ -1,13 +1,24 @@
-"""``ncclrl show TABLE``: print an exported table back, with a decision map plot."""
+"""``ncclrl show TABLE``: print a table back as the plugin loads it (the plugin's own code reads it:
+:func:`ncclrl.costmodel.table.check_table`), with a decision map plot."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.table import Row, Table
+from ncclrl.costmodel.table import (
+    MAX_BYTES,
+    Row,
+    Table,
+    TableCheck,
+    check_table,
+    check_text,
+    check_unit,
+    read_conf_env,
+)
 from ncclrl.runners.config import Command, register
 
 
@@ -18,12 +29,35 @@ def _human(n: int) -> str:
     return f"{n} B"
 
 
+def plugin_view(path: Path) -> tuple[Table, TableCheck]:
+    """A table file as the plugin loads it: a CSV read by the plugin's own code (its accepted rows,
+    with the ``nccl.conf`` beside it), a JSON through the CSV its rows write; the files of one write
+    checked together first (:func:`check_unit`)."""
+    if path.suffix == ".json":
+        tab = Table.read(path)
+        return tab, check_text(tab.csv_text())
+    if not path.is_file():
+        raise ConfigError("table", f"file not found: {path}")
+    check_unit(path)
+    check = check_table(path)
+    rows = [Row(c, lo, hi, "default" if a == "-1" else a, "default" if p == "-1" else p, ch, nnodes=nn, nranks=nr)
+            for c, lo, hi, a, p, ch, nn, nr, *_ in (v.row for v in check.accepted)]
+    conf = path.with_name("nccl.conf")
+    return Table(None, rows, read_conf_env(conf) if conf.is_file() else {}), check
+
+
 def show(table: str, plot: str | None = None) -> int:
-    tab = Table.read(table)
+    """Print the table's rows as the plugin loads them; exit status 1 when the plugin rejects a
+    row or refuses the table (each reason printed)."""
+    tab, check = plugin_view(Path(table))
     if tab.provenance:
         print("# " + ", ".join(f"{k}={v}" for k, v in tab.provenance.items()))
     if tab.conf:
         print("# nccl.conf: " + " ".join(f"{k}={v}" for k, v in sorted(tab.conf.items())))
+    print("# " + check.summary())
+    where = "line" if Path(table).suffix != ".json" else "line of the CSV it writes"
+    for v in check.rejected:
+        print(f"# rejected, {where} {v.line}: {v.message}")
     timed = bool(tab.rows) and all(r.time_us and r.default_time_us for r in tab.rows)
     print(f"{'collective':<14} {'from':>10} {'to':>10}  {'algorithm':<10} {'protocol':<8} {'channels':>8}"
           + ("  predicted speedup" if timed else ""))
@@ -32,40 +66,174 @@ def show(table: str, plot: str | None = None) -> int:
         print(f"{r.collective:<14} {_human(r.min_bytes):>10} {_human(r.max_bytes):>10}  {r.algo:<10} "
               f"{r.proto:<8} {r.channels:>8}{extra}")
     if plot:
-        decision_map(tab.rows, Path(plot))
+        decision_map(tab.rows, Path(plot), f"{Path(table).name}: {len(tab.rows)} rows")
         print(f"# decision map: {plot}")
-    return 0
+    return 0 if check.ok else 1
 
 
-def decision_map(rows: list[Row], path: Path) -> None:
+#: a row narrower than this many octaves (factors of 2) is drawn this wide, with a black outline:
+#: on a log axis a one-byte row would otherwise be invisible
+MIN_OCTAVES = 0.25
+#: channel counts are written on bars at least this many octaves wide (``ncclrl show`` prints all)
+LABEL_OCTAVES = 1.0
+TOP = MAX_BYTES + 1  # the map runs from 1 B to 4 GiB
+
+
+def _decision(r: Row) -> str:
+    """A row's algorithm/protocol as the legend names it; NCCL's own choice is named as such."""
+    auto_a, auto_p = r.algo in ("default", "-1"), r.proto in ("default", "-1")
+    if auto_a and auto_p:
+        return "NCCL picks algorithm/protocol"
+    return f"{'NCCL picks algorithm' if auto_a else r.algo} / {'NCCL picks protocol' if auto_p else r.proto}"
+
+
+def _octaves(lo: int, hi: int) -> tuple[float, float]:
+    """Row ``lo..hi`` (inclusive) as log2 bounds on the map: ``[lo, hi + 1)``, size 0 at 1 B."""
+    a = math.log2(max(lo, 1))
+    return a, max(a, math.log2(max(hi + 1, 1)))
+
+
+def _widened(a: float, b: float) -> tuple[float, float, bool]:
+    """``[a, b)`` (log2) at least :data:`MIN_OCTAVES` wide, centred where it was, kept on the map."""
+    if b - a >= MIN_OCTAVES:
+        return a, b, False
+    c = min(max((a + b) / 2, MIN_OCTAVES / 2), math.log2(TOP) - MIN_OCTAVES / 2)
+    return c - MIN_OCTAVES / 2, c + MIN_OCTAVES / 2, True
+
+
+def _uncovered(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The sizes ``0..MAX_BYTES`` no span (inclusive) covers, as inclusive ranges."""
+    gaps, nxt = [], 0
+    for lo, hi in sorted(spans):
+        if lo > nxt:
+            gaps.append((nxt, min(lo - 1, MAX_BYTES)))
+        nxt = max(nxt, hi + 1)
+        if nxt > MAX_BYTES:
+            break
+    if nxt <= MAX_BYTES:
+        gaps.append((nxt, MAX_BYTES))
+    return gaps
+
+
+def _lanes(rows: list[Row]) -> tuple[list[tuple[str, tuple[int, int]]], bool]:
+    """One lane per collective (NCCL's order, then names NCCL does not know) and communicator shape."""
+    shapes = list(dict.fromkeys((r.nnodes, r.nranks) for r in rows))
+    names = [c for c in N.COLLECTIVES if any(r.collective == c for r in rows)]
+    names += [c for c in dict.fromkeys(r.collective for r in rows) if c not in names]
+    lanes = [(c, s) for c in names for s in shapes
+             if any(r.collective == c and (r.nnodes, r.nranks) == s for r in rows)]
+    return lanes, len(shapes) > 1
+
+
+def _shape(s: tuple[int, int]) -> str:
+    if s == (-1, -1):
+        return "any shape"
+    nodes, ranks = ("any" if v == -1 else v for v in s)
+    return f"{nodes} node{'' if nodes == 1 else 's'} x {ranks} rank{'' if ranks == 1 else 's'}"
+
+
+def size_axis(ax, lo: float = 1, hi: float = TOP, every: int = 4) -> None:
+    """A log2 size axis from ``lo`` to ``hi`` bytes: ticks every ``every`` octaves named in B, KiB,
+    MiB, GiB (and the ends), a minor tick each octave."""
+    from matplotlib.ticker import FixedLocator, NullFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(lo, hi)
+    k0, k1 = math.ceil(math.log2(lo)), math.floor(math.log2(hi))
+    major = sorted({*range(k0, k1 + 1, every), k1})
+    if len(major) > 1 and major[-1] - major[-2] < every / 2:
+        major.pop(-2)
+    ax.set_xticks([2.0 ** k for k in major], [_human(2 ** k) for k in major])
+    ax.xaxis.set_minor_locator(FixedLocator([2.0 ** k for k in range(k0, k1 + 1)]))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def decision_map(rows: list[Row], path: Path, title: str = "") -> Path:
+    """The table as NCCL applies it: one lane per collective (and communicator shape when the table
+    names several), a bar per row from ``min_bytes`` to ``max_bytes`` on a log size axis from 1 B to
+    4 GiB, coloured by algorithm/protocol, with its channel count; sizes no row covers are drawn
+    (hatched) as NCCL's choice. Every row is drawn: one narrower than :data:`MIN_OCTAVES` is drawn
+    that wide with a black outline; a row overlapping an earlier one (the first match wins) is drawn
+    under it and again as a hatched strip along the lane's bottom. Patches carry ``gid``
+    ``row<i>`` (``i``: the row's index in ``rows``), ``row<i>-overlap`` and ``nccl``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
-    colls = [c for c in N.COLLECTIVES if any(r.collective == c for r in rows)]
-    labels = sorted({f"{r.algo}/{r.proto}" for r in rows})
-    cmap = plt.get_cmap("tab10")
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(colls) + 1.2))
-    for y, c in enumerate(colls):
-        for r in (r for r in rows if r.collective == c):
-            lo, hi = max(r.min_bytes, 1), r.max_bytes + 1
-            color = cmap(labels.index(f"{r.algo}/{r.proto}") % 10)
-            ax.barh(y, hi - lo, left=lo, color=color, edgecolor="white")
-            ax.text((lo * hi) ** 0.5, y, str(r.channels), ha="center", va="center", fontsize=7)
-    ax.set_xscale("log", base=2)
-    ax.set_yticks(range(len(colls)), colls)
-    ax.set_xlabel("message size (bytes); bar labels: channels")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(i % 10)) for i in range(len(labels))]
-    ax.legend(handles, labels, fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    lanes, by_shape = _lanes(rows)
+    decisions = sorted({_decision(r) for r in rows if not _decision(r).startswith("NCCL picks algorithm/")})
+    palette = [plt.get_cmap("tab10")(i) for i in (0, 1, 2, 3, 4, 5, 6, 8, 9)] + \
+        [plt.get_cmap("tab20")(i) for i in range(1, 20, 2)]
+    colors = {d: palette[i % len(palette)] for i, d in enumerate(decisions)}
+    colors["NCCL picks algorithm/protocol"] = "#9e9e9e"
+    gap_style = {"facecolor": "#f4f4f4", "edgecolor": "#8c8c8c", "hatch": "///", "linewidth": 0.5}
+    fig, ax = plt.subplots(figsize=(10, 0.55 * max(len(lanes), 1) + 1.9))
+    widened = overlapped = gaps = False
+    for y, (coll, shape) in enumerate(lanes):
+        applies = [(i, r) for i, r in enumerate(rows) if r.collective == coll and
+                   ((r.nnodes, r.nranks) == shape or (r.nnodes, r.nranks) == (-1, -1))]
+        for lo, hi in _uncovered([(r.min_bytes, r.max_bytes) for _, r in applies]):
+            a, b = _octaves(lo, hi)
+            gaps = True
+            ax.barh(y, 2 ** b - 2 ** a, left=2 ** a, height=0.8, zorder=1, **gap_style)[0].set_gid("nccl")
+        seen: list[Row] = []
+        for i, r in applies:
+            if (r.nnodes, r.nranks) != shape:  # an any-shape row has its own lane
+                seen.append(r)
+                continue
+            a, b, wide = _widened(*_octaves(r.min_bytes, r.max_bytes))
+            over = any(s.min_bytes <= r.max_bytes and r.min_bytes <= s.max_bytes for s in seen)
+            seen.append(r)
+            color = colors[_decision(r)]
+            bar = ax.barh(y, 2 ** b - 2 ** a, left=2 ** a, height=0.8, color=color, zorder=3 + 1 / (i + 1),
+                          edgecolor="black" if wide else "white", linewidth=1.2 if wide else 0.8)[0]
+            bar.set_gid(f"row{i}")
+            widened |= wide
+            if over:
+                overlapped = True
+                ax.barh(y + 0.3, 2 ** b - 2 ** a, left=2 ** a, height=0.2, color=color, hatch="xxx",
+                        edgecolor="black", linewidth=0.6, zorder=6)[0].set_gid(f"row{i}-overlap")
+            elif b - a >= LABEL_OCTAVES:
+                ax.text(2 ** ((a + b) / 2), y, str(r.channels) if r.channels > 0 else "NCCL", ha="center",
+                        va="center", fontsize=7, zorder=7, clip_on=True)
+    size_axis(ax)
+    ax.set_ylim(len(lanes) - 0.5, -0.5)  # the table's order, top down
+    ax.set_yticks(range(len(lanes)),
+                  [f"{c}\n({_shape(s)})" if by_shape else c for c, s in lanes], fontsize=9)
+    ax.set_xlabel("message size (log scale; a bar spans a row's min_bytes..max_bytes; size 0 is drawn at 1 B)")
+    handles = [Patch(color=colors[d], label=d) for d in decisions]
+    if any(_decision(r) == "NCCL picks algorithm/protocol" for r in rows):
+        handles.append(Patch(color=colors["NCCL picks algorithm/protocol"],
+                             label="row: NCCL picks algorithm/protocol"))
+    if gaps:
+        handles.append(Patch(label="NCCL's choice (no row)", **gap_style))
+    if widened:
+        handles.append(Patch(facecolor="white", edgecolor="black", linewidth=1.2,
+                             label=f"row under {MIN_OCTAVES:g} octave: drawn {MIN_OCTAVES:g} octave wide"))
+    if overlapped:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="xxx",
+                             label="row overlapping an earlier row\n(the earlier row wins where both match)"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    notes = [f"numbers on bars: channels (NCCL: NCCL picks); written on bars at least {LABEL_OCTAVES:g} octave wide",
+             "`ncclrl show` prints every row"]
+    if by_shape:
+        notes.append("blank in a lane of one shape: the row in its 'any shape' lane applies")
+    shapes = {s for _, s in lanes}
+    where = f" ({_shape(next(iter(shapes)))})" if len(shapes) == 1 and shapes != {(-1, -1)} else ""
+    ax.set_title((title or "decision map") + where, fontsize=10)
+    fig.text(0.01, 0.005, "; ".join(notes), fontsize=7, color="#444444", ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
+    return Path(path)
 
 
 @dataclass
 class ShowConfig:
-    """Print an exported table (CSV or JSON) back, one row a line, and draw its decision map.
+    """Print a table (CSV or JSON) back as the plugin loads it, one row a line, with every row the
+    plugin rejects and why (exit status 1 then), and draw its decision map.
 
     :param table: nccl_tuner.csv or nccl_tuner.json
     :param plot: write the decision map to this PNG

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -37,12 +38,12 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.noise import geomean, judge
 from ncclrl.costmodel.space import Point, size_grid
-from ncclrl.costmodel.table import read_conf
+from ncclrl.costmodel.table import check_table, check_unit, read_conf
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.envs.live import launch_of
 from ncclrl.envs.measure import measure_whole
-from ncclrl.envs.store import Store, job_ids
+from ncclrl.envs.store import Store, job_ids, open_readonly
 from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.progress import progress
 from ncclrl.runners.sweep import LiveConfig, live_workers
@@ -62,6 +63,8 @@ class ValidateConfig(LiveConfig):
     :param measure: true: measure afresh; false: judge an earlier validation of this table from the store (no GPU)
     :param warmup: a first job of NCCL's defaults, stored but not judged (the first job of a command runs apart)
     """
+
+    FILE_KEYS = ("out",)  # a CSV, not a folder (ncclrl.runners.config.check_outputs)
 
     table: str = ""
     conf: str = ""
@@ -103,26 +106,52 @@ def run_validate(args: DictConfig, out=sys.stdout, workers_factory=None):
     topo = load_topology(args["topology"])
     colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
     lo, hi = parse_bytes(args["min_bytes"], "min_bytes"), parse_bytes(args["max_bytes"], "max_bytes")
-    knobs = read_conf(args["conf"]) if args["conf"] else Point("allreduce", 1)
     table = Path(args["table"])
+    check_plugin_table(table, Path(args["conf"]) if args["conf"] else None)
+    knobs = read_conf(args["conf"]) if args["conf"] else Point("allreduce", 1)
     digest = hashlib.sha256(table.read_bytes()).hexdigest()[:12]
     points = [Point(N.COLLECTIVES[c], s) for c in colls for s in size_grid(lo, hi, topo.nranks, c)]
-    store = Store(Path(args["store"]))
+    # measure=false only reads: the store is opened read-only (mode=ro) and never changes
+    store = Store(Path(args["store"])) if args["measure"] else open_readonly(args["store"])
     if not args["measure"]:
         base, tuned = stored_jobs(store, topo.name, digest, points, args["launch"])
         if not any(tuned):
             raise ConfigError("measure", f"no validation of {table} (sha256 {digest}) for {topo.name} in "
                               f"{args['store']}; run with measure=true")
         log.info("# %s: %d rounds from %s", table, max(map(len, tuned)), args["store"])
+        measured = (f"stored jobs of earlier validations pooled from {args['store']} "
+                    f"(up to {max(map(len, tuned))} per side), launch={args['launch']}")
     else:
         base, tuned = measure_rounds(args, topo, knobs, table, digest, points, store, workers_factory)
+        measured = (f"fresh jobs: {args['rounds']} per side alternating with NCCL's defaults, "
+                    f"{args['samples']} samples each, launch={args['launch']}")
     df = judge(topo, points, base, tuned, digest)
     print_report(df, out)
     if args["out"]:
         df.to_csv(args["out"], index=False)
         if not df.empty:
-            plot_scurves(df, Path(args["out"]).with_suffix(".png"), f"{table.name}: fresh measurement, {topo.name}")
+            plot_scurves(df, Path(args["out"]).with_suffix(".png"),
+                         f"{table.name} (sha256 {digest}) vs NCCL's defaults on {topo.name}", measured)
     return df
+
+
+def check_plugin_table(table: Path, conf: Path | None = None) -> None:
+    """The table as the plugin will load it, read by the plugin's own code
+    (:func:`ncclrl.costmodel.table.check_table`): a table the plugin refuses, or with a row it
+    rejects, is a one-line :class:`ConfigError` naming the first reasons (validating it would judge
+    another table than the one written). The table and its ``nccl.conf`` must be whole files of one
+    write where a manifest says which (:func:`ncclrl.costmodel.table.check_unit`)."""
+    check_unit(table)
+    if conf is not None and conf.parent.resolve() != table.parent.resolve():
+        check_unit(conf)
+    check = check_table(table)
+    if check.refused:
+        raise ConfigError("table", f"{table}: the plugin refuses it whole ({check.refused})")
+    if check.rejected:
+        first = "; ".join(f"line {r.line}: {r.message}" for r in check.rejected[:3])
+        raise ConfigError("table", f"{table}: the plugin rejects {len(check.rejected)} row(s), so NCCL would run "
+                          f"another table than this one ({first}); fix the rows (ncclrl show {table})")
+    log.info("# %s: %s", table, check.summary())
 
 
 def measure_rounds(args, topo, knobs, table, digest, points, store, workers_factory):
@@ -214,30 +243,85 @@ def print_report(df, out=sys.stdout) -> None:
                   "which do not cover between-job noise (rounds >= 2)", file=out)
 
 
-def plot_scurves(df, path: str | Path, title: str = "") -> Path:
-    """Bus bandwidth vs size, NCCL's defaults and the table, one panel per collective."""
+def plot_scurves(df, path: str | Path, title: str = "", measured: str = "") -> Path:
+    """Per collective: bus bandwidth vs size for NCCL's defaults and the table, each with its 95%
+    interval from the between-job spread (top), and the speedup (NCCL's time / the table's) with
+    its 95% interval and verdicts, a line at 1 (bottom): a gain at small sizes that a bandwidth
+    curve squeezes into its lowest decade shows there. ``measured`` says what the jobs were (fresh
+    or stored, how many); it goes into the title. The bands' artists carry ``gid`` ``band-base``,
+    ``band-tuned`` and ``band-speedup``; the speedup axes ``gid`` ``speedup``."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import textwrap
+
     import matplotlib.pyplot as plt
+    import numpy as np
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    from ncclrl.costmodel.noise import t_quantile
+    from ncclrl.runners.show import size_axis
 
     colls = list(dict.fromkeys(df["collective"]))
-    fig, axes = plt.subplots(1, len(colls), figsize=(5 * len(colls), 3.8), squeeze=False)
-    for ax, coll in zip(axes[0], colls, strict=True):
+    fig, axes = plt.subplots(2, len(colls), figsize=(5.6 * len(colls), 7.2), squeeze=False, sharex="col",
+                             gridspec_kw={"height_ratios": [3, 2]})
+    marks = {"faster": ("^", "tab:green"), "slower": ("v", "tab:red"), "same": ("o", "0.55")}
+    for k, coll in enumerate(colls):
+        top, bot = axes[0][k], axes[1][k]
         g = df[df["collective"] == coll].sort_values("nbytes")
-        ax.plot(g["nbytes"], g["base_busbw_gbps"], "o-", ms=3, label="NCCL defaults")
-        ax.plot(g["nbytes"], g["tuned_busbw_gbps"], "s-", ms=3, label="table + nccl.conf")
-        slower = g[g["verdict"] == "slower"]
-        ax.plot(slower["nbytes"], slower["tuned_busbw_gbps"], "rx", ms=8, label="slower (95% CI)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("size (bytes)")
-        ax.set_ylabel("bus bandwidth (GB/s)")
-        ax.set_title(f"{coll} {g['topology'].iloc[0]}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title, fontsize=10)
+        x = g["nbytes"].to_numpy(dtype=float)
+        # each side: the geometric mean of its job medians, +- t * sigma_between / sqrt(jobs) (log scale)
+        dof = g["df"].to_numpy(dtype=int)
+        half = np.array([t_quantile(d) * s / np.sqrt(n) if d > 0 and n > 0 else np.nan
+                         for d, s, n in zip(dof, g["sigma_between"], g["jobs"], strict=True)])
+        for side, label, style in (("base", "NCCL defaults", "o-"), ("tuned", "table + nccl.conf", "s-")):
+            bw = g[f"{side}_busbw_gbps"].to_numpy(dtype=float)
+            (line,) = top.plot(x, bw, style, ms=3, label=label)
+            width = f" (median \u00b1{100 * np.expm1(np.nanmedian(half)):.2g}%)" if np.isfinite(half).any() else ""
+            top.fill_between(x, bw * np.exp(-half), bw * np.exp(half), color=line.get_color(), alpha=0.25,
+                             lw=0, label=f"{label}: 95% interval{width}" if width else None).set_gid(f"band-{side}")
+        top.set_yscale("log")
+        top.set_ylabel("bus bandwidth (GB/s)")
+        jobs = sorted(set(g["jobs"].astype(int)))
+        njobs = f"{jobs[0]}" if len(jobs) == 1 else f"{jobs[0]}-{jobs[-1]}"
+        top.set_title(f"{coll}, {g['topology'].iloc[0]}: {njobs} job{'s' if jobs[-1] != 1 else ''} per side",
+                      fontsize=10)
+        top.grid(alpha=0.3, which="both")
+        if (dof == 0).any():
+            top.plot([], [], " ", label=f"{int((dof == 0).sum())} of {len(dof)} sizes with one job a side: "
+                     "no between-job band (rounds >= 2)")
+        top.legend(fontsize=7, loc="best")
+
+        sp, lo, hi = (g[c].to_numpy(dtype=float) for c in ("speedup", "speedup_lo", "speedup_hi"))
+        kind = "between-job" if (dof > 0).all() else \
+            "within-job: one job a side" if (dof == 0).all() else "between-job; within-job where one job a side"
+        bot.fill_between(x, lo, hi, color="tab:purple", alpha=0.25, lw=0,
+                         label=f"95% interval ({kind})").set_gid("band-speedup")
+        bot.plot(x, sp, "-", color="tab:purple", lw=1, label="NCCL's time / table's time")
+        for verdict, (m, c) in marks.items():
+            sel = (g["verdict"] == verdict).to_numpy()
+            if sel.any():
+                bot.plot(x[sel], sp[sel], m, color=c, ms=5, ls="none", label=f"{verdict} ({int(sel.sum())})")
+        bot.axhline(1.0, color="black", lw=0.8, zorder=0)
+        bot.set_yscale("log", base=2)
+        ymin = min(float(np.nanmin(lo)), 1.0) / 1.1
+        ymax = max(float(np.nanmax(hi)), 1.0) * 1.1
+        bot.set_ylim(ymin, ymax)
+        ticks = [t for t in (0.25, 0.5, 0.67, 0.8, 1, 1.25, 1.5, 2, 3, 4, 6, 8, 16) if ymin <= t <= ymax]
+        bot.yaxis.set_major_locator(FixedLocator(ticks))
+        bot.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+        bot.yaxis.set_minor_formatter(NullFormatter())
+        bot.set_ylabel("speedup (> 1: table faster)")
+        bot.set_gid("speedup")
+        bot.grid(alpha=0.3)
+        bot.legend(fontsize=7, loc="best")
+        lo_x, hi_x = 2.0 ** np.floor(np.log2(x.min())), 2.0 ** np.ceil(np.log2(x.max()))
+        size_axis(bot, lo_x / 2 if lo_x == hi_x else lo_x, hi_x * 2 if lo_x == hi_x else hi_x,
+                  every=max(1, math.ceil(np.log2(hi_x / lo_x) / 7)))
+        bot.set_xlabel("size (log scale)")
+    head = [textwrap.fill(t, int(13 * 5.6 * len(colls))) for t in (title, measured) if t]
+    if head:
+        fig.suptitle("\n".join(head), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -6,11 +6,13 @@ content before any path), its fingerprint against Python's, and rows of several 
 from __future__ import annotations
 
 import ctypes
+import io
 import os
 import random
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -287,3 +289,203 @@ def test_a_table_over_the_plugins_limit_is_refused_whole(build, exported, tmp_pa
         [f"TUNER/ncclrl: table from NCCLRL_TUNER_TABLE_DATA is larger than {16 << 20} bytes ({data.stat().st_size}): "
          "NCCL's own decisions everywhere"]
     assert set(got.values()) == {(-1, -1, 0)}
+
+
+# -- robustness: the locale, files that are not tables, big tables, overlaps, ABI v2, threads --------
+
+def test_c_harness_under_other_locales(build, tmp_path):
+    """The whole harness (names in upper case, numbers, every table) under a German locale (decimal
+    comma) and a Turkish one (``tolower('I')`` is not ``'i'``): parsing never follows the locale."""
+    if shutil.which("localedef") is None or not Path("/usr/share/i18n/locales/de_DE").exists():
+        pytest.skip("no localedef or locale sources to build de_DE/tr_TR from")
+    make(build, str(build / "harness"))
+    locales = tmp_path / "locales"
+    locales.mkdir()
+    for name, src, charmap in (("de_DE.UTF-8", "de_DE", "UTF-8"), ("tr_TR.ISO-8859-9", "tr_TR", "ISO-8859-9")):
+        subprocess.run(["localedef", "-i", src, "-f", charmap, str(locales / name)], capture_output=True,
+                       timeout=120)
+        assert (locales / name).exists(), name
+        p = subprocess.run([str(build / "harness"), str(build / "libnccl-tuner-ncclrl.so"),
+                            str(PLUGIN / "tests" / "data")], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "LOCPATH": str(locales), "HARNESS_LOCALE": name})
+        assert p.returncode == 0 and p.stdout.rstrip().endswith(" passed, 0 failed"), p.stdout + p.stderr
+        assert f"locale {name}: decimal point ','" in p.stdout
+        if name.startswith("tr_TR"):
+            assert "tolower('I') = 0xfd" in p.stdout  # the trap is live, and the table still reads right
+
+
+def warns(logs: list[tuple[int, str]]) -> list[str]:
+    return [msg for level, msg in logs if level == 2]
+
+
+@pytest.mark.parametrize("kind", ["nul", "fifo", "directory", "dev-zero"])
+def test_files_that_are_not_tables_are_refused_quickly(build, tmp_path, kind):
+    """A NUL byte, a FIFO with no writer, a directory, /dev/zero: one WARN, NCCL decides everything,
+    and init returns at once (a blocking read of the FIFO would hang NCCL's init; probe's timeout)."""
+    path = {"nul": tmp_path / "t.csv", "fifo": tmp_path / "fifo.csv", "directory": tmp_path,
+            "dev-zero": Path("/dev/zero")}[kind]
+    if kind == "nul":
+        path.write_bytes(b"allreduce,0,100,ring,ll,2,-1,-1\nallreduce,101,\x00200,ring,ll,2,-1,-1\n")
+    if kind == "fifo":
+        os.mkfifo(path)
+    want = {"nul": "holds a NUL byte at offset 46 (line 2)", "fifo": "is a FIFO, not a regular file",
+            "directory": "is a directory, not a regular file", "dev-zero": "is a character device, not a regular file"}
+    t0 = time.monotonic()
+    logs, got = probe(build, 1, 4, {"NCCLRL_TUNER_TABLE": str(path)})
+    assert time.monotonic() - t0 < 10
+    (msg,) = warns(logs)
+    assert str(path) in msg and want[kind] in msg and "NCCL's own decisions everywhere" in msg
+    assert set(got.values()) == {(-1, -1, 0)}
+    assert not [m for _, m in logs if "table from" in m]
+
+
+def many_rows(n: int, shape: tuple[int, int] = (1, 4)) -> str:
+    per = n // 5
+    return "".join(f"{c},{i * 4096},{i * 4096 + 4095},{'ring' if i % 2 else 'tree'},{'simple' if i % 3 else 'll'},"
+                   f"{1 + i % 24},{shape[0]},{shape[1]}\n" for c in N.COLLECTIVES for i in range(per))
+
+
+def test_100000_rows_load_fast_and_whole(build, tmp_path):
+    """100,000 rows (4.5 MB) from a file: every row loads, decisions from the first and last rows,
+    and the load (init, in a fresh process) stays well under a second even on a loaded machine."""
+    path = tmp_path / "big.csv"
+    path.write_text(many_rows(100_000))
+    queries = [(c, s) for c in range(5) for s in (0, 4095, 4096, 19_999 * 4096 + 4095, 20_000 * 4096)]
+    t0 = time.monotonic()
+    logs, got = probe(build, 1, 4, {"NCCLRL_TUNER_TABLE": str(path)}, queries=queries)
+    assert time.monotonic() - t0 < 5
+    m = source_line(logs)
+    assert (int(m.group(3)), int(m.group(5)), int(m.group(8))) == (100_000, 100_000, 0) and not warns(logs)
+    for c in range(5):
+        assert got[(c, 0)] == got[(c, 4095)] == (N.TREE, N.LL, 1)
+        assert got[(c, 4096)] == (N.RING, N.SIMPLE, 2)
+        assert got[(c, 19_999 * 4096 + 4095)] == (N.RING, N.SIMPLE, 1 + 19_999 % 24)
+        assert got[(c, 20_000 * 4096)] == (-1, -1, 0)
+
+
+def test_bench_loads_100000_rows(build):
+    out = make(build, "bench")
+    (line,) = [x for x in out.splitlines() if x.startswith("table load, 100,000 rows")]
+    assert "rows missing" not in line
+    assert float(line.split(": ")[1].split(" ms")[0]) < 1000  # the goal, < 100 ms, is read off a quiet machine
+
+
+def brute_force(rows: list[dict], nodes: int, nranks: int) -> dict[int, int | None]:
+    """The overlap rule read literally, O(n^2): in file order, a row of this shape is rejected when
+    it overlaps an accepted row of the same collective whose filters are compatible. line -> None
+    (accepted) or the lines it overlaps."""
+    accepted: list[dict] = []
+    out: dict[int, int | None] = {}
+    for r in rows:
+        if r["nNodes"] not in (-1, nodes) or r["nRanks"] not in (-1, nranks):
+            continue
+        clash = [o["line"] for o in accepted if o["collective"] == r["collective"]
+                 and (o["pipe"] == r["pipe"] or -1 in (o["pipe"], r["pipe"]))
+                 and (o["reg"] == r["reg"] or -1 in (o["reg"], r["reg"]))
+                 and r["min_bytes"] <= o["max_bytes"] and o["min_bytes"] <= r["max_bytes"]]
+        out[r["line"]] = clash or None
+        if not clash:
+            accepted.append(r)
+    return out
+
+
+def overlapping_table(rng: random.Random, n: int) -> tuple[str, list[dict]]:
+    rows, lines = [], []
+    for i in range(n):
+        lo = rng.randrange(0, 1000)
+        r = {"line": i + 1, "collective": rng.choice(N.COLLECTIVES[3:]), "min_bytes": lo,
+             "max_bytes": lo + rng.choice([0, 1, 5, 20, 100, 400]), "pipe": rng.choice([-1, -1, 1, 2, 4]),
+             "reg": rng.choice([-1, 0, 1]), "nNodes": rng.choice([-1, 1, 2]), "nRanks": rng.choice([-1, 4, 8])}
+        rows.append(r)
+        lines.append(f"{r['collective']},{r['min_bytes']},{r['max_bytes']},ring,simple,{1 + i % 64},{r['nNodes']},"
+                     f"{r['nRanks']},{r['pipe']},{r['reg']}")
+    return "\n".join(lines) + "\n", rows
+
+
+def test_overlap_check_matches_brute_force_on_random_tables(build):
+    """The plugin's O(n log n) overlap check (sort, then prefix maxima) against the literal O(n^2)
+    rule on random tables with every kind of filter, for several communicator shapes: the same rows
+    rejected, each WARN naming a row it does overlap."""
+    from ncclrl.costmodel.table import check_text, plugin_checker
+
+    checker = plugin_checker(build)
+    rng = random.Random(7)
+    warn = re.compile(r":(\d+): field min_bytes: range \d+-\d+ of \w+ overlaps line (\d+); rejected")
+    for trial in range(12):
+        text, rows = overlapping_table(rng, rng.choice([20, 60, 200]))
+        for nodes, nranks in ((1, 4), (2, 8), (2, 4)):
+            want = brute_force(rows, nodes, nranks)
+            logs, _ = probe(build, nodes, nranks, {"NCCLRL_TUNER_TABLE_DATA": text}, queries=[(4, 8)])
+            got = {int(a): int(b) for a, b in (warn.search(m).groups() for m in warns(logs))}
+            assert set(got) == {ln for ln, c in want.items() if c}, (trial, nodes, nranks)
+            assert all(got[ln] in want[ln] for ln in got)
+            m = source_line(logs)
+            assert int(m.group(5)) == sum(c is None for c in want.values())
+        # the checker (show, validate) runs the same code over every shape the table can meet
+        res = check_text(text, checker)
+        rejected = {v.line for v in res.rejected}
+        for nodes, nranks in ((1, 4), (2, 8), (2, 4), (1, 8), (2, 99), (99, 4), (99, 99)):
+            assert {ln for ln, c in brute_force(rows, nodes, nranks).items() if c} <= rejected
+        assert rejected <= {ln for nodes in (1, 2, 99) for nranks in (4, 8, 99)
+                            for ln, c in brute_force(rows, nodes, nranks).items() if c}
+
+
+def test_the_checker_reports_what_the_plugin_loads(build, tmp_path):
+    """``ncclrl show``/``validate`` read tables with the plugin's own code: on random tables with junk
+    rows and on the fuzz seeds, the checker's accepted rows for a shape are what the plugin applies."""
+    from ncclrl.costmodel.table import check_table, check_text, plugin_checker
+
+    checker = plugin_checker(build)
+    rng = random.Random(3)
+    texts = [random_table(rng, 2, 8)[0] for _ in range(8)]
+    texts += [p.read_text() for p in sorted((PLUGIN / "tests" / "data").glob("*.csv"))]
+    for text in texts:
+        res = check_text(text, checker)
+        assert res.fingerprint == fingerprint(text) and not res.refused
+        for nodes, nranks, loaded in res.shapes:
+            if -1 in (nodes, nranks):
+                continue
+            logs, _ = probe(build, nodes, nranks, {"NCCLRL_TUNER_TABLE_DATA": text}, queries=[(4, 8)])
+            m = source_line(logs)
+            assert int(m.group(5)) == loaded and int(m.group(3)) == res.rows
+        lines = text.splitlines()
+        for v in res.accepted:  # the row as the plugin read it is the line's
+            assert lines[v.line - 1].replace(" ", "").lower().startswith(f"{v.row[0]},{v.row[1]},")
+    # the same refusals as the plugin for files that are not tables
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert "is a FIFO" in check_table(fifo, checker).refused
+    assert "holds a NUL byte" in check_text(b"allreduce,0,1,ring,ll,1,-1,-1\n\x00", checker).refused
+
+
+def test_show_prints_the_plugins_verdicts(build, tmp_path, capsys, monkeypatch):
+    from ncclrl.runners.show import show
+
+    monkeypatch.setenv("NCCLRL_PLUGIN_DIR", str(build))
+    path = tmp_path / "nccl_tuner.csv"
+    path.write_text("allreduce,0,1000,RING,LL,2,-1,-1\nallreduce,500,2000,tree,ll,2,-1,-1\nreduce,0,10,ring,LL256,1,-1,-1\n")
+    assert show(str(path)) == 1
+    out = capsys.readouterr().out
+    assert "1 rows load, 2 rejected" in out and "line 2: field min_bytes" in out and "line 3: field protocol" in out
+    assert "ring" in out and "tree" not in out.split("rejected")[-1].split("\n", 1)[1]
+    path.write_text("allreduce,0,1000,ring,ll,2,-1,-1\n")
+    assert show(str(path)) == 0
+
+
+def test_validate_refuses_a_table_the_plugin_would_change(build, tmp_path, monkeypatch):
+    from ncclrl.costmodel.errors import ConfigError
+    from ncclrl.runners.validate import parse_args, run_validate
+
+    monkeypatch.setenv("NCCLRL_PLUGIN_DIR", str(build))
+    table = tmp_path / "t.csv"
+    table.write_text("allreduce,0,max,ring,simple,2,-1,-1\nallreduce,0,10,tree,ll,2,-1,-1\n")
+    args = parse_args([f"table={table}", "topology=h200-2x2-sock", "max_bytes=1M", f"store={tmp_path / 's.sqlite'}",
+                       "measure=0"])
+    with pytest.raises(ConfigError, match="rejects 1 row.*line 2: field min_bytes"):
+        run_validate(args, out=io.StringIO())
+
+
+def test_abi_v2_never_forces_what_that_nccl_cannot_run(build):
+    """Covered case by case in the C harness (check_v2_refusals); here: it ran and passed."""
+    out = make(build, "test")
+    assert out.rstrip().endswith(" passed, 0 failed")

@@ -3,16 +3,23 @@
  * logger, call getCollInfo with real-shaped cost tables (-1 entries included), finalize, and check
  * each decision against known answers for tests/data/basic.csv (from a file and from
  * NCCLRL_TUNER_TABLE_DATA), tests/data/shapes.csv (rows for several communicator shapes),
- * tables of 1 MiB and 17 MiB in the environment, and the request log (NCCLRL_TUNER_REQUEST_LOG).
+ * tables of 1 MiB and 17 MiB in the environment, the request log (NCCLRL_TUNER_REQUEST_LOG), files
+ * that are not tables (a NUL byte, a FIFO, a directory, /dev/zero), the locale (HARNESS_LOCALE: run
+ * everything under it), ABI v2's refusals, the per-collective filter limit, and communicators
+ * initialised and queried from several threads at once.
  *
  *   harness LIB DATA_DIR     exit status 0 when every check passes (HARNESS_ECHO=1: print the log lines)
  */
 #define _POSIX_C_SOURCE 200809L
+#include <ctype.h>
 #include <dlfcn.h>
+#include <locale.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../ncclrl_tuner_abi.h"
@@ -148,6 +155,263 @@ static void check_cost_version(const char* label, void* ctx, int version, const 
   }
 }
 
+/* ---- robustness: files that are not tables, the locale, ABI v2, the filter limit, threads ---- */
+
+/* Init a v5 context on the table at path (no data variable); the log lines land in msgs. */
+static void* init_path(const ncclrl_tuner_v5_t* v5, const char* path, size_t nranks, size_t nnodes) {
+  ncclrl_nvl_domain_info_v5_t nvl = {1, 4, 4};
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+  setenv("NCCLRL_TUNER_TABLE", path, 1);
+  nmsgs = 0;
+  void* ctx = NULL;
+  CHECK(v5->init(&ctx, 90, nranks, nnodes, logger, &nvl, NULL) == NCCLRL_SUCCESS && ctx, "init on %s", path);
+  return ctx;
+}
+
+/* No row applies: every call keeps NCCL's decision. */
+static int untouched(const ncclrl_tuner_v5_t* v5, void* ctx) {
+  for (int c = 0; c < NCCLRL_NUM_COLLS; c++)
+    for (size_t s = 1; s < ((size_t)1 << 33); s *= 3) {
+      float t[7][3], before[7][3];
+      fill_table(t);
+      memcpy(before, t, sizeof(t));
+      int nch = 0;
+      v5->getCollInfo(ctx, c, s, 1, (float**)t, 7, 3, 0, &nch);
+      if (nch != 0 || memcmp(t, before, sizeof(t)) != 0) return 0;
+    }
+  return 1;
+}
+
+static void check_refused_file(const ncclrl_tuner_v5_t* v5, const char* path, const char* what) {
+  void* ctx = init_path(v5, path, 4, 1);
+  CHECK(find_msg(NCCLRL_LOG_WARN, path, what) && find_msg(NCCLRL_LOG_WARN, "NCCL's own decisions everywhere", NULL),
+        "%s: no WARN saying '%s'", path, what);
+  CHECK(!find_msg(NCCLRL_LOG_INFO, "table from", NULL), "%s: must not load", path);
+  CHECK(untouched(v5, ctx), "%s: NCCL must decide everything", path);
+  v5->finalize(ctx);
+}
+
+static void check_not_tables(const ncclrl_tuner_v5_t* v5) {
+  char dir[] = "/tmp/ncclrl-harness-odd-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  char path[256];
+  /* a NUL byte anywhere: not a text table, refused whole (a preallocated, half-written file looks so) */
+  snprintf(path, sizeof(path), "%s/nul.csv", dir);
+  FILE* f = fopen(path, "wb");
+  static const char nul_table[] = "allreduce,0,100,ring,ll,2,-1,-1\nallreduce,101,200,ring\0ll,2,-1,-1\n";
+  if (f) { fwrite(nul_table, 1, sizeof(nul_table) - 1, f); fclose(f); }
+  check_refused_file(v5, path, "holds a NUL byte at offset 54 (line 2)");
+  /* a FIFO with no writer: refused at once (a blocking open or read would stall NCCL's init) */
+  snprintf(path, sizeof(path), "%s/fifo.csv", dir);
+  CHECK(mkfifo(path, 0600) == 0, "mkfifo");
+  check_refused_file(v5, path, "is a FIFO, not a regular file");
+  unlink(path);
+  /* a directory, an endless device */
+  check_refused_file(v5, dir, "is a directory, not a regular file");
+  check_refused_file(v5, "/dev/zero", "is a character device, not a regular file");
+  /* unreadable: a WARN, not the INFO of a missing file (root reads it anyway: skip then) */
+  snprintf(path, sizeof(path), "%s/secret.csv", dir);
+  f = fopen(path, "w");
+  if (f) { fputs("allreduce,0,100,ring,ll,2,-1,-1\n", f); fclose(f); }
+  chmod(path, 0);
+  if (access(path, R_OK) != 0) check_refused_file(v5, path, "cannot open table");
+  unlink(path);
+  snprintf(path, sizeof(path), "%s/nul.csv", dir);
+  unlink(path);
+  rmdir(dir);
+}
+
+/* Table names in upper case and numbers read the same under any locale the application set. */
+static void check_locale(const ncclrl_tuner_v5_t* v5) {
+  const char* want = getenv("HARNESS_LOCALE");
+  const char* got = setlocale(LC_ALL, want ? want : "C");
+  CHECK(got != NULL, "setlocale(LC_ALL, '%s') failed", want ? want : "C");
+  if (got && want) {
+    printf("locale %s: decimal point '%s', tolower('I') = 0x%02x\n", got, localeconv()->decimal_point,
+           (unsigned)(unsigned char)tolower('I'));
+  }
+  setenv("NCCLRL_TUNER_TABLE_DATA", "ALLREDUCE, 0, 1023, RING, LL128, 7, -1, -1\n"
+         "ALLREDUCE,1024,MAX,TREE,SIMPLE,+12,-1,-1\n"
+         "ALLREDUCE,1024,max,TREE,SIMPLE,12,-1,-1\n"
+         "BROADCAST,0,max,RING,SIMPLE,3,-1,-1,-1,-1,1048576\n"
+         "REDUCE,0,1.5,RING,SIMPLE,3,-1,-1\nREDUCE,0,1,5,RING,SIMPLE,3,-1,-1\n"
+         "ALLGATHER,0,9223372036854775808,RING,LL,1,-1,-1\n", 1);
+  nmsgs = 0;
+  void* ctx = NULL;
+  ncclrl_nvl_domain_info_v5_t nvl = {1, 4, 4};
+  v5->init(&ctx, 91, 4, 1, logger, &nvl, NULL);
+  CHECK(find_msg(NCCLRL_LOG_INFO, "(", "3 rows") && count_level(NCCLRL_LOG_WARN) == 4,
+        "locale: 3 rows and 4 WARNs expected, %d WARNs", count_level(NCCLRL_LOG_WARN));
+  CHECK(find_msg(NCCLRL_LOG_WARN, ":2: field max_bytes", NULL) && find_msg(NCCLRL_LOG_WARN, ":5: field max_bytes", NULL)
+        && find_msg(NCCLRL_LOG_WARN, ":6: field", NULL) && find_msg(NCCLRL_LOG_WARN, ":7: field max_bytes", NULL),
+        "locale: MAX, 1.5, 1,5 and 2^63 must be rejected");
+  float t[7][3];
+  int nch = 0;
+  fill_table(t);
+  v5->getCollInfo(ctx, NCCLRL_ALLREDUCE, 100, 1, (float**)t, 7, 3, 0, &nch);
+  CHECK(t[NCCLRL_RING][NCCLRL_LL128] == 0.0f && nch == 7, "locale: upper-case RING/LL128 row");
+  fill_table(t);
+  nch = 0;
+  v5->getCollInfo(ctx, NCCLRL_ALLREDUCE, 1 << 20, 1, (float**)t, 7, 3, 0, &nch);
+  CHECK(t[NCCLRL_TREE][NCCLRL_SIMPLE] == 0.0f && nch == 12, "locale: TREE/SIMPLE row");
+  fill_table(t);
+  nch = 0;
+  v5->getCollInfo(ctx, NCCLRL_BROADCAST, 5, 1, (float**)t, 7, 3, 0, &nch);
+  CHECK(t[NCCLRL_RING][NCCLRL_SIMPLE] == 0.0f && nch == 3, "locale: BROADCAST row");
+  v5->finalize(ctx);
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+}
+
+/* ABI v2 (NCCL 2.21): a choice that NCCL cannot run for that collective is never written. */
+static void check_v2_refusals(const ncclrl_tuner_v2_t* v2) {
+  static const struct {
+    const char* row;
+    int coll, collnet, nvls;
+    size_t nnodes;
+    int forced; /* 1: the row's algorithm and protocol are written */
+  } CASES[] = {
+      {"broadcast,0,max,tree,simple,2,-1,-1", NCCLRL_BROADCAST, 1, 1, 1, 0},
+      {"broadcast,0,max,ring,ll128,2,-1,-1", NCCLRL_BROADCAST, 0, 0, 1, 1},
+      {"reduce,0,max,nvls,simple,2,-1,-1", NCCLRL_REDUCE, 1, 1, 1, 0},
+      {"allgather,0,max,tree,simple,2,-1,-1", NCCLRL_ALLGATHER, 1, 1, 1, 0},
+      {"allgather,0,max,pat,simple,2,-1,-1", NCCLRL_ALLGATHER, 1, 1, 2, 0},
+      {"allgather,0,max,nvls,simple,2,-1,-1", NCCLRL_ALLGATHER, 0, 1, 1, 1},
+      {"allgather,0,max,nvls,ll,2,-1,-1", NCCLRL_ALLGATHER, 0, 1, 1, 0},
+      {"allgather,0,max,nvls,simple,2,-1,-1", NCCLRL_ALLGATHER, 0, 1, 2, 0},
+      {"allgather,0,max,nvls,simple,2,-1,-1", NCCLRL_ALLGATHER, 1, 1, 2, 1},
+      {"allgather,0,max,collnet_direct,simple,2,-1,-1", NCCLRL_ALLGATHER, 1, 1, 2, 0},
+      {"reducescatter,0,max,collnet_chain,simple,2,-1,-1", NCCLRL_REDUCESCATTER, 1, 1, 2, 0},
+      {"reducescatter,0,max,ring,ll,2,-1,-1", NCCLRL_REDUCESCATTER, 0, 0, 2, 1},
+      {"allreduce,0,max,nvls_tree,simple,2,-1,-1", NCCLRL_ALLREDUCE, 1, 1, 1, 0},
+      {"allreduce,0,max,nvls_tree,simple,2,-1,-1", NCCLRL_ALLREDUCE, 0, 1, 2, 1},
+      {"allreduce,0,max,nvls_tree,ll128,2,-1,-1", NCCLRL_ALLREDUCE, 1, 1, 2, 0},
+      {"allreduce,0,max,collnet_direct,simple,2,-1,-1", NCCLRL_ALLREDUCE, 1, 0, 2, 1},
+      {"allreduce,0,max,collnet_direct,ll,2,-1,-1", NCCLRL_ALLREDUCE, 1, 0, 2, 0},
+      {"allreduce,0,max,collnet_chain,simple,2,-1,-1", NCCLRL_ALLREDUCE, 0, 1, 2, 0},
+      {"allreduce,0,max,pat,simple,2,-1,-1", NCCLRL_ALLREDUCE, 1, 1, 1, 0},
+      {"allreduce,0,max,tree,ll128,2,-1,-1", NCCLRL_ALLREDUCE, 0, 0, 1, 1},
+  };
+  for (size_t i = 0; i < sizeof(CASES) / sizeof(CASES[0]); i++) {
+    setenv("NCCLRL_TUNER_TABLE_DATA", CASES[i].row, 1);
+    nmsgs = 0;
+    void* ctx = NULL;
+    CHECK(v2->init(8, CASES[i].nnodes, logger, &ctx) == NCCLRL_SUCCESS && ctx, "v2 init");
+    CHECK(count_level(NCCLRL_LOG_WARN) == 0, "v2 case %zu: the row itself is valid", i);
+    int a = -1, p = -1, nch = 0;
+    v2->getCollInfo(ctx, CASES[i].coll, 4096, CASES[i].collnet, CASES[i].nvls, 1, &a, &p, &nch);
+    if (CASES[i].forced)
+      CHECK(a >= 0 && p >= 0 && nch == 2, "v2 case %zu (%s, %zu nodes): must be written, got %d/%d/%d", i,
+            CASES[i].row, CASES[i].nnodes, a, p, nch);
+    else
+      CHECK(a == -1 && p == -1 && nch == 0, "v2 case %zu (%s, %zu nodes, collnet %d, nvls %d): written %d/%d/%d", i,
+            CASES[i].row, CASES[i].nnodes, CASES[i].collnet, CASES[i].nvls, a, p, nch);
+    v2->destroy(ctx);
+  }
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+}
+
+/* More distinct numPipeOps filters than a collective keeps: every row past the limit has its WARN. */
+static void check_filter_limit(const ncclrl_tuner_v5_t* v5) {
+  char* text = malloc(64 * 40);
+  if (!text) return;
+  text[0] = '\0';
+  for (int k = 1; k <= 20; k++) /* 20 filters, two rows each: the last 4 filters' 8 rows are rejected */
+    for (int j = 0; j < 2; j++)
+      snprintf(text + strlen(text), 64, "allreduce,%d,%d,ring,ll,1,-1,-1,%d\n", j * 100, j * 100 + 99, k);
+  setenv("NCCLRL_TUNER_TABLE_DATA", text, 1);
+  nmsgs = 0;
+  void* ctx = NULL;
+  ncclrl_nvl_domain_info_v5_t nvl = {1, 4, 4};
+  v5->init(&ctx, 92, 4, 1, logger, &nvl, NULL);
+  CHECK(count_level(NCCLRL_LOG_WARN) == 8 && find_msg(NCCLRL_LOG_INFO, "32 for this communicator", "8 rejected"),
+        "filter limit: 8 WARNs expected, %d", count_level(NCCLRL_LOG_WARN));
+  for (int k = 17; k <= 20; k++) {
+    char want[64];
+    snprintf(want, sizeof(want), ":%d: field numPipeOps", 2 * k - 1);
+    CHECK(find_msg(NCCLRL_LOG_WARN, want, NULL), "filter limit: no WARN for line %d", 2 * k - 1);
+    snprintf(want, sizeof(want), ":%d: field numPipeOps", 2 * k);
+    CHECK(find_msg(NCCLRL_LOG_WARN, want, NULL), "filter limit: no WARN for line %d", 2 * k);
+  }
+  v5->finalize(ctx);
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+  free(text);
+}
+
+/* Several communicators initialised, queried and finalised at once from threads: each thread's
+ * decisions equal those of one thread alone. The table comes from the environment, set before. */
+#define NTHREADS 8
+#define NQUERIES 2000
+typedef struct {
+  const ncclrl_tuner_v5_t* v5;
+  size_t nranks, nnodes;
+  int got[NQUERIES][3];
+  int ok;
+} worker_t;
+
+static void query_all(const ncclrl_tuner_v5_t* v5, void* ctx, int got[NQUERIES][3]) {
+  for (int q = 0; q < NQUERIES; q++) {
+    float t[7][3];
+    for (int a = 0; a < 7; a++)
+      for (int p = 0; p < 3; p++) t[a][p] = 1.0f;
+    int nch = 0;
+    v5->getCollInfo(ctx, q % 5, (size_t)q * 977u * (size_t)(q % 7 + 1), 1, (float**)t, 7, 3, 0, &nch);
+    got[q][0] = got[q][1] = -1;
+    for (int a = 0; a < 7; a++)
+      for (int p = 0; p < 3; p++)
+        if (t[a][p] == 0.0f) { got[q][0] = a; got[q][1] = p; }
+    got[q][2] = nch;
+  }
+}
+
+static void* worker(void* arg) {
+  worker_t* w = (worker_t*)arg;
+  ncclrl_nvl_domain_info_v5_t nvl = {1, 4, 4};
+  w->ok = 1;
+  for (int round = 0; round < 5; round++) {
+    void* ctx = NULL;
+    if (w->v5->init(&ctx, 100 + round, w->nranks, w->nnodes, NULL, &nvl, NULL) != NCCLRL_SUCCESS || !ctx) {
+      w->ok = 0;
+      return NULL;
+    }
+    query_all(w->v5, ctx, w->got);
+    w->v5->finalize(ctx);
+  }
+  return NULL;
+}
+
+static void check_threads(const ncclrl_tuner_v5_t* v5, const char* data_dir) {
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/shapes.csv", data_dir);
+  size_t len = 0;
+  char* text = read_all(path, &len);
+  CHECK(text != NULL, "cannot read %s", path);
+  if (!text) return;
+  setenv("NCCLRL_TUNER_TABLE_DATA", text, 1);
+  free(text);
+  static const size_t SHAPE[][2] = {{4, 2}, {2, 1}, {2, 2}, {4, 1}};
+  static worker_t ws[NTHREADS], ref[4];
+  ncclrl_nvl_domain_info_v5_t nvl = {1, 4, 4};
+  for (int s = 0; s < 4; s++) { /* one thread alone first: the reference */
+    void* ctx = NULL;
+    v5->init(&ctx, 99, SHAPE[s][0], SHAPE[s][1], NULL, &nvl, NULL);
+    query_all(v5, ctx, ref[s].got);
+    v5->finalize(ctx);
+  }
+  pthread_t tid[NTHREADS];
+  for (int i = 0; i < NTHREADS; i++) {
+    ws[i].v5 = v5;
+    ws[i].nranks = SHAPE[i % 4][0];
+    ws[i].nnodes = SHAPE[i % 4][1];
+    CHECK(pthread_create(&tid[i], NULL, worker, &ws[i]) == 0, "pthread_create");
+  }
+  for (int i = 0; i < NTHREADS; i++) pthread_join(tid[i], NULL);
+  for (int i = 0; i < NTHREADS; i++) {
+    CHECK(ws[i].ok, "thread %d: init failed", i);
+    CHECK(memcmp(ws[i].got, ref[i % 4].got, sizeof(ws[i].got)) == 0, "thread %d: decisions differ", i);
+  }
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s LIB DATA_DIR\n", argv[0]);
@@ -164,6 +428,8 @@ int main(int argc, char** argv) {
   CHECK(dlsym(lib, "load_table") == NULL && dlsym(lib, "lookup") == NULL, "internal symbols are visible");
   if (!(v2 && v3 && v4 && v5 && v6)) return 1;
   CHECK(strcmp(v5->name, "ncclrl") == 0 && v6->getChunkSize != NULL, "names/getChunkSize");
+  /* HARNESS_LOCALE: every check below runs under that locale (an application's setlocale) */
+  check_locale(v5);
 
   char path[1024];
   unsetenv("NCCLRL_TUNER_TABLE_DATA");
@@ -490,6 +756,11 @@ int main(int argc, char** argv) {
         "unwritable request log: one WARN (%d in all)", count_level(NCCLRL_LOG_WARN));
   unsetenv("NCCLRL_TUNER_REQUEST_LOG");
   unsetenv("NCCLRL_TUNER_REQUEST_LOG_MAX");
+
+  check_not_tables(v5);
+  check_v2_refusals(v2);
+  check_filter_limit(v5);
+  check_threads(v5, argv[2]);
 
   dlclose(lib);
   printf("%d passed, %d failed\n", checks - failures, failures);

@@ -24,6 +24,11 @@ Cues (environment):
   with a table forced on the others, every rank then waits forever
 * ``FAKE_PERF_NO_MPI=1``: behave like a binary built without MPI=1: every process runs alone
 * ``FAKE_PERF_SLEEP=s``: rank 0 takes ``s`` seconds before it prints its table
+* ``FAKE_PERF_TIME=v``: rank 0 prints ``v`` (``nan``, ``0``, ``-5``) as the out-of-place time of the
+  8 B and 1 GiB rows
+* ``FAKE_PERF_BINARY=1``: rank 0 writes bytes that are not UTF-8 (in a log line and in the header)
+* ``FAKE_PERF_LINGER=s``: rank 0 leaves a grandchild, in a session of its own, that holds the
+  output open for ``s`` seconds after a complete run
 """
 import os
 import re
@@ -174,4 +179,21 @@ if mode == "ttimeout":
     print(head + f"\n           8             2     float     sum      -1{host}: Test timeout ({t}s) common.cu:523",
           flush=True)
     sys.exit(1)
+bad = os.environ.get("FAKE_PERF_TIME")
+if bad is not None:
+    rows = body.split("\n")
+    for i, ln in enumerate(rows):
+        f = ln.split()
+        if len(f) > 5 and f[0] in ("8", "1073741824"):
+            rows[i] = ln.replace(f" {f[5]} ", f" {bad:>{len(f[5])}} ", 1)
+    body = "\n".join(rows)
+if os.environ.get("FAKE_PERF_BINARY"):
+    sys.stdout.flush()
+    os.write(1, b"# \xff\xfe device name \xc3\x28 not UTF-8\n")
+    os.write(1, f"{host}:{pid}:{pid} [0] NCCL INFO \x80\x81 bytes \xe9t\xe9\n".encode("latin-1"))
+if os.environ.get("FAKE_PERF_LINGER"):
+    if os.fork() == 0:  # the grandchild: a session of its own (no group kill reaches it), stdout kept
+        os.setsid()
+        time.sleep(float(os.environ["FAKE_PERF_LINGER"]))
+        os._exit(0)
 print(body, flush=True)

@@ -1,0 +1,404 @@
+"""The fault suite (docs/results/faults.md): the measured program misbehaves, the store is killed
+into, shared, read-only or corrupted, a checkpoint is a pickle, a command gets bad input. Each
+case: one clear line, the run goes on (or stops before anything is measured), nothing is lost."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import math
+import os
+import pickle
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ncclrl.agents.strategy import PolicyController, strategy_path
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.space import Point
+from ncclrl.costmodel.table import format_row
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.envs.launch import LaunchConfig
+from ncclrl.envs.measure import measure_whole
+from ncclrl.envs.nccltests_backend import NcclTestsBackend
+from ncclrl.envs.replay import recorded_sweep, replay_noise
+from ncclrl.envs.store import Store, open_readonly
+from ncclrl.runners.cli import main
+from ncclrl.runners.sweep import best_table, parse_args, run_sweep
+
+sys.path.insert(0, str(Path(__file__).parent / "fakes"))
+from fake_workers import SlowWholeWorkers  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+FAKES = Path(__file__).parent / "fakes"
+LIVE = REPO / "docs" / "data" / "h200x4-2026-11-21" / "store.sqlite"
+PTS = [Point("allreduce", 8), Point("allreduce", 1 << 20)]
+
+
+@pytest.fixture
+def perf(tmp_path, h200_data, monkeypatch):
+    """A folder of fake nccl-tests binaries (tests/fakes/fake_perf.py) and a stand-in plugin."""
+    d = tmp_path / "bin"
+    d.mkdir()
+    shutil.copy(FAKES / "fake_perf.py", d / "all_reduce_perf")
+    os.chmod(d / "all_reduce_perf", 0o755)
+    for k in list(os.environ):
+        if k.startswith(("FAKE_PERF_", "NCCL_", "NCCLRL_TUNER")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("FAKE_PERF_DATA", str(h200_data / "nccltests_allreduce"))
+    plugin = tmp_path / "libnccl-tuner-ncclrl.so"
+    plugin.write_bytes(b"")
+    return d, plugin
+
+
+def backend(perf, **kw) -> NcclTestsBackend:
+    d, plugin = perf
+    return NcclTestsBackend(d, 4, plugin=plugin, launcher=LaunchConfig(grace_s=0.3), **{"timeout_s": 20, **kw})
+
+
+# ---- P: the measured program misbehaves -------------------------------------------------------
+
+def test_p1_output_that_is_not_utf8_is_read(perf, monkeypatch):
+    monkeypatch.setenv("FAKE_PERF_BINARY", "1")
+    b = backend(perf)
+    assert b.measure(PTS, samples=1) == [[36.96], [41.84]] and not b.failures
+
+
+def test_p2_a_process_holding_the_output_after_a_complete_run_is_done_not_hung(perf, monkeypatch, caplog):
+    monkeypatch.setenv("FAKE_PERF_LINGER", "20")
+    b = backend(perf, timeout_s=10)
+    t0 = time.time()
+    res = b.measure(PTS, samples=2)
+    assert res == [[36.96, 36.96], [41.84, 41.84]] and not b.failures
+    assert time.time() - t0 < 4  # the process's exit plus a short grace, twice; not the 20 s it holds the pipe
+    assert "still holds its output" in caplog.text
+
+
+def test_p3_a_timeout_is_stored_as_timeout_and_measured_again_next_run(perf, monkeypatch, tmp_path):
+    monkeypatch.setenv("FAKE_PERF_HANG_ON", "tree_LL")
+    pts = [Point("allreduce", 8), Point("allreduce", 1 << 20, "tree", "ll", 0)]
+    with Store(tmp_path / "s.sqlite") as s:
+        measure_whole(backend(perf, timeout_s=1.0), pts, s, "h200-1x4", backend="nccl-tests", samples=1, tag="sweep",
+                      after_hang="skip")
+        row = s.frame(algo="tree").iloc[0]
+        assert row.status == "timeout" and row.error.startswith("timed out after 1 s")
+        # the sweep's resume test (after_hang=skip): done, and the timeout is not
+        assert s.has(pts[0], backend="nccl-tests", topology="h200-1x4", tag="sweep", hung=True)
+        assert not s.has(pts[1], backend="nccl-tests", topology="h200-1x4", tag="sweep", hung=True)
+        s.add(pts[1], [], backend="nccl-tests", topology="t2", nccl_version="x", timing="eager", tag="sweep",
+              status="failed", error="NCCL hung at 8 B")  # a hang NCCL named stays skipped
+        assert s.has(pts[1], backend="nccl-tests", topology="t2", tag="sweep", hung=True)
+    monkeypatch.delenv("FAKE_PERF_HANG_ON")
+    with Store(tmp_path / "s.sqlite") as s:  # the next run measures it
+        res = measure_whole(backend(perf), [pts[1]], s, "h200-1x4", backend="nccl-tests", samples=1, tag="sweep")
+        assert res[0] and s.has(pts[1], backend="nccl-tests", topology="h200-1x4", tag="sweep")
+
+
+@pytest.mark.parametrize("value", ["nan", "0", "-5"])
+def test_p4_nan_zero_or_negative_times_from_nccl_tests_are_failures(perf, monkeypatch, tmp_path, value):
+    monkeypatch.setenv("FAKE_PERF_TIME", value)
+    with Store(tmp_path / "s.sqlite") as s:
+        res = measure_whole(backend(perf), PTS, s, "h200-1x4", backend="nccl-tests", samples=1, tag="sweep")
+        df = s.frame()
+    assert res == [None, None] and set(df.status) == {"failed"}
+    assert df.error.str.contains(f"out-of-place time of {float(value):g} us at 8 B: not a finite time > 0").all()
+
+
+@pytest.mark.parametrize("bad", [math.nan, 0.0, -3.0, math.inf])
+def test_p5_invalid_times_from_any_backend_are_stored_failed_never_best(tmp_path, bad, caplog):
+    """The workers (or any backend) report a broken time: the store keeps it as a failure, the
+    sweep goes on, and the best table never picks it."""
+    args = parse_args(["topology=h200-2x2-sock", "collectives=allreduce", "max_bytes=64", "grid=full",
+                       f"store={tmp_path / 's.sqlite'}", "samples=3"])
+    r = run_sweep(args, io.StringIO(), lambda *a: SlowWholeWorkers(*a, per_job=10_000, times={16: [bad] * 3}))
+    assert r["failed"] > 0 and r["measured"] > 0 and "not a finite number > 0; stored as failed" in caplog.text
+    with Store(tmp_path / "s.sqlite") as s:
+        bad_rows = s.frame(nbytes=16)
+        assert set(bad_rows.status) == {"failed"} and bad_rows.median_us.isna().all()
+        t = best_table(s, load_topology("h200-2x2-sock"), "allreduce", launch="nccl")
+    assert 16 not in set(t.nbytes) and (t.best_us > 0).all() and np.isfinite(t.best_us).all()
+
+
+def test_p6_a_corrupted_row_in_the_store_is_named_and_the_rest_is_used(tmp_path, caplog):
+    path = tmp_path / "s.sqlite"
+    args = parse_args(["topology=h200-2x2-sock", "collectives=allreduce", "max_bytes=64", "grid=default",
+                       f"store={path}", "samples=3"])
+    r = run_sweep(args, io.StringIO(), lambda *a: SlowWholeWorkers(*a, per_job=10_000))
+    with sqlite3.connect(path) as db:
+        ids = [i for (i,) in db.execute("SELECT id FROM measurements WHERE status='ok' ORDER BY id")]
+        db.execute("UPDATE measurements SET samples_us='[1.0, oops' WHERE id=?", (ids[0],))
+        db.execute("UPDATE measurements SET median_us='fast' WHERE id=?", (ids[1],))
+        db.execute("UPDATE measurements SET samples_us='[NaN]', median_us=-1 WHERE id=?", (ids[2],))
+    caplog.clear()
+    with Store(path) as s:
+        df = s.frame()
+    assert len(df) == len(ids) - 3 and not set(ids[:3]) & set(df.id)
+    for i in ids[:3]:
+        assert f"row id {i} is corrupt" in caplog.text
+    out = io.StringIO()
+    r2 = run_sweep(args, out, lambda *a: SlowWholeWorkers(*a, per_job=10_000))  # measures the broken ones again
+    assert r2["measured"] >= 2 and "geometric-mean speedup" in out.getvalue() and r["failed"] == 0
+
+
+# ---- S: the store ------------------------------------------------------------------------------
+
+DRIVER = FAKES / "drive_command.py"
+
+
+def _points(path: Path) -> tuple[set, list]:
+    """The store's point set and its rows (point, tag, status, samples) in order."""
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT collective, nbytes, algo, proto, channels, comm_channels, buffsize_bytes, "
+                          "socket_nthreads, nsocks_perthread, socket_inline_bytes, tag, status, samples_us "
+                          "FROM measurements ORDER BY id").fetchall()
+    return {r[:12] for r in rows}, rows
+
+
+def _kill_and_resume(tmp_path: Path, argv: list[str], seed: int, kills: int, name: str) -> tuple[Path, Path]:
+    """A clean run, and the same command killed with SIGKILL at ``kills`` random moments (fixed
+    seed) and rerun until it finishes; returns both stores."""
+    env = dict(os.environ, FAKE_JOB_SLEEP="0.02", PYTHONHASHSEED="0")
+    clean, killed = tmp_path / f"{name}-clean.sqlite", tmp_path / f"{name}-killed.sqlite"
+
+    def cmd(store: Path, out: Path) -> list[str]:
+        return [sys.executable, str(DRIVER), *argv, f"store={store}", *([f"out={out}"] if name != "sweep" else [])]
+
+    t0 = time.time()
+    p = subprocess.run(cmd(clean, tmp_path / "out-clean"), env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "done" in p.stdout, p.stderr[-2000:]
+    wall = time.time() - t0
+    rng = random.Random(seed)
+    stops = 0
+    for _ in range(kills):
+        q = subprocess.Popen(cmd(killed, tmp_path / "out-killed"), env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+        time.sleep(rng.uniform(0.6, max(0.7, wall * 0.9)))  # past the imports, into the run
+        q.send_signal(signal.SIGKILL)
+        out, _ = q.communicate(timeout=30)
+        stops += "done" not in out
+    p = subprocess.run(cmd(killed, tmp_path / "out-killed"), env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "done" in p.stdout, p.stderr[-2000:]
+    assert stops >= 1  # at least one kill landed inside the run
+    return clean, killed
+
+
+def test_s1_a_sweep_killed_at_random_points_resumes_to_the_clean_point_set(tmp_path):
+    argv = ["sweep", "topology=h200-2x2-sock", "collectives=allreduce", "max_bytes=64", "grid=full", "samples=3"]
+    clean, killed = _kill_and_resume(tmp_path, argv, seed=7, kills=3, name="sweep")
+    (a, _), (b, rows) = _points(clean), _points(killed)
+    assert a == b  # every point, no leftover
+    measured = [r[:11] for r in rows if r[2] != "default"]  # NCCL's default is measured with every request
+    assert len(measured) == len(set(measured))  # nothing measured twice
+
+
+@pytest.mark.parametrize("name,extra,seed", [
+    ("finetune", ["budget=60"], 11),
+    ("tune", ["method=random", "seed=1", "budget=30"], 12)])
+def test_s2_finetune_and_tune_killed_at_random_points_resume_without_measuring_again(tmp_path, name, extra, seed):
+    argv = [name, *extra, "backend=replay", f"replay_store={LIVE}", "launch=nccl", "topology=h200-2x2-sock"]
+    clean, killed = _kill_and_resume(tmp_path, argv, seed=seed, kills=3, name=name)
+    (a, ra), (b, rb) = _points(clean), _points(killed)
+    assert a == b and ra == rb  # the same rows in the same order: none again, none left over
+    assert (tmp_path / "out-clean" / "nccl_tuner.csv").read_text() == \
+        (tmp_path / "out-killed" / "nccl_tuner.csv").read_text()
+
+
+WRITER = """
+import sys
+from ncclrl.costmodel.space import Point
+from ncclrl.costmodel.table import format_row
+from ncclrl.envs.store import Store
+s = Store(sys.argv[1])
+for i in range(60):
+    with s.batch():
+        for j in range(5):
+            s.add(Point("allreduce", 8 * (j + 1)), [1.0 + i], backend=sys.argv[2], topology="t", nccl_version="x",
+                  timing="eager", tag="sweep")
+print("ok")
+"""
+
+
+def test_s3_two_processes_on_one_store_take_turns(tmp_path):
+    path = tmp_path / "s.sqlite"
+    Store(path).close()
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), f"w{k}"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for k in range(2)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 and o.strip() == "ok" for p, (o, _e) in zip(procs, outs, strict=True)), outs
+    with Store(path) as s:
+        assert s.count(backend="w0") == s.count(backend="w1") == 300
+
+
+def _fingerprint(folder: Path) -> dict:
+    return {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+
+def test_s4_commands_that_only_read_a_store_never_change_it(tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    shutil.copy(LIVE, ro / "store.sqlite")
+    before = _fingerprint(ro)
+    topo = load_topology("h200-2x2-sock")
+    # the replay's reading (finetune, tune and benchmark read recorded sweeps through it)
+    assert len(recorded_sweep(ro / "store.sqlite", topo, "nccl", ("sweep", "sweep-repeat"), status="ok")) > 0
+    replay_noise(ro / "store.sqlite", topo, "nccl", [4], {4: [1 << 20]})
+    rc = main(["finetune", "backend=replay", f"replay_store={ro / 'store.sqlite'}", "launch=nccl",
+               "topology=h200-2x2-sock", "budget=20", f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'o'}"])
+    assert rc == 0
+    # validate measure=false: judging stored jobs reads only
+    table = tmp_path / "o" / "nccl_tuner.csv"
+    rc = main(["validate", str(table), "topology=h200-2x2-sock", "measure=false", f"store={ro / 'store.sqlite'}"])
+    assert rc == 2 and "measure: no validation" in capsys.readouterr().err
+    with open_readonly(ro / "store.sqlite") as s, pytest.raises(sqlite3.OperationalError, match="readonly"):
+        s._db.execute("DELETE FROM measurements")
+    # show reads a table only
+    tb = _fingerprint(tmp_path / "o")
+    main(["show", str(table)])
+    assert _fingerprint(tmp_path / "o") == tb
+    assert _fingerprint(ro) == before  # bytes and mtime, and no file beside it
+
+
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_s5_a_read_only_store_is_refused_before_any_measurement(tmp_path, capsys, what):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    store = folder / "s.sqlite"
+    Store(store).close()
+    os.chmod(store if what == "file" else folder, 0o444 if what == "file" else 0o555)
+    called = []
+    try:
+        with pytest.raises(ConfigError, match=r"^store: .*(read-only|cannot write in)"):
+            run_sweep(parse_args(["topology=h200-2x2-sock", "max_bytes=64", f"store={store}"]), io.StringIO(),
+                      lambda *a: called.append(a))
+        assert not called
+        bins = tmp_path / "bin"
+        bins.mkdir()
+        rc = main(["sweep", "backend=nccl-tests", f"nccltests_dir={bins}", f"store={store}", "max_bytes=64"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and err[-1].startswith("ncclrl: error: store: ") and "Traceback" not in "".join(err)
+    finally:
+        os.chmod(folder, 0o755)
+        os.chmod(store, 0o644)
+
+
+# ---- C: checkpoints ----------------------------------------------------------------------------
+
+class _Boom:
+    def __reduce__(self):
+        return (os.system, (f"touch {os.environ.get('BOOM_MARK', '/nonexistent/x')}",))
+
+
+def test_c1_the_shipped_strategy_is_json_and_npz_without_pickle():
+    path = strategy_path("shipped")
+    with np.load(path.with_suffix(".npz"), allow_pickle=False) as z:
+        assert all(z[k].dtype != object for k in z.files)
+    assert PolicyController.load(path).layers
+
+
+@pytest.mark.parametrize("name", ["policy.zip", "model.pt", "model.pkl", "strategy.json"])
+def test_c2_a_pickled_checkpoint_is_refused_and_never_run(tmp_path, monkeypatch, name):
+    mark = tmp_path / "ran"
+    monkeypatch.setenv("BOOM_MARK", str(mark))
+    path = tmp_path / name
+    if name.endswith(".zip"):  # stable-baselines3's layout: a zip with a pickled policy inside
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("data", pickle.dumps(_Boom()))
+    else:
+        path.write_bytes(pickle.dumps(_Boom()))
+    with pytest.raises(ConfigError, match="pickled checkpoint; ncclrl never loads pickles"):
+        PolicyController.load(path)
+    assert not mark.exists()
+
+
+def test_c3_weights_holding_pickled_objects_are_refused(tmp_path):
+    src = strategy_path("shipped")
+    shutil.copy(src, tmp_path / "strategy.json")
+    np.save(tmp_path / "w.npy", np.array([_Boom()], dtype=object), allow_pickle=True)
+    with zipfile.ZipFile(tmp_path / "strategy.npz", "w") as z:
+        z.write(tmp_path / "w.npy", "w0.npy")
+    with pytest.raises(ConfigError, match="plain arrays only"):
+        PolicyController.load(tmp_path / "strategy.json")
+
+
+# ---- B: bad input on the command line ----------------------------------------------------------
+
+def _bad_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
+    afile, table = tmp / "afile", tmp / "table.csv"
+    return [
+        ("not-a-number", ["sweep", "samples=abc"], "samples"),
+        ("samples-0", ["sweep", "samples=0"], "samples"),
+        ("min-over-max", ["sweep", "min_bytes=1M", "max_bytes=1K"], "max_bytes"),
+        ("size-over-2^64", ["sweep", "max_bytes=99999999999999999999999"], "max_bytes"),
+        ("size-over-2^64-decisions", ["decisions", "max_bytes=18446744073709551617"], "max_bytes"),
+        ("size-not-a-size", ["sweep", "max_bytes=abc"], "max_bytes"),
+        ("size-negative", ["sweep", "min_bytes=-8"], "min_bytes"),
+        ("timeout-not-a-number", ["sweep", "timeout_s=abc"], "timeout_s"),
+        ("timeout-negative", ["sweep", "timeout_s=-1"], "timeout_s"),
+        ("extra-args-malformed", ["sweep", "launcher.extra_args='a \"b'"], "launcher.extra_args"),
+        ("launcher-port", ["sweep", "launcher.port=70000"], "launcher.port"),
+        ("run-folder-uncreatable", ["sweep", f"log_dir={afile}/logs"], "log_dir"),
+        ("out-folder-uncreatable", ["finetune", "topology=h200-2x2-sock", f"out={afile}/o"], "out"),
+        ("out-folder-in-proc", ["tune", "method=random", "topology=h200-2x2-sock", "out=/proc/ncclrl/o"], "out"),
+        ("missing-output-folder", ["validate", str(table), "topology=h200-1x4", f"out={tmp}/missing/r.csv"], "out"),
+        ("store-folder-is-a-file", ["finetune", "topology=h200-2x2-sock", "backend=replay", f"replay_store={LIVE}",
+                                    f"store={afile}/s.sqlite", f"out={tmp}/o2"], "store"),
+        ("budget-negative", ["finetune", "topology=h200-1x4", "budget=-1"], "budget"),
+        ("search-zero", ["finetune", "topology=h200-1x4", "search.round_points=0"], "search.round_points"),
+        ("strategy-missing", ["finetune", "topology=h200-1x4", "strategy=/nope.json"], "strategy"),
+        ("strategy-pickled", ["finetune", "topology=h200-2x2-sock", "backend=replay", f"replay_store={LIVE}",
+                              f"strategy={tmp}/policy.zip", f"store={tmp}/s3.sqlite", f"out={tmp}/o3"], "strategy"),
+        ("method-unknown", ["tune", "method=nope", "topology=h200-1x4"], "method"),
+        ("rounds-0", ["validate", str(table), "topology=h200-1x4", "rounds=0"], "rounds"),
+        ("measure-not-bool", ["validate", str(table), "topology=h200-1x4", "measure=maybe"], "measure"),
+        ("validate-store-missing", ["validate", str(table), "topology=h200-1x4", "measure=false",
+                                    f"store={tmp}/none.sqlite"], "store"),
+        ("benchmark-samples-0", ["benchmark", "samples=0"], "samples"),
+        ("benchmark-workers-0", ["benchmark", "workers=0"], "workers"),
+        ("benchmark-seed-word", ["benchmark", "suite.seeds=[x]"], "suite.seeds"),
+        ("benchmark-out-uncreatable", ["benchmark", "suite=ci", f"out={afile}/b"], "out"),
+        ("plugin-out-uncreatable", ["plugin", "build", f"out={afile}/p"], "out"),
+        ("make-missing", ["plugin", "build", f"out={tmp}/plugin"], "plugin"),
+        ("num-pipe-ops-0", ["decisions", "num_pipe_ops=0"], "num_pipe_ops"),
+        ("show-missing", ["show", "/nonexistent/t.csv"], "table"),
+    ]
+
+
+CASE_IDS = [c[0] for c in _bad_cases(Path("/t"))]
+
+
+@pytest.mark.parametrize("case", CASE_IDS)
+def test_b_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, case):
+    (tmp_path / "afile").write_text("x\n")
+    (tmp_path / "table.csv").write_text(format_row("allreduce", 0, "max", "ring", "simple", 1) + "\n")
+    with zipfile.ZipFile(tmp_path / "policy.zip", "w") as z:
+        z.writestr("data", pickle.dumps(_Boom()))
+    if case == "make-missing":
+        monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    name, argv, key = next(c for c in _bad_cases(tmp_path) if c[0] == case)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc = main(argv)
+    text = capsys.readouterr().err
+    err = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("# ")]  # '# ': progress notes
+    assert rc == 2 and len(err) == 1 and "Traceback" not in text, err
+    assert err[0].startswith(f"ncclrl: error: {key}"), err
+    if case != "make-missing":
+        assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing half written
+
+
+def test_b_a_failing_background_thread_prints_no_traceback(perf, monkeypatch, capfd):
+    """The reader of a launch whose output outlives it stops quietly."""
+    monkeypatch.setenv("FAKE_PERF_LINGER", "1")
+    backend(perf).measure(PTS[:1], samples=1)
+    time.sleep(1.5)
+    with contextlib.suppress(Exception):
+        assert "Traceback" not in capfd.readouterr().err
