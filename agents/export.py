@@ -26,7 +26,8 @@ more than ``margin`` (a table never carries a decision the model does not suppor
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,12 @@ import numpy as np
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.platforms import Platform
 from ncclrl.costmodel.replica import auto_channels, build_model, default_decisions
 from ncclrl.costmodel.simulator import Configs, Simulator
 from ncclrl.costmodel.table import MAX_BYTES, Row, Table
 from ncclrl.costmodel.topology import Topology
+from ncclrl.costmodel.workload import Choice, Key, Target, Workload, choose, step_costs, table_choices
 from ncclrl.envs import spaces as S
 
 EXPORT_SIZES = 1 << np.arange(0, 32, dtype=np.int64)  # 1 B .. 2 GiB; the last row runs to 4 GiB - 1
@@ -220,3 +223,142 @@ def _git_revision() -> str:
         return "unknown"
 
 
+
+
+# -- a table for one job's calls ---------------------------------------------------------------------
+
+OBJECTIVES = ("step", "isolated")
+#: a per-process knob must lower the step's predicted communication cost by more than this share
+#: (the share :func:`export_table` asks of the geometric-mean time of its rows)
+CONF_GAIN = 0.005
+
+
+@dataclass
+class WorkloadExport:
+    """A table with rows only for a job's calls, and the tables it is judged against.
+
+    :param table: the rows (one per (collective, shape, bytes) the job calls) and their ``nccl.conf``
+    :param isolated: :func:`export_table` for the job's shapes (today's export), whose rows for the
+        job's keys are the ``objective=isolated`` table
+    :param choices: per key, what ``table`` runs
+    :param isolated_choices: per key, what ``isolated`` runs
+    :param workload: the job (compute resolved)
+    :param objective: step or isolated
+    :param chosen_on: the platforms the step objective was chosen on (names)
+    """
+
+    table: Table
+    isolated: Table
+    choices: dict[Key, Choice]
+    isolated_choices: dict[Key, Choice]
+    workload: Workload
+    objective: str
+    chosen_on: list[str] = field(default_factory=list)
+
+
+def _row_for(topo: Topology, key: Key, ch: Choice, conf: dict[str, int], source: str) -> Row:
+    """One row covering exactly ``key``'s bytes on ``key``'s shape: ``ch`` with its channel count
+    written out (NCCL's own per-call count where it says 0; NCCL's decision where it is the default)."""
+    coll, nodes, nranks, nbytes = key
+    shape = topo.shape(nodes, nranks)
+    c = N.parse_name("collective", coll, N.COLLECTIVES)
+    size = np.array([nbytes], dtype=np.int64)
+    comm = int(conf.get("NCCL_MIN_NCHANNELS", 0))
+    if ch.algo == "default":
+        d = default_decisions(shape, c, size, comm_channels=comm)
+        algo, proto, source = d.algo, d.proto, "nccl-default"
+    else:
+        algo = np.array([N.parse_name("algorithm", ch.algo, N.ALGOS)])
+        proto = np.array([N.parse_name("protocol", ch.proto, N.PROTOS)])
+    chans = _explicit_channels(shape, c, size, algo, proto, np.array([ch.channels]), comm)
+    return Row(coll, nbytes, nbytes, N.ALGOS[int(algo[0])], N.PROTOS[int(proto[0])], int(chans[0]), 0.0, source,
+               nnodes=nodes, nranks=nranks)
+
+
+def workload_table(sim: Simulator, workload: Workload, objective: str = "step", margin: float = 0.01,
+                   tune_conf: bool = True, choose_on: Sequence[Platform] = (),
+                   provenance: dict[str, Any] | None = None) -> WorkloadExport:
+    """A table for ``workload``'s calls only: one row per (collective, communicator shape, bytes) it
+    calls; sizes and shapes it never calls get no row (NCCL decides them).
+
+    * ``isolated``: each key's row of :func:`export_table` for the workload's shapes (today's
+      export, its ``nccl.conf`` included);
+    * ``step``: per key, the configuration of least step cost with interference
+      (:func:`ncclrl.costmodel.workload.choose`, costs averaged over ``sim`` and ``choose_on``),
+      or the isolated table's row where that costs no more; the ``nccl.conf`` among the export's
+      candidates (when ``tune_conf``) that lowers the step's cost by more than :data:`CONF_GAIN`.
+      The table never costs more than the isolated one on the platforms it was chosen on.
+
+    :param sim: the job's platform (nominal simulator); each shape simulated with its parameters
+    :param workload: the job, compute resolved (:func:`ncclrl.costmodel.workload.resolve_compute`)
+    :param objective: step or isolated
+    :param margin: a key leaves NCCL's decision only when predicted better by more than this share
+    :param tune_conf: also choose per-process knobs (``nccl.conf``)
+    :param choose_on: platforms the step objective is averaged over besides ``sim``
+    :param provenance: recorded in the JSON, with the method's settings added
+    """
+    if objective not in OBJECTIVES:
+        raise ConfigError("objective", f"allowed: {', '.join(OBJECTIVES)}; got {objective!r}")
+    topo = sim.topo
+    keys = workload.call_keys()
+    shapes = list(dict.fromkeys((k[1], k[2]) for k in keys))
+    iso_table = export_table(sim, margin=margin, tune_conf=tune_conf, shapes=[list(s) for s in shapes],
+                             provenance={"method": "zero-shot"})
+    iso_rows = {k: iso_table.lookup(k[0], k[3], k[1], k[2]) for k in keys}
+    iso_choices = table_choices(iso_table, workload)
+    chosen_on: list[str] = []
+    if objective == "isolated":
+        rows = {k: replace(r, min_bytes=k[3], max_bytes=k[3]) for k, r in iso_rows.items() if r is not None}
+        choices, conf = dict(iso_choices), dict(iso_table.conf)
+    else:
+        targets = [Target(sim)] + [Target(p) for p in choose_on]
+        chosen_on = [topo.name] + [f"{p.sim.topo.name} draw {i}" for i, p in enumerate(choose_on)]
+
+        def mean_costs(choices: Mapping[Key, Choice], conf: dict[str, int]) -> dict[Key, float]:
+            per = [step_costs(t, workload, choices, conf) for t in targets]
+            return {k: float(np.mean([p[k] for p in per])) for k in keys}
+
+        iso_total = sum(mean_costs(iso_choices, dict(iso_table.conf)).values())
+        results = []  # (conf, per-key choice, total cost)
+        for conf in (_candidate_confs(topo) if tune_conf else [{}]):
+            picks = choose(targets, workload, margin=margin, conf=conf)
+            iso_here = mean_costs(iso_choices, conf)
+            pick = {k: picks.aware[k] if picks.aware_cost[k] <= iso_here[k] else iso_choices[k] for k in keys}
+            total = sum(min(picks.aware_cost[k], iso_here[k]) for k in keys)
+            results.append((conf, pick, total))
+        conf, choices, total = results[0]  # no knobs
+        best = min(results, key=lambda r: r[2])
+        if best[2] < total * (1.0 - CONF_GAIN):
+            conf, choices, total = best
+        if total > iso_total:  # never above the isolated table where chosen: its own knobs hold its rows
+            conf, choices, total = next(r for r in results if r[0] == dict(iso_table.conf))
+        rows = {}
+        for k, ch in choices.items():
+            if ch == iso_choices[k] and conf == dict(iso_table.conf) and iso_rows[k] is not None:
+                rows[k] = replace(iso_rows[k], min_bytes=k[3], max_bytes=k[3])
+            else:
+                rows[k] = _row_for(topo, k, ch, conf, "workload")
+    order = sorted(rows, key=lambda k: (shapes.index((k[1], k[2])), N.COLLECTIVES.index(k[0]), k[3]))
+    out_rows = [rows[k] for k in order]
+    _predicted_times(sim, out_rows, conf)
+    prov = dict(provenance or {})
+    prov.update(topology=topo.name, nodes=topo.nodes, nranks=topo.nranks, nccl_version=topo.nccl.version,
+                shapes=[[n, r] for n, r in shapes], git_revision=_git_revision(), margin=margin,
+                objective=objective, workload=workload.name, keys=len(keys), chosen_on=chosen_on)
+    table = Table(topology=topo, rows=out_rows, conf=conf, provenance=prov,
+                  title=f"ncclrl table for the job {workload.name} ({objective} objective)")
+    return WorkloadExport(table, iso_table, table_choices(table, workload), iso_choices, workload, objective,
+                          chosen_on)
+
+
+def _predicted_times(sim: Simulator, rows: list[Row], conf: dict[str, int]) -> None:
+    """Each row's isolated time (under ``conf``) and NCCL's default's (no knobs) at its size, filled in."""
+    target = Target(sim)
+    for r in rows:
+        shape = target.shape(r.nnodes, r.nranks)
+        c = N.parse_name("collective", r.collective, N.COLLECTIVES)
+        size = np.array([r.min_bytes], dtype=np.int64)
+        d = default_decisions(shape.topo, c, size)
+        r.default_time_us = float(_times(shape, np.array([c]), size, d.algo, d.proto, np.zeros(1, np.int64), {})[0])
+        r.time_us = float(_times(shape, np.array([c]), size, np.array([N.ALGOS.index(r.algo)]),
+                                 np.array([N.PROTOS.index(r.proto)]), np.array([r.channels]), conf)[0])

@@ -3,7 +3,9 @@
 ``pretrain`` trains a search strategy (:mod:`ncclrl.agents.strategy_train`) over simulated
 platforms, from scratch or continuing a given one (``init=shipped``), checks it on platforms drawn
 around the target that training never saw, and exports the target's zero-shot table; ``export``
-only exports that table. The configuration is composed by Hydra from :class:`PretrainConfig` and
+only exports that table, or with ``profile=`` a table for one job's calls (chosen for the time
+per step, :func:`ncclrl.agents.export.workload_table`, judged on platform draws it never saw).
+The configuration is composed by Hydra from :class:`PretrainConfig` and
 the config groups in ``ncclrl/conf`` (``agent/``, ``experiment/``); overrides come from the command
 line (``topology=dgx-h100-2n agent.total_timesteps=20000 experiment.families=[socket]``).
 """
@@ -23,7 +25,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.evaluate import band_report, evaluate_table, s_curve_plot, summary
-from ncclrl.agents.export import export_table, resolve_shapes
+from ncclrl.agents.export import OBJECTIVES, export_table, resolve_shapes, workload_table
 from ncclrl.agents.problem import Evaluator, Oracle, Problem, platform_measure
 from ncclrl.agents.strategy import (
     PolicyController,
@@ -42,6 +44,15 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.platforms import draw_platform
 from ncclrl.costmodel.simulator import Simulator
 from ncclrl.costmodel.topology import Topology, load_topology
+from ncclrl.costmodel.workload import (
+    DEFAULT_MEM_FRAC,
+    Comparison,
+    Workload,
+    draws,
+    load_workload,
+    resolve_compute,
+    step_costs,
+)
 from ncclrl.runners.config import Command, compose_config, register
 
 CONF_DIR = Path(str(files("ncclrl.conf")))
@@ -97,7 +108,88 @@ class ExportConfig(TargetConfig):
     its simulator, nothing measured) with the simulator's report. The table has rows for each
     communicator shape of export.shapes (nodes, ranks: NCCL's nNodes, nRanks), each shape
     simulated on its own; by default the whole job and, on several nodes, one node of all its GPUs
-    (tensor-parallel groups) and one rank on every node (data-parallel groups)."""
+    (tensor-parallel groups) and one rank on every node (data-parallel groups).
+
+    With profile= (a job profile, ncclrl profile -o job.yaml) the table has rows only for the
+    collectives, communicator shapes and sizes the job calls (the others keep NCCL's decisions),
+    chosen by objective=: step (the default: least predicted time per training step, the
+    interference between NCCL's channels and the compute a call overlaps included) or isolated
+    (the export's own rows for those calls: least time of each collective alone). The report
+    gives, per communicator shape, the predicted time per step saved against NCCL's defaults and
+    against the isolated table, with 95% intervals over platforms drawn around the target that the
+    choice never saw (table/step_report.csv and .json).
+
+    :param profile: a job profile YAML (ncclrl profile); empty: rows for every size of every shape
+    :param objective: with profile=: step (default) or isolated
+    :param compute_us_per_call: with profile=: compute (us, as it runs alone) each overlapped call
+        overlaps, for profile rows that do not say (their compute_us_per_call)
+    :param compute_ratio: with profile=: instead, each overlapped call's compute as a multiple of its
+        NCCL-default time on the target (give one of the two; neither: no compute)
+    :param mem_frac: with profile=: share 0-1 of that compute bound by HBM bandwidth, for rows that do not say
+    :param unknown_overlap: with profile=: share 0-1 of the calls whose overlaps_compute is unknown that
+        overlap compute (0: charged in full)
+    :param choose_draws: with objective=step: misspecified platforms drawn around the target (seeds
+        0..n-1 of stream 1) the step cost is averaged over, with the nominal simulator
+    :param judge_draws: with profile=: misspecified platforms drawn around the target (seeds
+        100..100+n-1 of stream 0) the report's savings and intervals are over
+    """
+
+    profile: str = ""
+    objective: str = ""
+    compute_us_per_call: float | None = None
+    compute_ratio: float | None = None
+    mem_frac: float = DEFAULT_MEM_FRAC
+    unknown_overlap: float = 0.0
+    choose_draws: int = 5
+    judge_draws: int = 10
+
+    def check(self) -> None:
+        if not self.profile:
+            for key, default in (("objective", ""), ("compute_us_per_call", None), ("compute_ratio", None),
+                                 ("mem_frac", DEFAULT_MEM_FRAC), ("unknown_overlap", 0.0), ("choose_draws", 5),
+                                 ("judge_draws", 10)):
+                if getattr(self, key) != default:
+                    raise ConfigError(key, "applies to a job's table only: give profile=PATH (ncclrl profile)")
+            super().check()
+            return
+        super().check()
+        job_workload(self)
+
+
+def job_workload(cfg: Any) -> Workload:
+    """The job of ``cfg.profile`` on ``cfg.topology`` (unknown node counts resolved on it), its
+    settings checked; compute per call not yet resolved (:func:`resolve_compute`). Every problem is
+    one :class:`ConfigError` line naming the key."""
+    if cfg.objective not in ("", *OBJECTIVES):
+        raise ConfigError("objective", f"allowed: {', '.join(OBJECTIVES)}; got {cfg.objective!r}")
+    for key, lo, hi in (("compute_us_per_call", 0.0, None), ("compute_ratio", 0.0, None), ("mem_frac", 0.0, 1.0),
+                        ("unknown_overlap", 0.0, 1.0)):
+        v = cfg[key] if isinstance(cfg, DictConfig) else getattr(cfg, key)
+        if v is not None and not (np.isfinite(v) and v >= lo and (hi is None or v <= hi)):
+            bounds = f">= {lo:g}" + (f" and <= {hi:g}" if hi is not None else "")
+            raise ConfigError(key, f"must be a number {bounds}, got {v}")
+    if cfg.compute_us_per_call is not None and cfg.compute_ratio is not None:
+        raise ConfigError("compute_ratio", "give compute_us_per_call or compute_ratio, not both")
+    if int(cfg.choose_draws) < 0:
+        raise ConfigError("choose_draws", f"must be >= 0, got {cfg.choose_draws}")
+    if int(cfg.judge_draws) < 2:
+        raise ConfigError("judge_draws", f"must be >= 2 (an interval needs two draws), got {cfg.judge_draws}")
+    path = Path(str(cfg.profile))
+    if not path.is_file():
+        raise ConfigError("profile", f"file not found: {path}")
+    topo = load_topology(cfg.topology)
+    try:
+        w = load_workload(path, cfg.compute_us_per_call, cfg.compute_ratio, float(cfg.mem_frac),
+                          float(cfg.unknown_overlap), topology=topo)
+    except ConfigError as e:
+        raise (e if e.field == "profile" else ConfigError("profile", str(e))) from None
+    for nodes, ranks in dict.fromkeys((c.nodes, c.ranks) for c in w.calls):
+        try:
+            topo.shape(nodes, ranks)
+        except ConfigError as e:
+            raise ConfigError("profile", f"{path}: calls on {nodes} node(s) x {ranks} ranks do not fit "
+                              f"{topo.name}: {str(e).split(': ', 1)[-1]}") from None
+    return w
 
 
 @dataclass
@@ -261,11 +353,143 @@ def _format_report(target: Topology, bands: pd.DataFrame, s: dict[str, float], c
 
 
 def cmd_export(cfg: DictConfig) -> int:
-    """``ncclrl export topology=...``: the platform's zero-shot table."""
+    """``ncclrl export topology=...``: the platform's zero-shot table (``profile=``: the job's table)."""
+    if cfg.get("profile"):
+        export_for_job(cfg)
+        return 0
     run_dir = _run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     export_and_report(target_topology(cfg), run_dir, cfg)
     return 0
+
+
+CHOOSE_STREAM, JUDGE_STREAM, JUDGE_SEED0 = 1, 0, 100  # the streams of the choosing and the judging draws
+
+
+def export_for_job(cfg: DictConfig) -> dict[str, Any]:
+    """``ncclrl export profile=...``: rows only for the job's calls, chosen by ``cfg.objective``,
+    judged per communicator shape on draws the choice never saw; everything is computed before
+    anything is written."""
+    target = target_topology(cfg)
+    t0 = time.perf_counter()
+    raw = job_workload(cfg)
+    sim = Simulator(target)
+    work = resolve_compute(raw, sim)  # the job's compute: fixed once, on the nominal platform
+    objective = str(cfg.objective or "step")
+    choose_seeds = list(range(int(cfg.choose_draws))) if objective == "step" else []
+    judge_seeds = list(range(JUDGE_SEED0, JUDGE_SEED0 + int(cfg.judge_draws)))
+    chosen_on = draws(str(cfg.topology), choose_seeds, True, stream=CHOOSE_STREAM)
+    res = workload_table(sim, work, objective, margin=float(cfg.export.margin), tune_conf=bool(cfg.export.tune_conf),
+                         choose_on=chosen_on,
+                         provenance={"method": f"workload-{objective}", "profile": str(cfg.profile)})
+    judged = draws(str(cfg.topology), judge_seeds, True, stream=JUDGE_STREAM)
+    tables = {"nccl": ({}, {}), "isolated": (res.isolated_choices, dict(res.isolated.conf)),
+              "table": (res.choices, dict(res.table.conf))}
+    keys = work.call_keys()
+    per_draw = {name: [] for name in tables}  # name -> per draw: key -> cost per step (us)
+    for plat in judged:
+        for name, (choices, conf) in tables.items():
+            per_draw[name].append(step_costs(plat, work, choices, conf))
+    shapes = list(dict.fromkeys((k[1], k[2]) for k in keys))
+    groups = {f"{n}x{r}": [k for k in keys if (k[1], k[2]) == (n, r)] for n, r in shapes}
+    if len(groups) > 1:
+        groups["all"] = keys
+    summary_rows = []
+    for gname, gkeys in groups.items():
+        cmp = Comparison({name: [sum(d[k] for k in gkeys) for d in per_draw[name]] for name in tables})
+        row: dict[str, Any] = {"shape": gname, "keys": len(gkeys), "draws": len(judged)}
+        for name in tables:
+            row[f"{name}_us"], row[f"{name}_lo"], row[f"{name}_hi"] = cmp.interval(name)
+        for base in ("nccl", "isolated"):
+            m, lo, hi = cmp.saving(base, "table")
+            row.update({f"saved_vs_{base}_us": m, f"saved_vs_{base}_lo": lo, f"saved_vs_{base}_hi": hi,
+                        f"vs_{base}": {"wins": "faster", "loses": "slower"}.get(cmp.verdict(base, "table"), "tie")})
+        summary_rows.append(row)
+    key_rows = []
+    for k in keys:
+        calls = [c for c in work.calls if c.key == k]
+        key_rows.append({"collective": k[0], "nodes": k[1], "ranks": k[2], "nbytes": k[3],
+                         "calls_per_step": sum(c.calls_per_step for c in calls),
+                         "overlap": max(c.overlap for c in calls),
+                         "compute_us_per_call": max((c.compute_us_per_call for c in calls if c.overlap > 0),
+                                                    default=0.0),
+                         "isolated": str(res.isolated_choices[k]), "table": str(res.choices[k]),
+                         "row": res.table.lookup(k[0], k[3], k[1], k[2]).line()})
+    export_s = time.perf_counter() - t0
+    settings = {"topology": target.name, "profile": str(cfg.profile), "objective": objective,
+                "margin": float(cfg.export.margin), "tune_conf": bool(cfg.export.tune_conf),
+                "compute_us_per_call": cfg.compute_us_per_call, "compute_ratio": cfg.compute_ratio,
+                "mem_frac": float(cfg.mem_frac), "unknown_overlap": float(cfg.unknown_overlap),
+                "chosen_on": {"nominal": True, "misspecified_seeds": choose_seeds, "stream": CHOOSE_STREAM},
+                "judged_on": {"misspecified_seeds": judge_seeds, "stream": JUDGE_STREAM},
+                "compute_us_per_step": work.compute_us_per_step(), "notes": list(work.notes)}
+    report = _format_job_report(target, cfg, res, work, settings, summary_rows, key_rows)
+    # all computed: now write
+    run_dir = _run_dir(cfg)
+    paths = res.table.write(run_dir / "table")
+    pd.DataFrame(summary_rows).to_csv(run_dir / "table" / "step_report.csv", index=False, float_format="%.6g")
+    doc = {"settings": settings, "shapes": summary_rows, "keys": key_rows, "nccl_conf": res.table.conf,
+           "isolated_nccl_conf": res.isolated.conf, "export_seconds": export_s}
+    (run_dir / "table" / "step_report.json").write_text(json.dumps(doc, indent=1, default=float))
+    report += (f"\nwrote {paths['csv']} ({len(res.table.rows)} rows), {paths['json'].name}, {paths['conf'].name}, "
+               f"step_report.csv, step_report.json (export {export_s:.2f} s)")
+    (run_dir / "report.txt").write_text(report + "\n")
+    print(report)
+    return doc
+
+
+def _us(m: float, lo: float, hi: float) -> str:
+    return f"{m:.4g} [{lo:.4g}, {hi:.4g}]"
+
+
+def _format_job_report(target: Topology, cfg: DictConfig, res: Any, work: Workload, settings: dict[str, Any],
+                       summary_rows: list[dict[str, Any]], key_rows: list[dict[str, Any]]) -> str:
+    obj = settings["objective"]
+    if cfg.compute_ratio is not None:
+        comp = f"{cfg.compute_ratio:g}x the call's NCCL-default time (compute_ratio)"
+    elif cfg.compute_us_per_call is not None:
+        comp = f"{cfg.compute_us_per_call:g} us (compute_us_per_call)"
+    else:
+        comp = "the profile's compute_us_per_call, else none"
+    ch = settings["chosen_on"]["misspecified_seeds"]
+    js = settings["judged_on"]["misspecified_seeds"]
+    chosen = ("the nominal simulator" + (f" + {len(ch)} misspecified draws (seeds {ch[0]}-{ch[-1]}, stream "
+                                          f"{CHOOSE_STREAM}), costs averaged" if ch else "")) if obj == "step" \
+        else "the nominal simulator (isolated times)"
+    knobs = " ".join(f"{k}={v}" for k, v in sorted(res.table.conf.items())) or "(nothing)"
+    iso_knobs = " ".join(f"{k}={v}" for k, v in sorted(res.isolated.conf.items())) or "(nothing)"
+    lines = [f"ncclrl: table for the job {work.name} on {target.name} ({target.nodes} nodes x {target.gpus_per_node} "
+             f"GPUs), objective {obj}, predicted by the simulator",
+             f"profile: {cfg.profile}: {len(key_rows)} (collective, shape, bytes) keys; compute per overlapped call: "
+             f"{comp}, {100 * float(cfg.mem_frac):g}% HBM-bound; unknown overlap counted as "
+             f"{float(cfg.unknown_overlap):g}",
+             f"chosen on: {chosen}",
+             f"judged on: {len(js)} misspecified draws (seeds {js[0]}-{js[-1]}, stream {JUDGE_STREAM}) the choice "
+             "never saw",
+             f"nccl.conf: {knobs} (the isolated table's: {iso_knobs})"]
+    lines += [f"note: {n}" for n in work.notes]
+    if not any(c.overlap > 0 and c.compute_us_per_call > 0 for c in work.calls):
+        lines.append("note: no call overlaps compute (give unknown_overlap= and compute_ratio= or "
+                     "compute_us_per_call=): the step objective is the isolated one")
+    lines += ["", "rows (algorithm/protocol/channels; nccl: NCCL's decision), isolated table and this one:",
+              f"{'shape':<7} {'collective':<14} {'bytes':>11} {'calls/step':>10} {'overlap':>7} {'compute_us':>10} "
+              f"{'isolated':<18} {'this table':<18}"]
+    for r in key_rows:
+        lines.append(f"{r['nodes']}x{r['ranks']:<5} {r['collective']:<14} {r['nbytes']:>11} {r['calls_per_step']:>10g} "
+                     f"{r['overlap']:>7.2f} {r['compute_us_per_call']:>10.4g} {r['isolated']:<18} {r['table']:<18}")
+    lines += ["", "predicted communication cost per step, us (exposed communication + compute slowdown; a step is "
+              f"{work.compute_us_per_step():.4g} us of compute + this): mean [95% interval] over the judging draws;",
+              "saved = the other table's cost - this table's, paired per draw (faster/slower: the interval excludes 0)",
+              f"{'shape':<7} {'keys':>4} {'NCCL default':>24} {'isolated':>24} {'this table':>24} "
+              f"{'saved vs NCCL default':>32} {'saved vs isolated':>32}"]
+    for r in summary_rows:
+        sn = f"{_us(r['saved_vs_nccl_us'], r['saved_vs_nccl_lo'], r['saved_vs_nccl_hi'])} {r['vs_nccl']}"
+        si = f"{_us(r['saved_vs_isolated_us'], r['saved_vs_isolated_lo'], r['saved_vs_isolated_hi'])} " \
+             f"{r['vs_isolated']}"
+        lines.append(f"{r['shape']:<7} {r['keys']:>4} {_us(r['nccl_us'], r['nccl_lo'], r['nccl_hi']):>24} "
+                     f"{_us(r['isolated_us'], r['isolated_lo'], r['isolated_hi']):>24} "
+                     f"{_us(r['table_us'], r['table_lo'], r['table_hi']):>24} {sn:>32} {si:>32}")
+    return "\n".join(lines)
 
 
 def seconds(x: float) -> str:
@@ -283,6 +507,7 @@ PRETRAIN = Command("pretrain", PretrainConfig, main_pretrain,
                    "train a search strategy in simulation, check it around the target, export the target's "
                    "zero-shot table", out_key="run_dir")
 EXPORT = Command("export", ExportConfig, cmd_export,
-                 "export a platform's zero-shot table (the exact argmin of its simulator)", out_key="run_dir")
+                 "export a platform's zero-shot table (the exact argmin of its simulator), or a job's (profile=)",
+                 out_key="run_dir")
 register(PRETRAIN)
 register(EXPORT)
