@@ -82,6 +82,9 @@ def table_rows(points: list[Point], sizes: list[int]) -> str:
     return "\n".join(rows) + "\n"
 
 
+LOADS = ("none", "gemm")  # what runs beside the collective while it is timed
+
+
 class TableWorkers(Backend):
     """PyTorch workers (:mod:`ncclrl.envs.worker`), one process per GPU on every node, started by
     the job's launcher (:mod:`ncclrl.envs.launch`). Each ``measure`` is one job, so a sweep hands
@@ -103,6 +106,10 @@ class TableWorkers(Backend):
     :param launcher: how the processes start (:class:`ncclrl.envs.launch.LaunchConfig`; default local)
     :param nvls: ``as-is`` (NCCL's NVLink SHARP as the user's environment has it) or ``off``
     :param device: ``cuda``, or ``cpu`` (gloo stands in for NCCL: the launch path without a GPU)
+    :param load: ``none``, or ``gemm``: every sample runs beside a compute load on each rank
+        (:class:`ncclrl.envs.worker.ComputeLoad`), and the load's slowdown is kept per sample
+        (``last_slowdowns``)
+    :param load_n: the load's square matrix size (``n`` x ``n`` products, bfloat16 on GPUs)
     """
 
     name = "torch"
@@ -110,7 +117,7 @@ class TableWorkers(Backend):
     def __init__(self, nranks: int, nodes: int = 1, knobs: Point | None = None, timing: str = "eager",
                  timeout_s: float = 300.0, plugin: str | Path | None = None, log_dir: str | Path | None = None,
                  table: str | Path | None = None, launch: str = "torch", launcher: LaunchConfig | None = None,
-                 nvls: str = "as-is", device: str = "cuda") -> None:
+                 nvls: str = "as-is", device: str = "cuda", load: str = "none", load_n: int = 4096) -> None:
         if timing not in ("graph", "eager"):
             raise ConfigError("timing", f"allowed: graph, eager; got {timing!r}")
         if launch not in LAUNCHES:
@@ -119,6 +126,10 @@ class TableWorkers(Backend):
             raise ConfigError("nvls", f"allowed: {', '.join(NVLS)}; got {nvls!r}")
         if device not in ("cuda", "cpu"):
             raise ConfigError("device", f"allowed: cuda, cpu; got {device!r}")
+        if load not in LOADS:
+            raise ConfigError("load", f"allowed: {', '.join(LOADS)}; got {load!r}")
+        if not 16 <= int(load_n) <= 65536:
+            raise ConfigError("load_n", f"allowed: 16 to 65536; got {load_n!r}")
         if nodes < 1 or nranks % nodes:
             raise ConfigError("topology", f"{nranks} ranks do not spread evenly over {nodes} nodes")
         self.launcher = LaunchConfig.of(launcher)
@@ -126,6 +137,8 @@ class TableWorkers(Backend):
             require_gpus(nranks)
         super().__init__()
         self.launch, self.timing, self.nvls, self.device = launch, timing, nvls, device
+        self.load, self.load_n = load, int(load_n)
+        self.last_slowdowns: list[list[float] | None] = []
         if table is not None and not Path(table).is_file():
             raise ConfigError("table", f"no such file: {table}")
         self.table = Path(table).resolve() if table is not None else None
@@ -144,7 +157,8 @@ class TableWorkers(Backend):
         job = {"items": [(p.collective, int(p.nbytes), s) for p, s in zip(points, sizes, strict=True)],
                "samples": samples, "budget_us": budget_us, "timing": self.timing, "launch": self.launch,
                "device": self.device, "timeout_s": self.timeout_s, "nranks": self.nranks, "kind": self.launcher.kind,
-               "gpus_per_node": self.nranks // self.nodes, "emulate_nodes": self.launcher.emulated and self.nodes > 1}
+               "gpus_per_node": self.nranks // self.nodes, "emulate_nodes": self.launcher.emulated and self.nodes > 1,
+               "load": {"kind": self.load, "n": self.load_n} if self.load != "none" else None}
         # the user's NCCL (and ncclrl) environment reaches every rank, whatever the launcher forwards
         word = encode(job)
         if len(word) > MAX_ENV_BYTES:
@@ -191,6 +205,7 @@ class TableWorkers(Backend):
         self.nccl_version = seen.version or self.nccl_version
         self.provenance = seen.provenance(self.launcher, cmds)
         self.last_modes = seen.modes
+        self.last_slowdowns = seen.slowdowns
         if self.terminated:
             return seen.results
         if seen.setup_error:
@@ -264,6 +279,7 @@ class JobRecords:
         self.nranks = nranks
         self.results: list[list[float] | None] = [None] * npoints
         self.modes = ["eager"] * npoints
+        self.slowdowns: list[list[float] | None] = [None] * npoints  # the compute load's, per sample
         self.items: dict[int, int] = {}
         self.hellos: dict[int, dict] = {}
         self.errors: list[str] = []
@@ -294,6 +310,8 @@ class JobRecords:
             d = payload_json(r.payload)
             if 0 <= d["i"] < len(self.results):
                 self.results[d["i"]], self.modes[d["i"]] = [float(x) for x in d["s"]], d["m"]
+                if "g" in d:
+                    self.slowdowns[d["i"]] = [float(x) for x in d["g"]]
         elif r.kind == "hello":
             self.hellos[r.rank] = payload_json(r.payload)
         elif r.kind == "version":

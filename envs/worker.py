@@ -85,6 +85,75 @@ def _die_with_parent() -> None:
         pass
 
 
+class ComputeLoad:
+    """A compute load beside the collective being timed, on every rank: square matrix products
+    (``n`` x ``n``, ``dtype``) on a stream of their own (GPU) or in a thread (CPU). Before each
+    sample, :meth:`start` queues enough products to last about as long as the sample's calls
+    (from the point's estimate); :meth:`stop` waits for them, then runs the same number of
+    products alone, and returns the ratio of the two times: the compute's slowdown while NCCL ran
+    beside it (1.0: none). Each sample has its own baseline, taken right after it, so clock and
+    temperature drift cancel. The products may outlast the calls, so the slowdown is diluted where
+    the collective takes less time than its share of products."""
+
+    def __init__(self, torch, dev, cuda: bool, spec: dict) -> None:
+        self.torch, self.cuda = torch, cuda
+        self.n = int(spec.get("n", 4096))
+        dtype = getattr(torch, spec.get("dtype", "bfloat16" if cuda else "float32"))
+        self.a = torch.randn(self.n, self.n, device=dev, dtype=dtype)
+        self.b = torch.randn(self.n, self.n, device=dev, dtype=dtype)
+        self.c = torch.empty(self.n, self.n, device=dev, dtype=dtype)
+        self.stream = torch.cuda.Stream() if cuda else None
+        self._thread = None
+        self.count = 0
+        self._mm(3)
+        self.alone_us = self._products_us(10) / 10  # sizes the batches; each sample has its own baseline
+
+    def _mm(self, k: int) -> None:
+        for _ in range(k):
+            self.torch.mm(self.a, self.b, out=self.c)
+
+    def _products_us(self, k: int) -> float:
+        """``k`` products alone, in microseconds."""
+        if self.cuda:
+            s, e = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+            with self.torch.cuda.stream(self.stream):
+                s.record()
+                self._mm(k)
+                e.record()
+            e.synchronize()
+            return s.elapsed_time(e) * 1000.0
+        t0 = time.perf_counter()
+        self._mm(k)
+        return (time.perf_counter() - t0) * 1e6
+
+    def describe(self) -> str:
+        dtype = str(self.a.dtype).removeprefix("torch.")
+        return f"{self.n} x {self.n} {dtype} products, {self.alone_us:.1f} us each alone"
+
+    def start(self, window_us: float) -> None:
+        self.count = max(1, int(window_us / self.alone_us + 0.5))
+        if self.cuda:
+            self._s = self.torch.cuda.Event(enable_timing=True)
+            self._e = self.torch.cuda.Event(enable_timing=True)
+            with self.torch.cuda.stream(self.stream):
+                self._s.record()
+                self._mm(self.count)
+                self._e.record()
+            return
+        self._t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._mm, args=(self.count,), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> float:
+        if self.cuda:
+            self._e.synchronize()
+            loaded = self._s.elapsed_time(self._e) * 1000.0
+        else:
+            self._thread.join()
+            loaded = (time.perf_counter() - self._t0) * 1e6
+        return loaded / self._products_us(self.count)
+
+
 def _watchdog(out: Out, limit_s: float) -> None:
     while True:
         time.sleep(min(5.0, limit_s / 4))
@@ -274,6 +343,9 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
         if cuda:
             torch.cuda.synchronize()
 
+    load = ComputeLoad(torch, dev, cuda, job["load"]) if job.get("load") else None
+    if load is not None:
+        out("log", f"compute load: {load.describe()}")
     items = job["items"]
     samples, budget_us = int(job["samples"]), float(job["budget_us"])
     groups: dict[tuple[str, int], list[int]] = {}
@@ -322,22 +394,32 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
                     g.replay()  # the first replay uploads the graph
             sync()
         res = [[0.0] * samples for _ in idx]
+        slow = [[0.0] * samples for _ in idx]  # the compute load's slowdown while each sample ran
         for k in range(samples):
             out("log", f"sample {k}")
             for j in range(len(idx)):
                 if rank == 0:  # names the point if NCCL hangs while it is timed
                     out("item", str(idx[j]))
+                if load is not None:
+                    load.start(ests[j] * reps[j])
                 if graphs[j] is not None:
                     res[j][k] = timed(replayer(graphs[j]), 1) / reps[j]
                 else:
                     res[j][k] = timed(ops[j], reps[j])
+                if load is not None:
+                    slow[j][k] = load.stop()
         if direct is not None:
             direct.async_error()
         flat = agree([x for r in res for x in r], dist.ReduceOp.MAX)  # the slowest rank's samples
+        if load is not None:
+            slow_flat = agree([x for r in slow for x in r], dist.ReduceOp.MAX)  # the most slowed rank's
         if rank == 0:
             for j, i in enumerate(idx):
                 mode = timing_label(launch, "graph" if graphs[j] is not None else "eager")
-                out("result", {"i": i, "s": [round(x, 4) for x in flat[j * samples:(j + 1) * samples]], "m": mode})
+                rec = {"i": i, "s": [round(x, 4) for x in flat[j * samples:(j + 1) * samples]], "m": mode}
+                if load is not None:
+                    rec["g"] = [round(x, 4) for x in slow_flat[j * samples:(j + 1) * samples]]
+                out("result", rec)
         del ops, graphs
     sync()
     dist.barrier()

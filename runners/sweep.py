@@ -27,7 +27,7 @@ from ncclrl.envs.live import LAUNCHES, WorkerError, plugin_library, require_gpus
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.nccltests_backend import NcclTestsBackend
 from ncclrl.envs.store import Store
-from ncclrl.envs.torch_workers import NVLS, TableWorkers
+from ncclrl.envs.torch_workers import LOADS, NVLS, TableWorkers
 from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.progress import progress
 
@@ -105,6 +105,9 @@ class SweepConfig(LiveConfig):
     :param wall_s: start no job after this many seconds (0: no limit); the same command measures the rest
     :param after_hang: skip (once NCCL hangs on an algorithm/protocol, it is not tried at larger
         sizes under the same knobs) or retry (measure every point, retrying recorded hangs)
+    :param load: none, or gemm: every sample runs beside matrix products on each GPU (a stream of their
+        own), stored under tag TAG+gemmN with the products' slowdown per sample (backend=torch)
+    :param load_n: load=gemm: the products' size (load_n x load_n, bfloat16); size it like your model's
     """
 
     backend: str = "torch"
@@ -113,9 +116,17 @@ class SweepConfig(LiveConfig):
     nccltests_dir: str = ""
     wall_s: int = 0
     after_hang: str = "skip"
+    load: str = "none"
+    load_n: int = 4096
 
     def check(self) -> None:
         super().check()
+        if self.load not in LOADS:
+            raise ConfigError("load", f"unknown value {self.load!r}; allowed: {', '.join(LOADS)}")
+        if self.load != "none" and self.backend != "torch":
+            raise ConfigError("load", "a compute load runs in the PyTorch workers only: backend=torch")
+        if not 16 <= self.load_n <= 65536:
+            raise ConfigError("load_n", f"must be 16 to 65536, got {self.load_n}")
         if self.backend not in ("torch", "nccl-tests"):
             raise ConfigError("backend", f"unknown value {self.backend!r}; allowed: torch, nccl-tests")
         if self.backend == "nccl-tests" and not self.nccltests_dir:
@@ -144,7 +155,15 @@ def live_workers(args: DictConfig, topo: Topology, knobs: Point, *, timing: str 
     return TableWorkers(topo.nranks, topo.nodes, knobs, timing=timing or args["timing"],
                         timeout_s=float(timeout_s if timeout_s is not None else args["timeout_s"]),
                         launch=args["launch"], launcher=launcher_of(args), nvls=args.get("nvls", "as-is"),
-                        log_dir=args.get("log_dir") or None, table=table)
+                        log_dir=args.get("log_dir") or None, table=table, load=args.get("load", "none"),
+                        load_n=int(args.get("load_n", 4096)))
+
+
+def load_tag(args: DictConfig) -> str:
+    """The tag a sweep stores under: ``tag``, plus ``+gemmN`` under a compute load, so that loaded
+    and isolated timings never pool."""
+    load = args.get("load", "none") if hasattr(args, "get") else "none"
+    return args["tag"] + (f"+{load}{int(args.get('load_n', 4096))}" if load != "none" else "")
 
 
 def check_launch(args: DictConfig, topo: Topology) -> None:
@@ -188,7 +207,7 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
     topo = load_topology(args["topology"])
     colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
     lo, hi = parse_bytes(args["min_bytes"], "min_bytes"), parse_bytes(args["max_bytes"], "max_bytes")
-    samples, grid, tag = int(args["samples"]), args["grid"], args["tag"]
+    samples, grid, tag = int(args["samples"]), args["grid"], load_tag(args)
     skip_hung = args["after_hang"] == "skip"
     # the workers' launch names how their timings were taken; nccl-tests is its own timing
     launch = args["launch"] if args["backend"] == "torch" else None

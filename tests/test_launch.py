@@ -6,6 +6,7 @@ dead ranks and preemption."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -300,3 +301,46 @@ def test_a_job_too_large_for_the_environment_is_refused(plugin, tmp_path):
     assert len(w.job_env(pts[:1000], [p.nbytes for p in pts[:1000]], 3, 100.0)["NCCLRL_JOB"]) < 131072
     with pytest.raises(ConfigError, match="^points: 6000 points make a job of .* bytes"):
         w.job_env(pts, [p.nbytes for p in pts], 3, 100.0)
+
+
+def test_a_compute_load_runs_beside_every_sample(plugin, tmp_path):
+    """load=gemm: each rank runs matrix products beside the collective while a sample is timed and
+    reports their slowdown per sample against their time alone; without it no slowdown is kept."""
+    w = workers("local", plugin, tmp_path, load="gemm", load_n=96)
+    pts = [Point("allreduce", 4096), Point("allreduce", 4096, "ring", "simple", 1)]
+    res = w.measure(pts, samples=3, budget_us=2000.0)
+    assert all(r is not None and len(r) == 3 for r in res), w.failures
+    assert len(w.last_slowdowns) == 2 and all(len(s) == 3 and all(x > 0 for x in s) for s in w.last_slowdowns)
+    logs = "".join(f.read_text() for f in (tmp_path / "job").glob("rank*.log"))
+    assert "compute load: 96 x 96 float32 products" in logs
+    plain = workers("local", plugin, tmp_path / "plain")
+    plain.measure(pts[:1], samples=2)
+    assert plain.last_slowdowns == [None]
+
+
+@pytest.mark.parametrize(("kw", "key"), [({"load": "fft"}, "load"), ({"load": "gemm", "load_n": 8}, "load_n")])
+def test_a_bad_load_is_refused(plugin, tmp_path, kw, key):
+    with pytest.raises(ConfigError, match=f"^{key}"):
+        workers("local", plugin, tmp_path, **kw)
+
+
+def test_a_sweep_under_load_stores_apart_with_the_compute_slowdown(plugin, tmp_path, monkeypatch):
+    """sweep load=gemm: the workers get the load from the command's keys, the points are stored
+    under TAG+gemmN (never pooled with isolated timings) with the load's slowdown per sample."""
+    import functools
+
+    from ncclrl.runners import sweep
+
+    monkeypatch.setattr(sweep, "TableWorkers", functools.partial(TableWorkers, device="cpu", plugin=plugin))
+    store = tmp_path / "store.sqlite"
+    common = ["topology=h200-2x1-sock", "min_bytes=1K", "max_bytes=2K", "samples=2", f"store={store}",
+              "launch=torch", "timing=eager", "timeout_s=30"]
+    sweep.run_sweep(sweep.parse_args([*common, "load=gemm", "load_n=64"]), io.StringIO())
+    sweep.run_sweep(sweep.parse_args(common), io.StringIO())
+    f = Store(store).frame(status="ok")
+    loaded, alone = f[f.tag == "sweep+gemm64"], f[f.tag == "sweep"]
+    assert len(loaded) == len(alone) == 2  # NCCL's default at 1 KiB and 2 KiB, each run
+    assert all(len(s) == 2 and all(x > 0 for x in s) for s in loaded.compute_slowdown)
+    assert alone.compute_slowdown.isna().all()
+    with pytest.raises(ConfigError, match="^load"):
+        sweep.parse_args([*common, "load=gemm", "backend=nccl-tests", "nccltests_dir=/tmp"])
