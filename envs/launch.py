@@ -357,6 +357,9 @@ class Job:
         """End every process of the job: SIGTERM to each launcher's process group, SIGKILL after
         ``grace_s`` to whatever is left."""
         live = [p for p in self.procs if p.poll() is None]
+        # this host's processes of the job, whatever group or session they moved to (Open MPI puts
+        # each rank in a group of its own): killed too if the launcher dies before it ends them
+        spawned = descendants([p.pid for p in live])
         for p in live:
             _signal_group(p, signal.SIGTERM)
         end = time.time() + self.grace_s
@@ -364,6 +367,9 @@ class Job:
             time.sleep(0.1)
         for p in self.procs:  # the group too: a worker may outlive its launcher
             _signal_group(p, signal.SIGKILL)
+        for pid in spawned:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         for p in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=5)
@@ -412,6 +418,26 @@ def ending_on_sigterm():
         yield
     finally:
         signal.signal(signal.SIGTERM, prev)
+
+
+def descendants(pids: list[int]) -> list[int]:
+    """Every process on this host descended from ``pids`` (from ``/proc``; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the name in parentheses may hold spaces
+        children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], list(pids)
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
 
 
 def _signal_group(p: subprocess.Popen, sig: int) -> None:

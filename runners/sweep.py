@@ -132,6 +132,9 @@ class SweepConfig(LiveConfig):
         if self.backend == "nccl-tests" and not self.nccltests_dir:
             raise ConfigError("nccltests_dir", "backend=nccl-tests needs nccltests_dir=<folder with "
                               "all_reduce_perf ...>")
+        if self.backend == "nccl-tests" and not Path(self.nccltests_dir).is_dir():
+            raise ConfigError("nccltests_dir", f"no such folder: {self.nccltests_dir} (the folder holding "
+                              "all_reduce_perf ...)")
         if self.grid not in ("default", "full"):
             raise ConfigError("grid", f"unknown value {self.grid!r}; allowed: default, full")
         if self.after_hang not in ("skip", "retry"):
@@ -182,6 +185,8 @@ def parse_args(argv: list[str]) -> DictConfig:
 
 
 def main_sweep(cfg: DictConfig) -> int:
+    if cfg["backend"] == "torch":  # no GPUs or the wrong hosts: one line, before the store is touched
+        check_launch(cfg, load_topology(cfg["topology"]))
     run_sweep(cfg)
     return 0
 
