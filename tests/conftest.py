@@ -34,3 +34,22 @@ def allreduce_files(h200_data: Path) -> list[Path]:
     files = sorted((h200_data / "nccltests_allreduce").glob("*.txt"))
     assert len(files) >= 20, "expected the recorded nccl-tests files"
     return files
+
+
+@pytest.fixture(scope="session", autouse=True)
+def committed_stores_stay_unchanged():
+    """Recorded measurement stores are data: tests and the commands they run only read them (a
+    writable open would migrate the schema in place). Checked over the whole session."""
+    import hashlib
+
+    def state(p: Path) -> tuple:
+        # a write in WAL mode lands in the -wal file first; the store itself changes at a checkpoint
+        wal = p.with_name(p.name + "-wal")
+        return (hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None,
+                wal.exists() and wal.stat().st_size > 0)
+
+    stores = sorted(REPO.glob("docs/data/**/*.sqlite"))
+    before = {p: state(p) for p in stores}
+    yield
+    changed = [str(p.relative_to(REPO)) for p, s in before.items() if state(p) != s]
+    assert not changed, f"tests changed committed stores: {changed}"

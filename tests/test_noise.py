@@ -96,7 +96,7 @@ def test_recorded_a_a_validations_are_judged_the_same_by_the_between_job_model()
 def test_store_job_ids_are_inferred_for_old_rows():
     """Rows from before job ids: a validation's jobs are recovered from the timestamps (2 base jobs
     per validation, a job per measured collective set of 25-77 points)."""
-    with Store(LIVE) as s:
+    with Store(LIVE, readonly=True) as s:
         df = s.frame(tag="validate-base", status="ok")
     old = df[df.job == ""].copy()
     old["job"] = job_ids(old)
@@ -151,7 +151,7 @@ def test_stored_a_a_validation_on_the_h200s():
 def test_replay_gives_a_repeated_point_the_next_recorded_job():
     from ncclrl.envs.replay import ReplayWorkers
 
-    with Store(LIVE) as s:
+    with Store(LIVE, readonly=True) as s:
         frame = s.frame(topology="h200-2x2-sock", status="ok", collective="allreduce", nbytes=1024, algo="default",
                         comm_channels=0, socket_nthreads=0, nsocks_perthread=0, socket_inline_bytes=0)
     frame = frame[frame.tag.isin(["sweep", "sweep-repeat"])]

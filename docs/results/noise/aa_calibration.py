@@ -44,7 +44,7 @@ def old_verdict(a: list[float], b: list[float]) -> str:
 
 
 def main(path: str) -> pd.DataFrame:
-    df = base_jobs(Store(path))
+    df = base_jobs(Store(path, readonly=True))
     rows = []
     for topo, coll, js in quadruples(df, 3600.0):
         sizes = sorted(set.intersection(*(set(j.nbytes) for j in js)))
@@ -96,7 +96,7 @@ def no_row_sizes(path: str) -> pd.DataFrame:
         digest = hashlib.sha256(Path(t).read_bytes()).hexdigest()[:12]
         colls = sorted({r[0] for r in rows})
         pts = [Point(c, s) for c in colls for s in size_grid(8, 256 << 20, topo.nranks, N.COLLECTIVES.index(c))]
-        base, tuned = stored_jobs(Store(path), topo.name, digest, pts, "torch")
+        base, tuned = stored_jobs(Store(path, readonly=True), topo.name, digest, pts, "torch")
         rep = judge(topo, pts, base, tuned)
         for r in rep.itertuples():
             if not any(x[0] == r.collective and int(x[1]) <= r.nbytes <= int(x[2]) for x in rows):
