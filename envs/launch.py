@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import shlex
 import signal
 import socket
@@ -42,6 +43,7 @@ from ncclrl.costmodel.errors import ConfigError
 
 KINDS = ("local", "torchrun", "srun", "mpirun")
 MARK = "NCCLRL|"
+READ_MAX_S = 30.0  # the longest a finished job's output is still read (Job.close)
 # the environment variables a job hands its processes (besides NCCL's and the knobs)
 JOB_ENV = "NCCLRL_JOB"
 TABLE_ENV = "NCCLRL_TUNER_TABLE_DATA"
@@ -314,25 +316,51 @@ class Job:
             self._threads.append(t)
 
     _closed = False
+    _closing = False
     lingering = False  # a process left behind held the output open past close()
-    read_grace_s = 5.0  # how long a finished job's output is still read (close)
+    read_grace_s = 5.0  # how long a finished job's output may stay silent before reading stops (close)
 
     def _read(self, p: subprocess.Popen) -> None:
+        """Read the launcher's output as it comes, line by line, to its end; once :meth:`close` is
+        called, everything already written is still read, and reading stops at the end of the
+        output or after ``read_grace_s`` of silence."""
         assert p.stdout is not None
+        fd, buf, idle_since = p.stdout.fileno(), b"", None
         try:
-            for line in p.stdout:
-                recs, rest = parse_records(line)
-                with self._lock:
-                    if self._closed:
+            while True:
+                ready, _, _ = select.select([fd], [], [], 0.05)
+                if ready:
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        break
+                    *lines, buf = (buf + chunk).split(b"\n")
+                    for raw in lines:
+                        if not self._line(raw.decode(errors="replace")):
+                            return
+                    idle_since = None
+                elif self._closing:
+                    idle_since = idle_since or time.time()
+                    if time.time() - idle_since > self.read_grace_s:
+                        self.lingering = True  # open, silent: something the job left behind holds it
                         return
-                    self.last_output = time.time()
-                    self.records += recs
-                    if rest.strip():
-                        self._log.write(rest + "\n")
-                        if "NCCL WARN" in rest:
-                            self.nccl_warnings.append(rest.strip()[-300:])
+            if buf:
+                self._line(buf.decode(errors="replace"))
         except (OSError, ValueError):  # the pipe or the log closed under it
             return
+
+    def _line(self, line: str) -> bool:
+        """Take one line of output; False once the job is closed."""
+        recs, rest = parse_records(line)
+        with self._lock:
+            if self._closed:
+                return False
+            self.last_output = time.time()
+            self.records += recs
+            if rest.strip():
+                self._log.write(rest + "\n")
+                if "NCCL WARN" in rest:
+                    self.nccl_warnings.append(rest.strip()[-300:])
+        return True
 
     def take(self) -> list[Record]:
         """The records that arrived since the last call."""
@@ -375,16 +403,17 @@ class Job:
                 p.wait(timeout=5)
 
     def close(self) -> None:
-        """Stop reading, once the processes have ended: their output is read for ``read_grace_s``
-        more, not until its end. A process the job left behind, in a session of its own and out of
-        reach of the group kill, may hold the pipe open long after a complete run (``lingering``
-        says so)."""
-        end = time.time() + self.read_grace_s
+        """Stop reading, once the processes have ended: what they wrote is read to its end, or until
+        it has been silent for ``read_grace_s`` (at most :data:`READ_MAX_S` in all). A process the job
+        left behind, in a session of its own and out of reach of the group kill, may hold the pipe
+        open long after a complete run (``lingering`` says so)."""
+        self._closing = True
+        end = time.time() + READ_MAX_S
         for t in self._threads:
             t.join(timeout=max(0.0, end - time.time()))
         with self._lock:
             self._closed = True
-            self.lingering = any(t.is_alive() for t in self._threads)
+            self.lingering = self.lingering or any(t.is_alive() for t in self._threads)
             self._log.close()
 
 
