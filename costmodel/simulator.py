@@ -288,24 +288,18 @@ class SimParams:
         state = repr(rng.bit_generator.state).encode()
         side = np.random.default_rng(int.from_bytes(hashlib.sha256(state).digest()[:8], "little"))
         for key, (lo, hi) in RANDOMIZATION.items():
-            if key in INTERFERENCE_PARAMS:
-                llo, lhi = np.log(lo) * scale, np.log(hi) * scale
-                v = getattr(p, key)
-                if isinstance(v, np.ndarray):
-                    setattr(p, key, v * np.exp(side.uniform(llo, lhi, size=v.shape)))
-                else:
-                    setattr(p, key, float(v * np.exp(side.uniform(llo, lhi))))
-                continue
             if key == "contention_exp":
                 p.contention_exp = float(rng.uniform(self.contention_exp + (lo - self.contention_exp) * scale,
                                                      self.contention_exp + (hi - self.contention_exp) * scale))
                 continue
+            # interference parameters come from a side stream, so the other draws stay as they were
+            g = side if key in INTERFERENCE_PARAMS else rng
             llo, lhi = np.log(lo) * scale, np.log(hi) * scale
             v = getattr(p, key)
             if isinstance(v, np.ndarray):
-                setattr(p, key, v * np.exp(rng.uniform(llo, lhi, size=v.shape)))
+                setattr(p, key, v * np.exp(g.uniform(llo, lhi, size=v.shape)))
             else:
-                setattr(p, key, float(v * np.exp(rng.uniform(llo, lhi))))
+                setattr(p, key, float(v * np.exp(g.uniform(llo, lhi))))
         # Keep the physical ordering that makes protocols what they are.
         p.cap_gbps = np.maximum(p.cap_gbps, 1e-3)
         p.load_bw_loss = min(p.load_bw_loss, 0.9)
