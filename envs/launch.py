@@ -431,22 +431,45 @@ class Terminated(SystemExit):
     """SIGTERM (a preemption, ``scancel``) while a job runs: the job is ended, then ncclrl exits."""
 
 
-def _on_sigterm(signum, frame) -> None:
-    raise Terminated(128 + signal.SIGTERM)
+class SigtermLatch:
+    """Whether SIGTERM arrived while :func:`ending_on_sigterm` was open; :meth:`check` raises
+    :class:`Terminated` once, where the caller can stop without losing what it holds."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._raised = False
+
+    def __call__(self, signum, frame) -> None:  # the signal handler: never raises mid-statement
+        self.requested = True
+
+    def check(self) -> None:
+        if self.handled():
+            raise Terminated(128 + signal.SIGTERM)
+
+    def handled(self) -> bool:
+        """Whether SIGTERM came and nobody acted on it yet; from now on the caller does."""
+        if self.requested and not self._raised:
+            self._raised = True
+            return True
+        return False
 
 
 @contextlib.contextmanager
 def ending_on_sigterm():
-    """While it is open, SIGTERM raises :class:`Terminated` in the main thread, so the ``finally``
-    that ends a job runs (what was stored before stays)."""
+    """While it is open, SIGTERM only sets the latch it yields: the caller's wait loop calls
+    ``latch.check()`` between reads, so records already taken from a job are never dropped half
+    way; leaving the block raises :class:`Terminated` if SIGTERM came and nobody checked, after the
+    caller's ``finally`` ended its job (what was stored before stays)."""
+    latch = SigtermLatch()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield latch
         return
-    prev = signal.signal(signal.SIGTERM, _on_sigterm)
+    prev = signal.signal(signal.SIGTERM, latch)
     try:
-        yield
+        yield latch
     finally:
         signal.signal(signal.SIGTERM, prev)
+    latch.check()
 
 
 def descendants(pids: list[int]) -> list[int]:
@@ -480,11 +503,12 @@ def run_to_end(commands: list[tuple[list[str], dict[str, str]]], base_env: dict[
     an error); every process is ended afterwards. Returns the records and the launcher's other
     output (what NCCL printed). Raises :class:`ConfigError` with the reason when it did not end well."""
     records: list[Record] = []
-    with ending_on_sigterm():
+    with ending_on_sigterm() as latch:
         job = Job(commands, base_env, log_dir, grace_s=grace_s)
         started, why = time.time(), ""
         try:
             while not job.done():
+                latch.check()
                 records += job.take()
                 errors = [r for r in records if r.kind == "error"]
                 if errors:

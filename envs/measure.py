@@ -78,8 +78,11 @@ def measure_whole(workers: Backend, points: list[Point], store: Store, topology:
                         hung.append(i)
                 else:
                     nxt.append(i)
-            stuck = len(nxt) == len(remaining)
-            if stuck:  # no progress and nothing to blame: give up on these
+            terminated = getattr(workers, "terminated", False)
+            # no progress and nothing to blame: give up on these (a preempted job's unreached points
+            # are not failures: they stay unstored, and the resumed run measures them)
+            stuck = len(nxt) == len(remaining) and not terminated
+            if stuck:
                 for i in nxt:
                     fail(i, "job made no progress")
             for hi in [] if stuck else hung:  # the job warmed the points before the hung one (item order): those ran
@@ -94,7 +97,7 @@ def measure_whole(workers: Backend, points: list[Point], store: Store, topology:
                     log.warning("# %s %s/%s: %d points at >= %d B not measured after the hang", h.collective, h.algo,
                                 h.proto, len(same), h.nbytes)
                 nxt = [i for i in nxt if i not in same]
-        if getattr(workers, "terminated", False):  # SIGTERM: what the job finished is stored; now end
+        if terminated:  # SIGTERM: what the job finished is stored; now end
             raise Terminated(128 + 15)
         if stuck:
             break

@@ -328,11 +328,12 @@ class NcclTestsBackend(Backend):
         reader = OutputTail(log_file, start)
         early, timed_out = "", False
         t0 = time.time()
-        with ending_on_sigterm():
+        with ending_on_sigterm() as latch:
             job = Job([(cmd, {})], env, workdir, grace_s=self.launcher.grace_s)
             job.read_grace_s = READ_GRACE_S  # nccl-tests' output is its log, complete at its exit
             try:
                 while True:
+                    latch.check()
                     done = job.done()
                     watch.add(reader.new_lines())
                     early = watch.verdict(final=False)

@@ -34,6 +34,7 @@ from ncclrl.envs.launch import (
     TABLE_ENV,
     Job,
     LaunchConfig,
+    SigtermLatch,
     Terminated,
     encode,
     ending_on_sigterm,
@@ -189,10 +190,10 @@ class TableWorkers(Backend):
             seen = JobRecords(self.nranks, len(points), out_dir)
             started = time.time()
             timed_out = False
-            with ending_on_sigterm():
+            with ending_on_sigterm() as latch:
                 job = Job(cmds, base, out_dir, grace_s=self.launcher.grace_s)
                 try:
-                    self._wait(job, seen, started)
+                    self._wait(job, seen, started, latch)
                 except _TimedOut:
                     timed_out = True
                 except Terminated:  # the sizes finished are returned, stored, then ncclrl ends
@@ -200,6 +201,8 @@ class TableWorkers(Backend):
                 finally:
                     job.kill()  # whatever is left of the job, on every node
                     job.close()
+                if latch.handled():  # after the job's last read: its results are returned, then ncclrl ends
+                    self.terminated = True
             seen.add(job.take())
             seen.close()
         self.nccl_version = seen.version or self.nccl_version
@@ -235,10 +238,12 @@ class TableWorkers(Backend):
                 self.failures.update({i: why for i in range(len(points))})
         return out
 
-    def _wait(self, job: Job, seen: JobRecords, started: float) -> None:
-        """Until the job ends, a rank stops it (the others then wait on that rank), or it makes no
-        progress for ``timeout_s`` (:class:`_TimedOut`)."""
+    def _wait(self, job: Job, seen: JobRecords, started: float, latch: SigtermLatch) -> None:
+        """Until the job ends, a rank stops it (the others then wait on that rank), it makes no
+        progress for ``timeout_s`` (:class:`_TimedOut`), or SIGTERM came (:class:`Terminated`,
+        raised between two reads: every record taken is kept)."""
         while True:
+            latch.check()
             seen.add(job.take())
             if job.done():
                 return

@@ -522,3 +522,34 @@ def test_a_store_from_before_the_inline_knob_opens_and_resumes(tmp_path):
         df = s.frame()
     assert df["socket_inline_bytes"].tolist() == [0, 1 << 18]
     assert inline.env()["NCCL_SOCKET_INLINE"] == "262144"
+
+
+def test_a_job_preempted_before_its_first_point_stores_no_point_and_ends_the_run(tmp_path):
+    """SIGTERM ended the job before it finished any point: nothing is stored as failed (the
+    resumed run measures those points), only the job itself, and the run ends with Terminated;
+    a preempted job that finished points stores those."""
+    from ncclrl.envs.launch import Terminated
+
+    topo = load_topology("h200-2x2-sock")
+    knobs = knob_grid(topo, "full")[0]
+    pts = [Point("allreduce", s) for s in (1024, 2048, 4096)]
+
+    class Preempted(FakeWorkers):
+        whole_request = True
+
+        def __init__(self, *a, finished=0, **k):
+            super().__init__(*a, **k)
+            self.finished = finished
+
+        def measure(self, points, samples=10, budget_us=2000.0):
+            self.failures, self.terminated = {}, True
+            done = super().measure(points[: self.finished], samples)
+            return done + [None] * (len(points) - len(done))
+
+    for finished in (0, 2):
+        with Store(tmp_path / f"s{finished}.sqlite") as s:
+            with pytest.raises(Terminated):
+                measure_whole(Preempted(topo, knobs, "eager", 15, finished=finished), pts, s, topo.name,
+                              backend="torch", samples=3, tag="sweep")
+            df = s.frame()
+            assert len(s.jobs()) == 1 and len(df) == finished and (df.status == "ok").all()
