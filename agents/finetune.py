@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ncclrl.agents.problem import Evaluator, Problem
 from ncclrl.agents.strategy import Controller, Search, SearchConfig
 from ncclrl.costmodel import nccl as N
@@ -63,18 +65,50 @@ def finetune(problem: Problem, ev: Evaluator, controller: Controller, cfg: Searc
     evidence = {"knob_prob": round(float(t.knob_prob), 4),
                 "gain_vs_defaults": round(math.exp(t.gain), 4),
                 "zero_shot": {"conf": problem.knobs[zs.knob].env(), "rows": len(zs.rows),
-                              "gain_vs_defaults_posterior": round(math.exp(float(
-                                  (m.mean[sp.default[: sp.n_cells]] - m.mean[zs.final]).mean())), 4)},
+                              "gain_vs_defaults_posterior": round(math.exp(sp.log_gain(
+                                  m.mean[sp.default[: sp.n_cells]], m.mean[zs.final])), 4)},
                 "delta": cfg.decision.delta, "alpha": cfg.decision.alpha, "jobs": ev.calls}
+    if problem.weights is not None:
+        evidence["step"] = step_saving(search, t)
     out = Outcome(res.decision.conf, rows, res.measured, res.rounds, res.history, res.reason, evidence)
     return out, search
 
 
+def step_saving(search: Search, table: Any, draws: int = 4000, seed: int = 0) -> dict[str, float]:
+    """The job's communication time per step (calls x time, us) under NCCL's plain defaults and
+    under ``table``, and the time saved, with a 95% interval: ``draws`` draws of every point's log
+    time from the run's posterior, plus, when the table's knob setting is not NCCL's, the shift
+    its jobs share (``decision.job_sigma``, as the knob test counts it)."""
+    sp, m = search.space, search.model
+    w = sp.weights
+    plain, final = sp.default[: sp.n_cells], np.asarray(table.final)
+    idx = np.unique(np.concatenate([plain, final]))
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((draws, len(idx)))
+    logt = np.zeros((draws, sp.size))
+    logt[:, idx] = m.mean[idx] + z * m.std[idx]
+    shift = np.zeros((draws, 1))
+    if table.knob:
+        jobs = search.knob_jobs
+        sd = search.cfg.decision.job_sigma * math.sqrt(1 / max(len(jobs[table.knob]), 1) + 1 / max(len(jobs[0]), 1))
+        shift = rng.standard_normal((draws, 1)) * sd
+    base = np.exp(logt[:, plain]) @ w
+    tuned = np.exp(logt[:, final] + shift) @ w
+    saved = base - tuned
+    lo, hi = np.percentile(saved, [2.5, 97.5])
+    return {"nccl_us_per_step": round(float(np.exp(m.mean[plain]) @ w), 3),
+            "table_us_per_step": round(float(np.exp(m.mean[final]) @ w), 3),
+            "saved_us_per_step": round(float(np.mean(saved)), 3), "saved_lo": round(float(lo), 3),
+            "saved_hi": round(float(hi), 3), "saved_pct": round(float(100 * np.mean(saved) / np.mean(base)), 3)}
+
+
 def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out_dir: Path,
-                  provenance: dict[str, Any], title: str = "ncclrl fine-tuned table") -> dict[str, Path]:
+                  provenance: dict[str, Any], title: str = "ncclrl fine-tuned table",
+                  exact: bool = False) -> dict[str, Path]:
     """``nccl_tuner.csv`` (example-plugin format; NCCL decides where there is no row), ``nccl.conf``
     and ``finetune.json`` (every row with its evidence, the run's history, its stop reason, the
-    budget used)."""
+    budget used). A row covers its size up to the next measured one; ``exact``: only its own size
+    (a job's sizes: the bytes between them were never measured)."""
     by = {(r["collective"], r["nbytes"]): r for r in out.rows}
     rows = []
     for c, ss in sizes.items():
@@ -83,8 +117,8 @@ def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out
             r = by.get((name, s))
             if r is None:
                 continue
-            lo = 0 if i == 0 else s
-            hi = MAX_BYTES if i == len(ss) - 1 else ss[i + 1] - 1
+            lo = s if exact or i else 0
+            hi = s if exact else (MAX_BYTES if i == len(ss) - 1 else ss[i + 1] - 1)
             rows.append(Row(name, lo, hi, *r["key"], nnodes=topo.nodes, nranks=topo.nranks))
     env = out.conf.env()
     table = Table(topo, rows, {k: int(v) for k, v in env.items()}, provenance,

@@ -50,6 +50,10 @@ class Problem:
     #: how many independent jobs each point can be measured in (``None``: any number); a replayed
     #: sweep answers a repeat of a point it recorded once with the same samples
     repeats: dict[tuple[tuple[int, ...], int, int, Key], int] | None = None
+    #: a job's calls per step at each (collective, size) (``None``: every size counts alike); given,
+    #: the objective is the job's communication time per step, sum of calls x time, not the
+    #: geometric mean over sizes (:meth:`log_gain`)
+    weights: dict[tuple[int, int], float] | None = None
 
     def __post_init__(self) -> None:
         if not self.knobs:
@@ -58,6 +62,30 @@ class Problem:
             raise ConfigError("knobs", "the first knob setting must be NCCL's defaults (the reference)")
         if self.prior is None:
             self.prior = Simulator(self.topo, seed=0)
+        if self.weights is not None:
+            bad = [x for x in self.cells() if not (self.weights.get(x, 0.0) > 0 and np.isfinite(self.weights[x]))]
+            if bad:
+                raise ConfigError("weights", f"calls per step must be a finite number > 0 at every size; "
+                                  f"{N.COLLECTIVES[bad[0][0]]} {bad[0][1]} B has {self.weights.get(bad[0])}")
+
+    def cell_weights(self) -> np.ndarray | None:
+        """Calls per step of each cell in :meth:`cells` order (``None``: unweighted)."""
+        return None if self.weights is None else np.array([self.weights[x] for x in self.cells()], dtype=float)
+
+    def log_gain(self, ref: np.ndarray, t: np.ndarray, where: np.ndarray | None = None) -> float:
+        """The objective's gain of times ``t`` over ``ref`` (both per cell in :meth:`cells` order,
+        us), in log: the mean log speedup (a geometric mean over sizes), or with :attr:`weights`
+        the log speedup of the step's communication time, ``log(sum w ref / sum w t)``; over the
+        cells ``where`` is true (default: all)."""
+        ref, t = np.asarray(ref, dtype=float), np.asarray(t, dtype=float)
+        w = self.cell_weights()
+        if where is not None:
+            ref, t, w = ref[where], t[where], None if w is None else w[where]
+        if not len(ref):
+            return 0.0
+        if w is None:
+            return float(np.mean(np.log(ref / t)))
+        return float(np.log(np.dot(w, ref) / np.dot(w, t)))
 
     @classmethod
     def make(cls, topo: Topology, colls: list[int], min_bytes: int = 8, max_bytes: int = 1 << 30,
@@ -268,8 +296,11 @@ class Oracle:
         self.optimum_conf = problem.knobs[int(np.argmax(per_conf))]
 
     def _geo(self, t: dict[int, np.ndarray]) -> float:
-        logs = np.concatenate([np.log(self.base[c] / t[c]) for c in self.problem.colls])
-        return float(np.exp(logs.mean()))
+        """Speedup over NCCL's plain defaults: geometric mean over sizes, or of the step's
+        communication time when the problem has weights (:meth:`Problem.log_gain`)."""
+        cols = self.problem.colls
+        return float(np.exp(self.problem.log_gain(np.concatenate([self.base[c] for c in cols]),
+                                                  np.concatenate([t[c] for c in cols]))))
 
     def time_of(self, d: Decision, coll: int) -> np.ndarray:
         keys = self.problem.space(coll, d.conf)

@@ -114,6 +114,22 @@ class Space:
             r = lsz[idx]
             self.size_pos[idx] = (r - r.min()) / max(r.max() - r.min(), 1.0)
         self.X = self._features(lsz)
+        self.weights = problem.cell_weights()  # calls per step per cell (None: sizes count alike)
+
+    def log_gain(self, plain: np.ndarray, final: np.ndarray) -> float:
+        """The objective's gain (log) of the log times ``final`` over ``plain``, per cell
+        (:meth:`ncclrl.agents.problem.Problem.log_gain`)."""
+        if self.weights is None:
+            return float(np.mean(plain - final))
+        return self.problem.log_gain(np.exp(plain), np.exp(final))
+
+    def sensitivity(self, final: np.ndarray) -> np.ndarray:
+        """d gain / d log time of each cell's point at log times ``final``: ``1/n`` for the
+        geometric mean; a cell's share of the step's communication time when weighted."""
+        if self.weights is None:
+            return np.full(len(final), 1.0 / len(final))
+        x = self.weights * np.exp(final)
+        return x / x.sum()
 
     def _features(self, lsz: np.ndarray) -> np.ndarray:
         """The model's regressors per point: intercept, algorithm/protocol, channel level, knob
@@ -239,7 +255,7 @@ class Table:
     rows: dict[int, int]
     prob: dict[int, float]
     knob_prob: float
-    gain: float  # posterior mean of the geometric-mean gain over NCCL's plain defaults (log)
+    gain: float  # posterior mean of the objective's gain over NCCL's plain defaults (log; Space.log_gain)
     final: np.ndarray  # per cell, the point the table runs (its row or NCCL's choice)
 
 
@@ -281,13 +297,15 @@ def decide(space: Space, model: Model, n: np.ndarray, knob_jobs: list[set[int]],
                     rows[c], prob[c], final[c] = int(cand[j]), float(p[j]), cand[j]
         if final is None:
             continue
-        gain = float(np.mean(model.mean[plain] - model.mean[final]))
+        gain = space.log_gain(model.mean[plain], model.mean[final])
         tables.append((k, rows, prob, gain, final))
     t0 = tables[0]
     out = Table(0, t0[1], t0[2], 1.0, t0[3], t0[4])
+    a0 = space.sensitivity(model.mean[t0[4]])
     for k, rows, prob, gain, final in tables[1:]:
         # against the table under NCCL's defaults: the per-size parts average out, the jobs' shift not
-        v = (np.sum(model.std[final] ** 2) + np.sum(model.std[t0[4]] ** 2)) / nc ** 2
+        a = space.sensitivity(model.mean[final])
+        v = np.sum((a * model.std[final]) ** 2) + np.sum((a0 * model.std[t0[4]]) ** 2)
         v += cfg.job_sigma ** 2 * (1 / len(knob_jobs[k]) + 1 / max(len(knob_jobs[0]), 1))
         p = float(_cdf((gain - t0[3] - thr) / math.sqrt(v)))
         if p > 1 - cfg.alpha and gain > out.gain:
@@ -297,7 +315,8 @@ def decide(space: Space, model: Model, n: np.ndarray, knob_jobs: list[set[int]],
 
 def zero_shot(space: Space) -> Table:
     """The exact argmin of the prior: the knob setting whose best predicted point per size gains
-    most in geometric mean over NCCL's plain defaults, and per size its best predicted point."""
+    most over NCCL's plain defaults in the problem's objective (geometric mean over sizes, or the
+    step's communication time with weights), and per size its best predicted point."""
     nc = space.n_cells
     plain = space.default[:nc]
     best = None
@@ -306,7 +325,7 @@ def zero_shot(space: Space) -> Table:
                           if len(space.members[k * nc + c]) else -1 for c in range(nc)])
         if (final < 0).any():
             continue
-        gain = float(np.mean(space.prior[plain] - space.prior[final]))
+        gain = space.log_gain(space.prior[plain], space.prior[final])
         if best is None or gain > best.gain + 1e-12:
             rows = {c: int(i) for c, i in enumerate(final) if not space.is_default[i]}
             best = Table(k, rows, dict.fromkeys(rows, float("nan")), float("nan"), gain, final)

@@ -34,6 +34,7 @@ from ncclrl.costmodel.space import KNOB_FIELDS, Point
 from ncclrl.costmodel.table import file_sha256
 from ncclrl.costmodel.topology import Topology, load_topology
 from ncclrl.costmodel.units import parse_bytes
+from ncclrl.costmodel.workload import load_workload
 from ncclrl.envs.live import TIMEOUT
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.replay import ReplayWorkers, recorded_sweep
@@ -84,12 +85,16 @@ class FinetuneCommand(TunedLiveConfig):
     :param wall_s: no new measurement after this many seconds (0: no limit), whatever is left of budget
     :param strategy: the search strategy: shipped (installed with ncclrl) or a strategy.json path
     :param search: the run's settings: search.round_points, search.decision.delta, search.decision.alpha, ...
+    :param profile: a job profile (ncclrl profile): measure only the collectives and sizes the job calls
+        on the whole job's communicator, for its communication time per step (calls x time), and report
+        the time per step saved; collectives, min_bytes and max_bytes then come from the profile
     """
 
     budget: int = 250
     wall_s: float = 0.0
     strategy: str = "shipped"
     search: SearchConfig = field(default_factory=SearchConfig)
+    profile: str = ""
 
     def check(self) -> None:
         TunedLiveConfig.check(self)
@@ -103,6 +108,8 @@ class FinetuneCommand(TunedLiveConfig):
         if not strategy_path(self.strategy).is_file():
             raise ConfigError("strategy", f"no strategy at {strategy_path(self.strategy)}; use shipped or the "
                               "strategy.json that ncclrl pretrain wrote")
+        if self.profile:
+            job_calls(self.profile, load_topology(self.topology))
 
 
 def parse_args(argv: list[str]) -> DictConfig:
@@ -115,23 +122,56 @@ def main_finetune(args: DictConfig) -> int:
     return 0
 
 
-def live_problem(args: DictConfig, topo: Topology, colls: list[int]) -> tuple[Problem, Any]:
+def job_calls(path: str, topo: Topology) -> tuple[dict[tuple[int, int], float], list[str]]:
+    """Calls per step of the profile at ``path`` per (collective, bytes) on the whole job's
+    communicator (``topo``'s nodes x ranks), and notes on the calls left out (other communicators:
+    a live job measures its own; ``ncclrl export profile=`` tables those from the simulator)."""
+    if not Path(path).is_file():
+        raise ConfigError("profile", f"file not found: {path}")
+    try:
+        work = load_workload(path, topology=topo)
+    except ConfigError as e:
+        raise (e if e.field == "profile" else ConfigError("profile", str(e))) from None
+    weights: dict[tuple[int, int], float] = {}
+    left: dict[tuple[int, int], float] = {}
+    for c in work.calls:
+        whole = (c.nodes, c.ranks) == (topo.nodes, topo.nranks)
+        into = weights if whole else left
+        k = (N.COLLECTIVES.index(c.collective), c.nbytes) if whole else (c.nodes, c.ranks)
+        into[k] = into.get(k, 0.0) + c.calls_per_step
+    if not weights:
+        raise ConfigError("profile", f"{path}: no call on the whole job's communicator ({topo.nodes} node(s) x "
+                          f"{topo.nranks} ranks of {topo.name}); a live job measures that one, ncclrl export "
+                          "profile= tables the others")
+    notes = list(work.notes) + [f"calls on {n} node(s) x {r} ranks ({cps:g}/step) left out: not the whole job's "
+                                "communicator (ncclrl export profile= tables them)" for (n, r), cps in left.items()]
+    return weights, notes
+
+
+def live_problem(args: DictConfig, topo: Topology, colls: list[int],
+                 weights: dict[tuple[int, int], float] | None = None) -> tuple[Problem, Any]:
     """The problem a live run tunes: every knob setting and per-call configuration of the sweep's
-    space at the sizes of ``min_bytes``..``max_bytes``; replayed, the recorded sweep's settings and
-    points (and the sweep itself, else ``None``)."""
-    sizes = sizes_for(topo, colls, parse_bytes(args["min_bytes"], "min_bytes"),
-                      parse_bytes(args["max_bytes"], "max_bytes"))
+    space at the sizes of ``min_bytes``..``max_bytes``, or with ``weights`` (calls per step per
+    (collective, bytes): a job's) at those sizes only, for the job's time per step; replayed, the
+    recorded sweep's settings and points (and the sweep itself, else ``None``)."""
+    if weights is not None:
+        sizes = {c: sorted(s for cc, s in weights if cc == c) for c in colls}
+    else:
+        sizes = sizes_for(topo, colls, parse_bytes(args["min_bytes"], "min_bytes"),
+                          parse_bytes(args["max_bytes"], "max_bytes"))
     if args["backend"] != "replay":
-        return Problem(topo, colls, sizes), None
+        return Problem(topo, colls, sizes, weights=weights), None
     sweep = recorded_sweep(args["replay_store"], topo, args["launch"], ("sweep", "sweep-repeat"), status="ok")
     knobs, recorded = recorded_points(sweep, topo, colls)
     missing = [(N.COLLECTIVES[c], s) for c in colls for s in sizes[c]
                if (knobs[0].knobs, c, s, ("default", "default", 0)) not in recorded]
     if missing:
+        fix = ("a profile's sizes must be sizes the sweep measured" if weights is not None
+               else "set min_bytes/max_bytes/collectives to what it measured")
         raise ConfigError("replay_store", f"the sweep lacks NCCL's defaults at {len(missing)} sizes, e.g. "
-                          f"{missing[0][0]} {missing[0][1]} B; set min_bytes/max_bytes/collectives to what it measured")
+                          f"{missing[0][0]} {missing[0][1]} B; {fix}")
     return Problem(topo, colls, sizes, knobs, available=set(recorded),
-                   repeats={x: len(v) for x, v in recorded.items()}), sweep
+                   repeats={x: len(v) for x, v in recorded.items()}, weights=weights), sweep
 
 
 def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep=None):
@@ -199,25 +239,38 @@ def stored_journal(store: Store, topology: str, backend: str) -> dict[tuple, lis
     return out
 
 
-def sweep_reference(frame, topo: Topology, sizes: dict[int, list[int]]) -> dict[str, Any]:
-    """From an exhaustive sweep: per knob setting, the geometric-mean speedup of the best per-call
-    configuration per size over NCCL's plain default; the best setting is the optimum a table plus
-    an nccl.conf can reach in that space."""
+def _gain(pairs: list[tuple[float, float, float]]) -> float | None:
+    """Speedup from (weight, base time, time) per size: the geometric mean of base/time when every
+    weight is ``nan`` (sizes count alike), else the step's, sum w base / sum w time."""
+    if not pairs:
+        return None
+    w, b, t = (np.array(x, dtype=float) for x in zip(*pairs, strict=True))
+    if np.isnan(w).all():
+        return float(np.exp(np.mean(np.log(b / t))))
+    return float(np.dot(w, b) / np.dot(w, t))
+
+
+def sweep_reference(frame, topo: Topology, sizes: dict[int, list[int]],
+                    weights: dict[tuple[int, int], float] | None = None) -> dict[str, Any]:
+    """From an exhaustive sweep: per knob setting, the speedup of the best per-call configuration
+    per size over NCCL's plain default (geometric mean over sizes; with ``weights``, a job's calls
+    per step, of its communication time per step); the best setting is the optimum a table plus an
+    nccl.conf can reach in that space."""
     df = frame[frame.status == "ok"]
     key = df[list(KNOB_FIELDS)].astype(int).astype(str).agg("/".join, axis=1)
     med = {(r.collective, int(r.nbytes), r.algo, r.proto, int(r.channels), k): float(r.median_us)
            for r, k in zip(df.itertuples(index=False), key, strict=True)}
-    out: dict[str, Any] = {"per_conf": {}, "points": int(len(df))}
+    out: dict[str, Any] = {"per_conf": {}, "points": int(len(df)), "_weights": weights}
     for k in sorted(set(key)):
-        logs = []
+        pairs = []
         for c, ss in sizes.items():
             for s in ss:
                 base = med.get((N.COLLECTIVES[c], s, "default", "default", 0, BASE_KNOBS_KEY))
                 vals = [v for (cc, n, *_rest, kk), v in med.items() if cc == N.COLLECTIVES[c] and n == s and kk == k]
                 if base and vals:
-                    logs.append(np.log(base / min(vals)))
-        if logs:
-            out["per_conf"][k] = float(np.exp(np.mean(logs)))
+                    pairs.append((weights[(c, s)] if weights else np.nan, base, min(vals)))
+        if pairs:
+            out["per_conf"][k] = _gain(pairs)
     out["optimum"] = max(out["per_conf"].values())
     out["optimum_conf"] = max(out["per_conf"], key=out["per_conf"].get)
     out["_med"] = med
@@ -226,11 +279,12 @@ def sweep_reference(frame, topo: Topology, sizes: dict[int, list[int]]) -> dict[
 
 def table_speedup_on_sweep(ref: dict[str, Any], conf: Point, rows: list[dict], sizes: dict[int, list[int]],
                            lo: int = 0, hi: int | None = None) -> float | None:
-    """Geometric-mean speedup the fine-tuned table + conf would have had in the sweep's own data, over
-    the sizes in [``lo``, ``hi``] (``None`` when the sweep has none there)."""
-    med, k = ref["_med"], "/".join(map(str, conf.knobs))
+    """Speedup the fine-tuned table + conf would have had in the sweep's own data (as
+    :func:`sweep_reference` counts it), over the sizes in [``lo``, ``hi``] (``None`` when the sweep
+    has none there)."""
+    med, k, weights = ref["_med"], "/".join(map(str, conf.knobs)), ref["_weights"]
     by = {(r["collective"], r["nbytes"]): r["key"] for r in rows}
-    logs = []
+    pairs = []
     for c, ss in sizes.items():
         for s in ss:
             if s < lo or (hi is not None and s > hi):
@@ -239,14 +293,18 @@ def table_speedup_on_sweep(ref: dict[str, Any], conf: Point, rows: list[dict], s
             base = med.get((name, s, "default", "default", 0, BASE_KNOBS_KEY))
             t = med.get((name, s, *by.get((name, s), ("default", "default", 0)), k))
             if base and t:
-                logs.append(np.log(base / t))
-    return float(np.exp(np.mean(logs))) if logs else None
+                pairs.append((weights[(c, s)] if weights else np.nan, base, t))
+    return _gain(pairs)
 
 
 def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     """Run ``ncclrl finetune``; returns (and writes to ``out/summary.json``) what it did."""
     topo = load_topology(args["topology"])
-    colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
+    weights, notes = job_calls(str(args["profile"]), topo) if args.get("profile") else (None, [])
+    colls = sorted({c for c, _ in weights}) if weights is not None else \
+        [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
+    for n in notes:
+        logger.info("# profile: %s", n)
     cfg: SearchConfig = OmegaConf.to_object(args["search"]) if isinstance(args["search"], DictConfig) \
         else args["search"]
     cfg.check()
@@ -254,7 +312,7 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
         check_launch(args, topo)
     spath = strategy_path(args["strategy"])
     controller = PolicyController.load(spath)
-    problem, sweep = live_problem(args, topo, colls)
+    problem, sweep = live_problem(args, topo, colls, weights)
     store = Store(Path(args["store"]))
     t0 = time.time()
     with progress("finetune", int(args["budget"])) as bar:
@@ -267,15 +325,22 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     prov = {"strategy": str(spath), "strategy_sha256": file_sha256(spath),
             "args": OmegaConf.to_container(args) if isinstance(args, DictConfig) else dict(args),
             "nccl_version": topo.nccl.version, "wall_s": round(wall, 1)}
-    paths = write_outcome(res, topo, problem.sizes, out_dir, prov)
+    paths = write_outcome(res, topo, problem.sizes, out_dir, prov, exact=weights is not None)
     logger.info("# fine-tuned %s %s: %s; %d measurements in %d jobs, %.0f s; knobs: %s; %d rows -> %s", topo.name,
                 ",".join(N.COLLECTIVES[c] for c in colls), res.reason, res.measured, ev.calls, wall,
                 knob_label(res.conf), len(res.rows), paths["csv"])
     summary: dict[str, Any] = {"reason": res.reason, "measured": res.measured, "jobs": ev.calls,
                                "wall_s": round(wall, 1), "rows": len(res.rows), "conf": res.conf.env(),
                                "paths": {k: str(v) for k, v in paths.items()}}
+    if weights is not None:
+        st = res.evidence["step"]
+        summary.update(profile=str(args["profile"]), profile_notes=notes, step=st)
+        logger.info("# the job's communication per step, predicted from the run's measurements: NCCL's defaults "
+                    "%.4g us, this table %.4g us: %.4g us saved [95%% interval %.4g, %.4g] (%.2f%%)",
+                    st["nccl_us_per_step"], st["table_us_per_step"], st["saved_us_per_step"], st["saved_lo"],
+                    st["saved_hi"], st["saved_pct"])
     if sweep is not None:
-        ref = sweep_reference(sweep, topo, problem.sizes)
+        ref = sweep_reference(sweep, topo, problem.sizes, weights)
         got = table_speedup_on_sweep(ref, res.conf, res.rows, problem.sizes)
         zs, space = run.zs, run.space
         zrows = [{"collective": N.COLLECTIVES[space.cells[c][0]], "nbytes": space.cells[c][1], "key": space.keys[i]}

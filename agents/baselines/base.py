@@ -42,14 +42,18 @@ def measure_defaults(problem: Problem, ev: Evaluator) -> None:
 
 def assemble(problem: Problem, ev: Evaluator) -> Decision:
     """The table a black-box tuner's measurements support: the knob setting whose best measured
-    configuration per size has the best geometric-mean speedup over NCCL's measured plain default
-    (a size with nothing measured under the setting counts as no change), with per size its best
-    measured configuration as the row, where that beats NCCL's choice under the setting (or NCCL's
-    choice was not measured)."""
+    configuration per size gains most over NCCL's measured plain default in the problem's objective
+    (:meth:`Problem.log_gain`: geometric mean over sizes, or the step's communication time with
+    weights; a size with nothing measured under the setting counts as no change), with per size its
+    best measured configuration as the row, where that beats NCCL's choice under the setting (or
+    NCCL's choice was not measured)."""
+    cells = problem.cells()
+    refs = np.array([ev.measured(problem.base, c, s, DEFAULT) or np.nan for c, s in cells])
+    known = np.isfinite(refs)
     best_conf, best_score, best_rows = problem.base, -np.inf, {}
     for k in problem.knobs:
-        score, rows, seen = 0.0, {}, False
-        for c, s in problem.cells():
+        rows, seen, t = {}, False, refs.copy()
+        for i, (c, s) in enumerate(cells):
             got = {key: m for key in problem.space(c, k) if (m := ev.measured(k, c, s, key)) is not None}
             if not got:
                 continue
@@ -57,9 +61,8 @@ def assemble(problem: Problem, ev: Evaluator) -> Decision:
             key = min(got, key=got.get)
             if key != DEFAULT:
                 rows[(c, s)] = key
-            ref = ev.measured(problem.base, c, s, DEFAULT)
-            if ref:
-                score += float(np.log(ref / got[key]))
+            t[i] = got[key]
+        score = problem.log_gain(refs, t, where=known)
         if (seen or k is problem.base) and score > best_score + 1e-12:
             best_conf, best_score, best_rows = k, score, rows
     return Decision(best_conf, best_rows)

@@ -1,0 +1,166 @@
+"""The job's objective (communication time per step: calls x time) in the tuning problem, the
+strategy's decision, the baselines' assembly, and ``ncclrl finetune profile=`` replaying the
+recorded 4 x H200 sweep (docs/data/h200x4-2026-11-21/store.sqlite)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from ncclrl.agents.baselines.base import assemble
+from ncclrl.agents.problem import Evaluator, Oracle, Problem, sim_measure
+from ncclrl.agents.strategy import Space, zero_shot
+from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.simulator import Simulator
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.envs.replay import recorded_sweep
+from ncclrl.envs.store import Store
+from ncclrl.runners.finetune import parse_args, run_finetune
+
+REPO = Path(__file__).resolve().parent.parent
+LIVE = REPO / "docs" / "data" / "h200x4-2026-11-21" / "store.sqlite"
+AR = N.COLLECTIVES.index("allreduce")
+
+
+SIZES = [4096, 256 << 10, 128 << 20]
+# a platform whose best knob setting depends on the sizes that count: NCCL's defaults at 256 KiB,
+# a raised channel count at 128 MiB
+PRESET = "a40-4x8-ib"
+
+
+def _problem(weights=None, preset=PRESET):
+    return Problem(load_topology(preset), [AR], {AR: list(SIZES)}, weights=weights)
+
+
+def _heavy(j=None):
+    return None if j is None else {(AR, s): (1e4 if i == j else 1.0) for i, s in enumerate(SIZES)}
+
+
+def test_weights_make_the_oracle_score_the_steps_communication_time():
+    w = {(AR, 4096): 500.0, (AR, 256 << 10): 3.0, (AR, 128 << 20): 1.0}
+    plain, job = _problem(), _problem(w)
+    truth = Simulator(job.topo, seed=3)
+    d = Oracle(job, truth).best_decision()
+    o_job, o_plain = Oracle(job, truth), Oracle(plain, truth)
+    t, base = o_job.time_of(d, AR), o_job.base[AR]
+    wv = np.array([w[(AR, s)] for s in job.sizes[AR]])
+    assert o_job.score(d).speedup == pytest.approx(wv @ base / (wv @ t))
+    assert o_plain.score(d).speedup == pytest.approx(np.exp(np.mean(np.log(base / t))))
+    assert o_job.score(d).speedup != pytest.approx(o_plain.score(d).speedup)
+    with pytest.raises(ConfigError, match="weights"):
+        _problem({(AR, 4096): 1.0})  # a size without calls per step
+
+
+def test_the_zero_shot_knob_setting_maximises_the_weighted_objective():
+    """Brute force over knob settings on the prior: the zero-shot choice is the argmax of the
+    step's speedup with weights, of the geometric mean without; the example is one where the two differ."""
+    picks = {}
+    for name, w in (("plain", None), ("mid-heavy", _heavy(1)), ("large-heavy", _heavy(2))):
+        sp = Space(_problem(w))
+        zs = zero_shot(sp)
+        nc = sp.n_cells
+        best = []
+        for k in range(sp.n_knobs):
+            fin = np.array([sp.members[k * nc + c][np.argmin(sp.prior[sp.members[k * nc + c]])] for c in range(nc)])
+            t, ref = np.exp(sp.prior[fin]), np.exp(sp.prior[sp.default[:nc]])
+            best.append(np.mean(np.log(ref / t)) if w is None else np.log(sp.weights @ ref / (sp.weights @ t)))
+        assert zs.knob == int(np.argmax(best)) and zs.gain == pytest.approx(max(best))
+        picks[name] = zs.knob
+    assert len(set(picks.values())) > 1, picks
+
+
+class _Exact:
+    """A simulated platform answering its noise-free times."""
+
+    def __init__(self, sim):
+        self.sim, self.topo = sim, sim.topo
+
+    def sample(self, cfg, n, validate=False):
+        return np.repeat(self.sim.time_us(cfg, validate=False)[:, None], n, axis=1)
+
+
+def test_baselines_assemble_the_knob_setting_of_the_weighted_objective():
+    """With every point measured, assemble's knob setting is the argmax of the weighted objective
+    over the measured medians, which differs from the geometric mean's on this example."""
+    got = {}
+    for name, w in (("plain", None), ("mid-heavy", _heavy(1)), ("large-heavy", _heavy(2))):
+        p = _problem(w)
+        ev = Evaluator(p, sim_measure(_Exact(Simulator(p.topo, seed=5))), 10 ** 6, samples=1)
+        for k in p.knobs:
+            ev.evaluate(k, [(c, s, key) for c, s in p.cells() for key in p.space(c, k)])
+        best = Oracle(p, Simulator(p.topo, seed=5)).optimum_conf
+        got[name] = assemble(p, ev).conf
+        assert got[name] == best
+    assert len({k.knobs for k in got.values()}) > 1
+
+
+def _doc(*rows: dict) -> str:
+    return yaml.safe_dump({"kind": "ncclrl-job-profile", "collectives": list(rows)})
+
+
+def _profile(path: Path) -> Path:
+    rows = [{"collective": "allreduce", "nbytes": 4096, "nodes": 2, "ranks": 4, "calls_per_step": 100},
+            {"collective": "allreduce", "nbytes": 64 << 20, "nodes": 2, "ranks": 4, "calls_per_step": 2},
+            {"collective": "allreduce", "nbytes": 1 << 20, "nodes": 2, "ranks": 4, "calls_per_step": 10},
+            {"collective": "allgather", "nbytes": 1 << 20, "nodes": 1, "ranks": 2, "calls_per_step": 10}]
+    path.write_text(_doc(*rows))
+    return path
+
+
+def test_finetune_with_a_profile_measures_only_the_jobs_sizes_and_reports_the_step_saving(tmp_path):
+    prof = _profile(tmp_path / "job.yaml")
+    args = parse_args(["backend=replay", f"replay_store={LIVE}", "launch=nccl", "topology=h200-2x2-sock",
+                       f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'out'}", f"profile={prof}", "budget=120"])
+    summary = run_finetune(args)
+    with Store(tmp_path / "ft.sqlite") as s:
+        df = s.frame()
+    assert set(zip(df.collective, df.nbytes, strict=True)) <= {("allreduce", 4096), ("allreduce", 64 << 20),
+                                                   ("allreduce", 1 << 20)}
+    assert 0 < summary["measured"] <= 120 and len(df) == summary["measured"]
+    st = summary["step"]
+    assert st["saved_lo"] <= st["saved_us_per_step"] <= st["saved_hi"]
+    assert st["nccl_us_per_step"] > 0 and any("1 node(s) x 2 ranks" in n for n in summary["profile_notes"])
+    table = [r for r in (tmp_path / "out" / "nccl_tuner.csv").read_text().splitlines() if r and r[0] != "#"]
+    for line in table:  # every row covers one size the job calls, on the whole job's communicator
+        f = line.split(",")
+        assert int(f[1]) == int(f[2]) and (f[0], int(f[1])) in {("allreduce", 4096), ("allreduce", 64 << 20),
+                                                                ("allreduce", 1 << 20)}
+    # the speedup on the sweep's own data is the step's: sum of calls x time, by hand from its medians
+    info = json.loads((tmp_path / "out" / "finetune.json").read_text())
+    env = {k: int(v) for k, v in info["conf"].items()}
+    knobs = "/".join(str(env.get(v, 0)) for v in ("NCCL_MIN_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_SOCKET_NTHREADS",
+                                                  "NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_INLINE"))
+    sweep = recorded_sweep(LIVE, load_topology("h200-2x2-sock"), "nccl", ("sweep", "sweep-repeat"), status="ok")
+    kk = sweep[["comm_channels", "buffsize_bytes", "socket_nthreads", "nsocks_perthread",
+                "socket_inline_bytes"]].astype(int).astype(str).agg("/".join, axis=1)
+    med = {(r.collective, int(r.nbytes), r.algo, r.proto, int(r.channels), k): float(r.median_us)
+           for r, k in zip(sweep.itertuples(index=False), kk, strict=True)}
+    rows = {(r["collective"], r["nbytes"]): r["key"].split("/") for r in info["rows"]}
+    calls = {("allreduce", 4096): 100, ("allreduce", 64 << 20): 2, ("allreduce", 1 << 20): 10}
+    base = sum(n * med[(c, s, "default", "default", 0, "0/0/0/0/0")] for (c, s), n in calls.items())
+    tuned = 0.0
+    for (c, s), n in calls.items():
+        a, p, ch = rows.get((c, s), ("default", "default", "0"))
+        tuned += n * med[(c, s, a, p, int(ch), knobs)]
+    assert summary["speedup_on_sweep"] == pytest.approx(base / tuned)
+    assert summary["fraction"] <= 1.0 + 1e-9
+
+
+def test_finetune_profile_errors_are_one_line(tmp_path):
+    bad = tmp_path / "other.yaml"
+    bad.write_text(_doc({"collective": "allreduce", "nbytes": 4096, "nodes": 1, "ranks": 2, "calls_per_step": 1}))
+    with pytest.raises(ConfigError, match="^profile: .*no call on the whole job's communicator"):
+        parse_args(["backend=replay", f"replay_store={LIVE}", "topology=h200-2x2-sock", f"profile={bad}"])
+    with pytest.raises(ConfigError, match="^profile: file not found"):
+        parse_args(["backend=replay", f"replay_store={LIVE}", "topology=h200-2x2-sock",
+                    f"profile={tmp_path / 'none.yaml'}"])
+    odd = tmp_path / "odd.yaml"
+    odd.write_text(_doc({"collective": "allreduce", "nbytes": 5000, "nodes": 2, "ranks": 4, "calls_per_step": 1}))
+    with pytest.raises(ConfigError, match="^replay_store: .*a profile's sizes must be sizes the sweep measured"):
+        run_finetune(parse_args(["backend=replay", f"replay_store={LIVE}", "topology=h200-2x2-sock",
+                                 f"profile={odd}", f"store={tmp_path / 's.sqlite'}", f"out={tmp_path / 'o'}"]))
