@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -32,6 +33,8 @@ from ncclrl.agents.strategy import N_FEATURES, PolicyController, Search, SearchC
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.platforms import FAMILIES, draw_platform
+from ncclrl.costmodel.topology import load_topology
+from ncclrl.costmodel.workload import Workload, calls_by_size, load_workload
 
 
 @dataclass
@@ -44,6 +47,9 @@ class ExperimentConfig:
     :param min_budget: smallest budget of an episode (points)
     :param max_budget: largest budget of an episode
     :param cost_pct: reward cost of one measured point, in percent of the optimum
+    :param profile: a job profile (ncclrl profile): every episode is the job's problem on the drawn
+        platform (its sizes of one of its collectives, every call on the platform's whole job), judged
+        on the job's communication time per step; ``collectives`` are then the profile's
     """
 
     families: list[str] = field(default_factory=lambda: list(FAMILIES))
@@ -52,6 +58,7 @@ class ExperimentConfig:
     min_budget: int = 50
     max_budget: int = 1000
     cost_pct: float = 0.001
+    profile: str = ""
 
     def check(self) -> None:
         for f in self.families:
@@ -70,6 +77,20 @@ class ExperimentConfig:
                               f"{self.min_budget}, {self.max_budget}")
         if self.cost_pct < 0:
             raise ConfigError("experiment.cost_pct", f"must be >= 0, got {self.cost_pct}")
+        if self.profile:
+            self.job()
+
+    def job(self) -> Workload | None:
+        """The profile's workload (``None`` without one); a problem is one ``ConfigError`` line."""
+        if not self.profile:
+            return None
+        if not Path(self.profile).is_file():
+            raise ConfigError("experiment.profile", f"file not found: {self.profile}")
+        try:
+            return load_workload(self.profile, topology=load_topology(FAMILIES[self.families[0]][0]))
+        except ConfigError as e:
+            raise ConfigError("experiment.profile", str(e).split(": ", 1)[1] if e.field == "profile"
+                              else str(e)) from None
 
 
 @dataclass
@@ -113,8 +134,10 @@ class StrategyEnv(gym.Env):
     """Tuning runs as episodes, for training the search strategy.
 
     ## Description
-    Each episode tunes one collective over 8 B - 1 GiB on a platform drawn from ``families``;
-    the agent picks, one at a time, the next point to measure from a shortlist, or stops.
+    Each episode tunes one collective over 8 B - 1 GiB on a platform drawn from ``families``
+    (with ``cfg.profile``: a job's sizes of one of its collectives, judged on its communication
+    time per step); the agent picks, one at a time, the next point to measure from a shortlist,
+    or stops.
 
     ## Action Space
     ``Discrete(shortlist + 1)``: a shortlist entry, or the last action, *stop*. Entries beyond the
@@ -135,7 +158,7 @@ class StrategyEnv(gym.Env):
     ``cfg`` (:class:`ExperimentConfig`), ``search`` (:class:`ncclrl.agents.strategy.SearchConfig`).
 
     ## Version History
-    - v0: first version
+    - v0: first version; ``cfg.profile`` (a job's problems) added without changing the spaces
     """
 
     metadata = {"render_modes": []}
@@ -148,6 +171,7 @@ class StrategyEnv(gym.Env):
         self.observation_space = gym.spaces.Box(-5.0, 5.0, ((self.k + 1) * N_FEATURES,), np.float32)
         self.presets = [p for f in cfg.families for p in FAMILIES[f]]
         self._mask = np.zeros(self.k + 1, dtype=bool)
+        self.work = cfg.job()
 
     def _obs(self) -> np.ndarray:
         short, f = self.search.observe()
@@ -175,8 +199,16 @@ class StrategyEnv(gym.Env):
         rng = self.np_random
         preset = self.presets[int(rng.integers(len(self.presets)))]
         plat = draw_platform(preset, rng, bool(rng.random() < self.cfg.misspecified))
-        coll = N.COLLECTIVES.index(self.cfg.collectives[int(rng.integers(len(self.cfg.collectives)))])
-        problem = Problem.make(plat.topo, [coll])
+        if self.work is not None:  # the job's problem on this platform: one of its collectives
+            calls = calls_by_size(self.work, plat.topo.nodes, plat.topo.nranks)
+            names = sorted(calls, key=N.COLLECTIVES.index)
+            name = names[int(rng.integers(len(names)))]
+            coll = N.COLLECTIVES.index(name)
+            problem = Problem(plat.topo, [coll], {coll: sorted(calls[name])},
+                              weights={(coll, b): n for b, n in calls[name].items()})
+        else:
+            coll = N.COLLECTIVES.index(self.cfg.collectives[int(rng.integers(len(self.cfg.collectives)))])
+            problem = Problem.make(plat.topo, [coll])
         budget = int(math.exp(rng.uniform(math.log(self.cfg.min_budget), math.log(self.cfg.max_budget))))
         self.oracle = Oracle(problem, plat)
         self.ev = Evaluator(problem, platform_measure(plat, rng), max(budget, problem.n_cells + 1))

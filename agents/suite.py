@@ -51,11 +51,17 @@ class Instance:
 
 
 def simulated(preset: str, draw: int, coll: str, platform_seed: int, misspecified: bool, min_bytes: int,
-              max_bytes: int) -> Instance:
-    """A platform drawn around ``preset`` (its seed stream is ``platform_seed``, never a training one)."""
+              max_bytes: int, calls: dict[int, float] | None = None) -> Instance:
+    """A platform drawn around ``preset`` (its seed stream is ``platform_seed``, never a training
+    one); ``calls`` (a job's calls per step per size): the problem has those sizes only, and its
+    objective is the job's communication time per step."""
     rng = np.random.default_rng([platform_seed, stable(preset), draw, int(misspecified)])
     plat = draw_platform(preset, rng, misspecified)
-    problem = Problem.make(plat.topo, [N.COLLECTIVES.index(coll)], min_bytes, max_bytes)
+    c = N.COLLECTIVES.index(coll)
+    if calls:
+        problem = Problem(plat.topo, [c], {c: sorted(calls)}, weights={(c, s): float(n) for s, n in calls.items()})
+    else:
+        problem = Problem.make(plat.topo, [c], min_bytes, max_bytes)
     oracle = Oracle(problem, plat)
     base = stable(preset, draw, coll, int(misspecified))
     return Instance(problem, oracle, family_of(preset),

@@ -217,6 +217,16 @@ def rescale(workload: Workload, nodes: int, ranks: int, bytes_factor: float = 1.
     return replace(workload, calls=out, notes=list(workload.notes))
 
 
+def calls_by_size(workload: Workload, nodes: int, ranks: int) -> dict[str, dict[int, float]]:
+    """Calls per step per collective and bytes, every call moved to a communicator of ``nodes`` x
+    ``ranks`` (:func:`rescale`): the job as one tuning problem per collective on that communicator."""
+    out: dict[str, dict[int, float]] = {}
+    for c in rescale(workload, nodes, ranks).calls:
+        at = out.setdefault(c.collective, {})
+        at[c.nbytes] = at.get(c.nbytes, 0.0) + c.calls_per_step
+    return out
+
+
 # -- the platform a workload runs on ------------------------------------------------------------
 
 

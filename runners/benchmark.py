@@ -42,6 +42,7 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.platforms import FAMILIES, family_of
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
+from ncclrl.costmodel.workload import calls_by_size, load_workload
 from ncclrl.runners.config import Command, compose_config, register
 from ncclrl.runners.pretrain import CONF_DIR  # noqa: F401  (re-exported for the tests)
 from ncclrl.runners.progress import progress
@@ -82,6 +83,9 @@ class SuiteConfig:
     :param budgets: live points per problem, over all its sizes
     :param methods: default, exhaustive, random, afnfa, tpe, autoccl, zero-shot, bo, rank, ncclrl
     :param strategy_steps: picks each left-out strategy is trained on, when it is not in ``strategies``
+    :param profile: a job profile (ncclrl profile): each simulated problem has the job's sizes of its
+        collective and is judged on the job's communication time per step (calls x time), every call
+        counted on the preset's whole job; the collectives are the profile's (simulated sets only)
     """
 
     name: str = "full"
@@ -98,6 +102,7 @@ class SuiteConfig:
     budgets: list[int] = field(default_factory=lambda: [50, 200, 1000])
     methods: list[str] = field(default_factory=lambda: list(METHODS))
     strategy_steps: int = 150_000
+    profile: str = ""
 
 
 @dataclass
@@ -154,6 +159,11 @@ def check(cfg: DictConfig) -> None:
     for b in s.budgets:
         if not isinstance(b, int) or b < 0:
             raise ConfigError("suite.budgets", f"budgets are whole numbers >= 0, got {b!r}")
+    if _profile(s):
+        if "replay" in s.sets:
+            raise ConfigError("suite.profile", "applies to the simulated sets (lofo, misspecified): a replayed "
+                              "sweep has its own sizes; set suite.sets=[lofo,misspecified]")
+        job_sizes(_profile(s), load_topology(FAMILIES[s.families[0]][0]))
     if int(s.platforms) < 1:
         raise ConfigError("suite.platforms", f"must be >= 1, got {s.platforms}")
     if int(s.strategy_steps) < 1:
@@ -166,18 +176,43 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError("samples", f"must be >= 1, got {cfg.samples}")
 
 
+def _profile(suite: Any) -> str:
+    """``suite.profile`` of a config, its dataclass or its plain dict ("" when unset)."""
+    return str((suite.get("profile") if isinstance(suite, dict) else getattr(suite, "profile", "")) or "")
+
+
+def job_sizes(path: str, topo: Any) -> dict[str, dict[int, float]]:
+    """Calls per step of the profile at ``path`` per collective and bytes, every call moved to
+    ``topo``'s whole job (:func:`ncclrl.costmodel.workload.calls_by_size`)."""
+    if not Path(path).is_file():
+        raise ConfigError("suite.profile", f"file not found: {path}")
+    try:
+        work = load_workload(path, topology=topo)
+    except ConfigError as e:
+        raise ConfigError("suite.profile", str(e).split(": ", 1)[1] if e.field == "profile" else str(e)) from None
+    return calls_by_size(work, topo.nodes, topo.nranks)
+
+
 def tasks(cfg: DictConfig) -> list[dict[str, Any]]:
-    """One task per (set, problem, seed): the left-out family names the strategy it uses."""
+    """One task per (set, problem, seed): the left-out family names the strategy it uses; with
+    ``suite.profile`` the collectives are the profile's and every problem is the job's."""
     s = cfg.suite
+    prof = _profile(s)
+    if prof:
+        colls = sorted({c for f in s.families for p in FAMILIES[f] for c in job_sizes(prof, load_topology(p))},
+                       key=N.COLLECTIVES.index)
+        tag = "@" + Path(prof).stem
+    else:
+        colls, tag = [str(c) for c in s.collectives], ""
     out = []
     for st in s.sets:
         if st == "replay":
             probs = [{"set": st, "replay": dict(r), "collective": "allreduce", "problem": f"{r['topology']}:recorded",
                       "family": family_of(r["topology"])} for r in OmegaConf.to_container(s.replays)]
         else:
-            probs = [{"set": st, "preset": p, "draw": d, "collective": str(c), "family": f,
-                      "problem": f"{p}#{d}:{c}"}
-                     for f in s.families for p in FAMILIES[f] for d in range(int(s.platforms)) for c in s.collectives]
+            probs = [{"set": st, "preset": p, "draw": d, "collective": c, "family": f, "problem": f"{p}#{d}:{c}{tag}"}
+                     for f in s.families for p in FAMILIES[f] for d in range(int(s.platforms)) for c in colls
+                     if not prof or c in job_sizes(prof, load_topology(p))]
         out += [dict(pr, seed=int(seed)) for pr in probs for seed in s.seeds]
     return out
 
@@ -210,9 +245,11 @@ def instance(task: dict[str, Any], s: dict[str, Any]) -> Instance:
             r = task["replay"]
             _CACHE[key] = replayed(r["store"], r["topology"], r["launch"], task["collective"])
         else:
+            calls = job_sizes(_profile(s), load_topology(task["preset"]))[task["collective"]] \
+                if _profile(s) else None
             _CACHE[key] = simulated(task["preset"], task["draw"], task["collective"], int(s["platform_seed"]),
                                     task["set"] == "misspecified", parse_bytes(s["min_bytes"]),
-                                    parse_bytes(s["max_bytes"]))
+                                    parse_bytes(s["max_bytes"]), calls=calls)
     return _CACHE[key]
 
 
@@ -255,17 +292,20 @@ def summarize(df: pd.DataFrame, ref: str = "ncclrl") -> pd.DataFrame:
     by problem, with its interval; the problems ``ref`` wins and loses by more than 0.1 point;
     mean live points, model evaluations and wall time per run."""
     rng = np.random.default_rng(0)
+    df = df.assign(saved_pct=100.0 * (1.0 - 1.0 / df["speedup"].astype(float)))
     per = df.groupby(["set", "method", "budget", "problem"], sort=False).agg(
-        fraction=("fraction", "median"), used=("used", "mean"), model_evals=("model_evals", "mean"),
-        wall_s=("wall_s", "mean")).reset_index()
+        fraction=("fraction", "median"), saved_pct=("saved_pct", "median"), used=("used", "mean"),
+        model_evals=("model_evals", "mean"), wall_s=("wall_s", "mean")).reset_index()
     out = []
     for (st, method, budget), g in per.groupby(["set", "method", "budget"], sort=False):
         g = g.set_index("problem")
         x = g["fraction"].to_numpy()
         lo, hi = _boot(x, rng)
+        sv = g["saved_pct"].to_numpy()
+        slo, shi = _boot(sv, rng)
         row = {"set": st, "method": method, "budget": budget, "problems": len(g), "fraction": x.mean(),
-               "lo": lo, "hi": hi, "used": g["used"].mean(), "model_evals": g["model_evals"].mean(),
-               "wall_s": g["wall_s"].mean()}
+               "lo": lo, "hi": hi, "saved_pct": sv.mean(), "saved_lo": slo, "saved_hi": shi,
+               "used": g["used"].mean(), "model_evals": g["model_evals"].mean(), "wall_s": g["wall_s"].mean()}
         r = per[(per["set"] == st) & (per["method"] == ref) & (per["budget"] == budget)].set_index("problem")
         if len(r) and method != ref:
             d = (r["fraction"] - g["fraction"]).dropna().to_numpy()
@@ -393,21 +433,26 @@ def benchmark(cfg: DictConfig) -> pd.DataFrame:
     s.to_csv(out / "summary.csv", index=False, float_format="%.6g")
     plot(s, out / "benchmark.png")
     OmegaConf.save(cfg, out / "config.yaml")
-    print_summary(s)
+    print_summary(s, step=bool(_profile(cfg.suite)))
     log.info("# %d results in %.0f s -> %s/results.csv, summary.csv, benchmark.png", len(df), time.time() - t0, out)
     return df
 
 
-def print_summary(s: pd.DataFrame) -> None:
+def print_summary(s: pd.DataFrame, step: bool = False) -> None:
+    """The summary as text; ``step``: the problems are a job's (the objective is its communication
+    time per step, and saved_% is the share of it saved against NCCL's defaults)."""
+    what = "the job's communication time per step" if step else "time, geometric mean over sizes"
     print("# fraction of the optimum: mean over problems of the median over seeds [95% interval];")
+    print(f"# saved_%: {what} saved against NCCL's defaults, the same mean [95% interval];")
     print("# ncclrl minus the method, paired by problem [95% interval], problems won/lost by ncclrl")
-    print(f"{'set':>12} {'method':>10} {'budget':>6} {'used':>6} {'fraction':>22} {'ncclrl - method':>24} "
-          f"{'w/l':>6} {'model_evals':>11} {'wall_s':>6}")
+    print(f"{'set':>12} {'method':>10} {'budget':>6} {'used':>6} {'fraction':>22} {'saved_%':>22} "
+          f"{'ncclrl - method':>24} {'w/l':>6} {'model_evals':>11} {'wall_s':>6}")
     for r in s.itertuples(index=False):
         diff = "" if pd.isna(getattr(r, "diff", np.nan)) else f"{r.diff:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}]"
         wl = "" if pd.isna(getattr(r, "wins", np.nan)) else f"{int(r.wins)}/{int(r.losses)}"
+        saved = f"{r.saved_pct:>7.2f} [{r.saved_lo:.2f}, {r.saved_hi:.2f}]"
         print(f"{r.set:>12} {r.method:>10} {r.budget:>6} {r.used:>6.0f} {r.fraction:>8.3f} [{r.lo:.3f}, {r.hi:.3f}] "
-              f"{diff:>24} {wl:>6} {r.model_evals:>11.0f} {r.wall_s:>6.2f}")
+              f"{saved:>22} {diff:>24} {wl:>6} {r.model_evals:>11.0f} {r.wall_s:>6.2f}")
 
 
 def main_benchmark(cfg: DictConfig) -> int:

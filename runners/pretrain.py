@@ -48,6 +48,7 @@ from ncclrl.costmodel.workload import (
     DEFAULT_MEM_FRAC,
     Comparison,
     Workload,
+    calls_by_size,
     draws,
     load_workload,
     resolve_compute,
@@ -193,9 +194,12 @@ def job_workload(cfg: Any) -> Workload:
 
 
 @dataclass
-class PretrainConfig(TargetConfig):
+class PretrainConfig(ExportConfig):
     """Train a search strategy on simulated platforms, check it on platforms drawn around the
-    target, and export the target's zero-shot table.
+    target, and export the target's zero-shot table. With profile= (a job profile) the strategy
+    trains on the job's problems (experiment.profile: its sizes and calls per step, judged on its
+    communication time per step), is checked on them, and the table is the job's (the keys of
+    ncclrl export profile=: objective, compute_ratio, ...).
 
     :param agent: MaskablePPO's settings and budget (group agent=)
     :param experiment: what the strategy trains on (group experiment=)
@@ -216,6 +220,8 @@ class PretrainConfig(TargetConfig):
     def check(self) -> None:
         super().check()
         self.agent.check()
+        if self.profile and not self.experiment.profile:
+            self.experiment.profile = self.profile
         self.experiment.check()
         if self.init and not strategy_path(self.init).is_file():
             raise ConfigError("init", f"no strategy at {strategy_path(self.init)}; use shipped, a strategy.json, "
@@ -240,7 +246,11 @@ def agent_config(cfg: DictConfig) -> AgentConfig:
 
 
 def experiment_config(cfg: DictConfig) -> ExperimentConfig:
-    return OmegaConf.to_object(cfg.experiment)
+    """What the strategy trains on; ``profile=`` is its ``experiment.profile`` unless that is set."""
+    exp = OmegaConf.to_object(cfg.experiment)
+    if cfg.get("profile") and not exp.profile:
+        exp.profile = str(cfg.profile)
+    return exp
 
 
 def _run_dir(cfg: DictConfig) -> Path:
@@ -250,22 +260,33 @@ def _run_dir(cfg: DictConfig) -> Path:
 
 
 def check_strategy(strategy: PolicyController, target: Topology, platforms: int, budget: int,
-                   seed: int = CHECK_SEED) -> dict[str, Any]:
+                   seed: int = CHECK_SEED, job: Workload | None = None) -> dict[str, Any]:
     """Tuning runs on ``platforms`` platforms drawn around ``target`` (every other one
-    misspecified; AllReduce, 8 B - 1 GiB) with ``strategy``, with the model's ranking in its place,
-    and the zero-shot table: the fraction of each platform's optimum each reaches."""
+    misspecified; AllReduce, 8 B - 1 GiB, or with ``job`` each of its collectives at its sizes,
+    judged on its communication time per step) with ``strategy``, with the model's ranking in its
+    place, and the zero-shot table: the fraction of each platform's optimum each reaches (with a
+    job, the mean over its collectives)."""
     out: dict[str, list[float]] = {"strategy": [], "rank": [], "zero-shot": []}
     for i in range(platforms):
         rng = np.random.default_rng([seed, stable(target.name), i])
         plat = draw_platform(target.name, rng, bool(i % 2))
-        problem = Problem.make(plat.topo, [N.ALLREDUCE])  # the prior: the target's nominal simulator
-        oracle = Oracle(problem, plat)
-        for name, ctl in (("strategy", strategy), ("rank", RankController())):
-            ev = Evaluator(problem, platform_measure(plat, np.random.default_rng([seed, i, 1])), budget)
-            out[name].append(oracle.score(Search(problem, ev, ctl, SearchConfig()).run().decision).fraction)
-        space = Space(problem)
-        zs = zero_shot(space)
-        out["zero-shot"].append(oracle.score(space.decision(zs.knob, zs.rows)).fraction)
+        if job is None:  # the prior: the target's nominal simulator
+            problems = [Problem.make(plat.topo, [N.ALLREDUCE])]
+        else:
+            calls = calls_by_size(job, plat.topo.nodes, plat.topo.nranks)
+            problems = [Problem(plat.topo, [c], {c: sorted(calls[n])}, weights={(c, b): k for b, k in calls[n].items()})
+                        for n in sorted(calls, key=N.COLLECTIVES.index) for c in [N.COLLECTIVES.index(n)]]
+        got: dict[str, list[float]] = {k: [] for k in out}
+        for j, problem in enumerate(problems):
+            oracle = Oracle(problem, plat)
+            for name, ctl in (("strategy", strategy), ("rank", RankController())):
+                ev = Evaluator(problem, platform_measure(plat, np.random.default_rng([seed, i, 1, j])), budget)
+                got[name].append(oracle.score(Search(problem, ev, ctl, SearchConfig()).run().decision).fraction)
+            space = Space(problem)
+            zs = zero_shot(space)
+            got["zero-shot"].append(oracle.score(space.decision(zs.knob, zs.rows)).fraction)
+        for k, v in got.items():
+            out[k].append(float(np.mean(v)))
     return {k: [round(x, 4) for x in v] for k, v in out.items()}
 
 
@@ -277,16 +298,25 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     init = PolicyController.load(strategy_path(cfg.init)) if cfg.init else None
     t0 = time.perf_counter()
-    strategy = train_strategy(agent_config(cfg), experiment_config(cfg), init=init, log=lambda _m: None)
+    exp = experiment_config(cfg)
+    strategy = train_strategy(agent_config(cfg), exp, init=init, log=lambda _m: None)
     train_s = time.perf_counter() - t0
     path = strategy.save(run_dir / "strategy.json")
-    result = export_and_report(target, run_dir, cfg)
+    if cfg.profile:
+        doc = export_for_job(cfg)
+        result = {"shapes": doc["shapes"], "nccl_conf": doc["nccl_conf"], "export_seconds": doc["export_seconds"],
+                  "run_dir": str(run_dir), "rows": len(doc["keys"]), "profile": str(cfg.profile)}
+    else:
+        result = export_and_report(target, run_dir, cfg)
     result.update(pretrain_seconds=train_s, strategy=str(path), init=str(cfg.init or "scratch"))
     if cfg.check_platforms:
-        chk = check_strategy(strategy, target, int(cfg.check_platforms), int(cfg.check_budget))
+        job = exp.job()
+        chk = check_strategy(strategy, target, int(cfg.check_platforms), int(cfg.check_budget), job=job)
         result["check"] = chk
+        what = f"the job's collectives at its sizes ({exp.profile}), objective its communication time per " \
+               "step" if job is not None else "AllReduce"
         print(f"\nstrategy check: {cfg.check_platforms} platforms drawn around {target.name} (every other one "
-              f"misspecified), AllReduce, {cfg.check_budget} live points each; fraction of the optimum, mean:")
+              f"misspecified), {what}, {cfg.check_budget} live points each; fraction of the optimum, mean:")
         for k, v in chk.items():
             print(f"  {k:<10} {np.mean(v):.3f}  (" + " ".join(f"{x:.3f}" for x in v) + ")")
     (run_dir / "summary.json").write_text(json.dumps(result, indent=1, default=float))

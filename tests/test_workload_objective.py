@@ -164,3 +164,63 @@ def test_finetune_profile_errors_are_one_line(tmp_path):
     with pytest.raises(ConfigError, match="^replay_store: .*a profile's sizes must be sizes the sweep measured"):
         run_finetune(parse_args(["backend=replay", f"replay_store={LIVE}", "topology=h200-2x2-sock",
                                  f"profile={odd}", f"store={tmp_path / 's.sqlite'}", f"out={tmp_path / 'o'}"]))
+
+
+def test_benchmark_with_a_profile_poses_the_jobs_problems_and_reports_the_step(tmp_path, capsys):
+    from ncclrl.runners.benchmark import benchmark, check, compose, instance, tasks
+
+    prof = _profile(tmp_path / "job.yaml")
+    over = ["suite=ci", "workers=1", "suite.sets=[lofo]", "suite.families=[socket]", "suite.budgets=[40]",
+            "suite.seeds=[0]", "suite.methods=[default,exhaustive,zero-shot]", f"suite.profile={prof}",
+            f"out={tmp_path / 'b'}"]
+    cfg = compose(over)
+    ts = tasks(cfg)
+    assert {t["collective"] for t in ts} == {"allreduce", "allgather"}  # the profile's, not suite.collectives
+    for t in ts:  # every call on the preset's whole job; allgather's bytes in whole elements per rank
+        inst = instance(t, cfg.suite)
+        c = inst.problem.colls[0]
+        if t["collective"] == "allreduce":
+            assert inst.problem.sizes[c] == [4096, 1 << 20, 64 << 20]
+            assert inst.problem.weights == {(c, 4096): 100.0, (c, 1 << 20): 10.0, (c, 64 << 20): 2.0}
+        else:
+            assert len(inst.problem.sizes[c]) == 1 and inst.problem.weights[(c, inst.problem.sizes[c][0])] == 10.0
+    df = benchmark(cfg)
+    assert (df[df.method == "default"].speedup == 1).all() and (df.fraction <= 1 + 1e-9).all()
+    out = capsys.readouterr().out
+    assert "saved_%: the job's communication time per step saved against NCCL's defaults" in out
+    with pytest.raises(ConfigError, match="^suite.profile: applies to the simulated sets"):
+        check(compose([*over[:2], "suite.sets=[lofo,replay]", f"suite.profile={prof}"]))
+
+
+def test_the_training_env_and_pretrain_take_a_profile(tmp_path):
+    """Episodes are the job's problems (its sizes and calls per step on the drawn platform's whole
+    job); pretrain with profile= trains on them, checks the strategy on them and exports the job's table."""
+    from gymnasium.utils.env_checker import check_env
+
+    from ncclrl.agents.strategy_train import ExperimentConfig, StrategyEnv
+    from ncclrl.runners.cli import main
+
+    prof = tmp_path / "job.yaml"
+    prof.write_text(_doc({"collective": "allreduce", "nbytes": 4096, "nodes": 0, "ranks": 4, "calls_per_step": 50},
+                         {"collective": "allreduce", "nbytes": 8 << 20, "nodes": 0, "ranks": 4, "calls_per_step": 3},
+                         {"collective": "reducescatter", "nbytes": 1 << 20, "nodes": 0, "ranks": 4,
+                          "calls_per_step": 6}))
+    env = StrategyEnv(ExperimentConfig(families=["nvlink"], max_budget=60, profile=str(prof)))
+    check_env(env, skip_render_check=True)
+    for seed in range(6):
+        env.reset(seed=seed)
+        p = env.search.problem
+        c = p.colls[0]
+        assert p.weights is not None and set(p.weights) == {(c, s) for s in p.sizes[c]}
+        assert N.COLLECTIVES[c] in ("allreduce", "reducescatter") and len(p.sizes[c]) in (1, 2)
+    with pytest.raises(ConfigError, match="^experiment.profile: file not found"):
+        ExperimentConfig(profile=str(tmp_path / "none.yaml")).check()
+    run = tmp_path / "run"
+    assert main(["pretrain", "topology=h200-1x4", f"profile={prof}", "agent.total_timesteps=256", "agent.n_envs=1",
+                 "agent.n_steps=128", "agent.batch_size=128", "experiment.families=[nvlink]",
+                 "experiment.max_budget=60", "check_platforms=2", "check_budget=40", f"run_dir={run}"]) == 0
+    s = json.loads((run / "summary.json").read_text())
+    assert s["profile"] == str(prof) and len(s["check"]["strategy"]) == 2
+    rep = json.loads((run / "table" / "step_report.json").read_text())
+    assert {k["collective"] for k in rep["keys"]} == {"allreduce", "reducescatter"}
+    assert "objective step" in (run / "report.txt").read_text()
