@@ -22,7 +22,7 @@ import numpy as np
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.noise import summarize
+from ncclrl.costmodel.noise import robust_median
 from ncclrl.costmodel.platforms import Platform
 from ncclrl.costmodel.simulator import Configs, Simulator
 from ncclrl.costmodel.space import DEFAULT, Key, Point, call_configs, knob_grid, point_configs, size_grid
@@ -177,7 +177,7 @@ class Evaluator:
         if self.remaining <= 0:
             raise BudgetExhausted
         res = self._run(k, [Point(N.COLLECTIVES[c], s, *key, *k.knobs) for c, s, key in items], self.samples)
-        return [summarize(r)[0] if r else None for r in res]
+        return [robust_median(r) if r else None for r in res]
 
     def _run(self, k: Point, pts: list[Point], samples: int, tag: str | None = None) -> list[list[float] | None]:
         """Measure what the budget leaves of ``pts`` (the rest answer ``None``), count it, keep medians."""
@@ -191,7 +191,7 @@ class Evaluator:
             if r:
                 key = (p.algo, p.proto, p.channels)
                 self.jobs.setdefault((k.knobs, N.COLLECTIVES.index(p.collective), p.nbytes, key), []).append(
-                    (self.calls, summarize(r)[0]))
+                    (self.calls, robust_median(r)))
         return list(res) + [None] * (len(pts) - len(take))
 
     def measure_fn(self) -> Measure:

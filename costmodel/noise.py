@@ -30,16 +30,29 @@ from ncclrl.costmodel.space import Point
 
 #: neighbouring sizes (each side) whose repeated jobs are pooled into one size's sigma
 
+def _kept(samples: list[float] | np.ndarray) -> np.ndarray:
+    """The finite samples, without outliers beyond 3 median absolute deviations (from 5 samples on)."""
+    x = np.asarray(samples, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < 5:
+        return x
+    med = float(np.median(x))
+    mad = float(np.median(np.abs(x - med))) or 1e-12
+    return x[np.abs(x - med) <= 3 * 1.4826 * mad]
+
+
+def robust_median(samples: list[float] | np.ndarray) -> float:
+    """:func:`summarize`'s median alone (no bootstrap): what every job median is."""
+    kept = _kept(samples)
+    return float(np.median(kept)) if kept.size else float("nan")
+
+
 def summarize(samples: list[float] | np.ndarray, n_boot: int = 400, seed: int = 0) -> tuple[float, float, float]:
     """Median and a 95% bootstrap confidence interval of the median, after dropping outliers
     beyond 3 median absolute deviations (slow outliers are real on these machines: warm-up, drift)."""
-    x = np.asarray(samples, dtype=float)
-    x = x[np.isfinite(x)]
-    if x.size == 0:
+    kept = _kept(samples)
+    if kept.size == 0:
         return float("nan"), float("nan"), float("nan")
-    med = float(np.median(x))
-    mad = float(np.median(np.abs(x - med))) or 1e-12
-    kept = x[np.abs(x - med) <= 3 * 1.4826 * mad] if x.size >= 5 else x
     rng = np.random.default_rng(seed)
     boots = np.median(rng.choice(kept, size=(n_boot, kept.size), replace=True), axis=1)
     return float(np.median(kept)), float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
@@ -49,7 +62,7 @@ WINDOW = 2
 
 
 def log_median(samples: Sequence[float]) -> float:
-    return float(np.log(summarize(samples)[0]))
+    return float(np.log(robust_median(samples)))
 
 
 def geomean(values) -> float:
