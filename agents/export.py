@@ -231,6 +231,11 @@ OBJECTIVES = ("step", "isolated")
 #: a per-process knob must lower the step's predicted communication cost by more than this share
 #: (the share :func:`export_table` asks of the geometric-mean time of its rows)
 CONF_GAIN = 0.005
+#: the step objective's safety rule (chosen on simulated draws, judged on fresh ones:
+#: docs/results/workload.md): an overlapped call counts as hidden only if it stays hidden at
+#: (1 + HEADROOM) times its predicted time, and a choice must cost no more than the isolated
+#: table's on every platform it is chosen on
+HEADROOM, DOMINANCE = 1.0, True
 
 
 @dataclass
@@ -277,7 +282,8 @@ def _row_for(topo: Topology, key: Key, ch: Choice, conf: dict[str, int], source:
 
 def workload_table(sim: Simulator, workload: Workload, objective: str = "step", margin: float = 0.01,
                    tune_conf: bool = True, choose_on: Sequence[Platform] = (),
-                   provenance: dict[str, Any] | None = None) -> WorkloadExport:
+                   provenance: dict[str, Any] | None = None, headroom: float = HEADROOM,
+                   dominance: bool = DOMINANCE) -> WorkloadExport:
     """A table for ``workload``'s calls only: one row per (collective, communicator shape, bytes) it
     calls; sizes and shapes it never calls get no row (NCCL decides them).
 
@@ -296,6 +302,10 @@ def workload_table(sim: Simulator, workload: Workload, objective: str = "step", 
     :param tune_conf: also choose per-process knobs (``nccl.conf``)
     :param choose_on: platforms the step objective is averaged over besides ``sim``
     :param provenance: recorded in the JSON, with the method's settings added
+    :param headroom: ``step``: a call counts as hidden only if it stays hidden at ``1 + headroom`` times
+        its predicted time (:func:`ncclrl.costmodel.workload.choose`)
+    :param dominance: ``step``: a choice must cost no more than the isolated one on every platform
+        it is chosen on, not only on their mean
     """
     if objective not in OBJECTIVES:
         raise ConfigError("objective", f"allowed: {', '.join(OBJECTIVES)}; got {objective!r}")
@@ -321,7 +331,7 @@ def workload_table(sim: Simulator, workload: Workload, objective: str = "step", 
         iso_total = sum(mean_costs(iso_choices, dict(iso_table.conf)).values())
         results = []  # (conf, per-key choice, total cost)
         for conf in (_candidate_confs(topo) if tune_conf else [{}]):
-            picks = choose(targets, workload, margin=margin, conf=conf)
+            picks = choose(targets, workload, margin=margin, conf=conf, headroom=headroom, dominance=dominance)
             iso_here = mean_costs(iso_choices, conf)
             pick = {k: picks.aware[k] if picks.aware_cost[k] <= iso_here[k] else iso_choices[k] for k in keys}
             total = sum(min(picks.aware_cost[k], iso_here[k]) for k in keys)
@@ -344,7 +354,8 @@ def workload_table(sim: Simulator, workload: Workload, objective: str = "step", 
     prov = dict(provenance or {})
     prov.update(topology=topo.name, nodes=topo.nodes, nranks=topo.nranks, nccl_version=topo.nccl.version,
                 shapes=[[n, r] for n, r in shapes], git_revision=_git_revision(), margin=margin,
-                objective=objective, workload=workload.name, keys=len(keys), chosen_on=chosen_on)
+                objective=objective, workload=workload.name, keys=len(keys), chosen_on=chosen_on,
+                **({"headroom": headroom, "dominance": dominance} if objective == "step" else {}))
     table = Table(topology=topo, rows=out_rows, conf=conf, provenance=prov,
                   title=f"ncclrl table for the job {workload.name} ({objective} objective)")
     return WorkloadExport(table, iso_table, table_choices(table, workload), iso_choices, workload, objective,

@@ -396,23 +396,63 @@ class Picks:
     default_cost: dict[Key, float]
 
 
+def _combine(per_platform: np.ndarray, aggregate: str | float) -> np.ndarray:
+    """Per candidate, its costs on the platforms (rows) combined: ``mean``, ``max``, or a quantile
+    0-1 (linear interpolation between platforms)."""
+    if aggregate == "mean":
+        return per_platform.mean(axis=0)
+    if aggregate == "max":
+        return per_platform.max(axis=0)
+    return np.quantile(per_platform, float(aggregate), axis=0)
+
+
+def _stressed_cost(target: Target, calls: Sequence[WorkCall], cfg: Configs, sim: Simulator,
+                   factor: float) -> np.ndarray:
+    """Per (call, configuration) entry, what it costs a step (as :func:`_per_call`) when every isolated
+    time is ``factor`` times the platform's: a call hidden under its compute by a thin margin comes
+    out exposed."""
+    t_iso = target.iso_us(sim, cfg) * factor
+    ov = np.array([c.overlap for c in calls])
+    comp = np.array([c.compute_us_per_call for c in calls])
+    mem = np.array([c.mem_frac for c in calls])
+    inter = sim.interference(cfg, comp, mem, t_iso_us=t_iso, validate=False)
+    return ov * inter.cost_us + (1.0 - ov) * t_iso
+
+
 def choose(where: Simulator | Platform | Target | Topology | str | Sequence[Simulator | Platform | Target],
            workload: Workload, margin: float = 0.01, conf: Mapping[str, int] | None = None,
-           aggregate: str = "mean") -> Picks:
+           aggregate: str | float = "mean", headroom: float = 0.0, dominance: bool = False) -> Picks:
     """Per key of the workload, every candidate (:func:`candidates`) timed on ``where`` (one platform,
-    or several: a choice made on several draws, their costs combined by ``aggregate``: ``mean``, or
-    ``max`` for the candidate whose worst platform is best):
+    or several: a choice made on several draws, their costs combined by ``aggregate``: ``mean``,
+    ``max`` for the candidate whose worst platform is best, or a number in (0, 1]: that quantile of
+    the platforms' costs):
 
     * isolated: least isolated time; NCCL's default kept unless the best is faster by more than
       ``margin`` (the rule ``ncclrl export`` applies);
-    * aware: least objective (calls per step x cost under the overlapped compute); NCCL's default
-      kept unless the best beats it by more than ``margin`` and the default costs no more than the
-      isolated choice, so that the aware choice never costs more than the isolated one on ``where``.
+    * aware: among the candidates that cost no more than the isolated choice (their combined
+      objective; with ``dominance``, on every platform of ``where``), the one of least objective
+      (calls per step x cost under the overlapped compute); NCCL's default kept unless the best
+      beats it by more than ``margin``. The aware choice never costs more than the isolated one on
+      ``where``.
+
+    :param headroom: ``h`` >= 0: the aware choice ranks candidates by their objective with every
+        isolated time inflated by ``1 + h``, so that a call counts as hidden only if it would still
+        be hidden that much slower (the platform slower than the simulator for that configuration);
+        0: the objective as is. The constraint above uses the plain objective.
+    :param dominance: the aware choice must cost no more than the isolated choice on each platform
+        of ``where``, not only combined; the isolated choice always qualifies.
+
+    The costs in the result (``isolated_cost``, ``aware_cost``, ``default_cost``) are the plain
+    objective, combined by ``aggregate``.
     """
     if not 0 <= margin < 1:
         raise ConfigError("margin", f"must be in [0, 1), got {margin}")
     if aggregate not in ("mean", "max"):
-        raise ConfigError("aggregate", f"mean or max, got {aggregate!r}")
+        q = aggregate if isinstance(aggregate, (int, float)) and not isinstance(aggregate, bool) else None
+        if q is None or not 0 < q <= 1:
+            raise ConfigError("aggregate", f"mean, max or a quantile in (0, 1], got {aggregate!r}")
+    if not (np.isfinite(headroom) and headroom >= 0):
+        raise ConfigError("headroom", f"must be >= 0, got {headroom}")
     many = isinstance(where, Sequence) and not isinstance(where, str)
     targets = [w if isinstance(w, Target) else Target(w) for w in (where if many else [where])]
     if not targets:
@@ -427,7 +467,7 @@ def choose(where: Simulator | Platform | Target | Topology | str | Sequence[Simu
         cands = candidates(targets[0].shape(nodes, ranks).topo, coll, comm)
         nc, nk = len(cands), len(calls)
         w = np.tile([c.calls_per_step for c in calls], nc)
-        isos, objs = [], []
+        isos, objs, stressed = [], [], []
         for target in targets:
             sim = target.shape(nodes, ranks)
             # entries: candidate-major, one per (candidate, call)
@@ -436,12 +476,20 @@ def choose(where: Simulator | Platform | Target | Topology | str | Sequence[Simu
             t_iso, cost = _per_call(target, calls * nc, cfg, sim)
             isos.append((w * t_iso).reshape(nc, nk).sum(axis=1))
             objs.append((w * cost).reshape(nc, nk).sum(axis=1))
-        combine = np.mean if aggregate == "mean" else np.max
-        iso, obj = combine(isos, axis=0), combine(objs, axis=0)
+            if headroom > 0:
+                st = _stressed_cost(target, calls * nc, cfg, sim, 1.0 + headroom)
+                stressed.append((w * st).reshape(nc, nk).sum(axis=1))
+        per_obj = np.array(objs)  # (platforms, candidates)
+        iso, obj = _combine(np.array(isos), aggregate), _combine(per_obj, aggregate)
+        rank = _combine(np.array(stressed), aggregate) if headroom > 0 else obj
         i = int(np.argmin(iso))
         i = i if iso[i] < iso[0] * (1.0 - margin) else 0  # candidate 0 is NCCL's default
-        j = int(np.argmin(obj))
-        if not obj[j] < obj[0] * (1.0 - margin) and obj[0] <= obj[i]:
+        ok = obj <= obj[i]
+        if dominance:
+            ok &= np.all(per_obj <= per_obj[:, i:i + 1], axis=0)
+        ok[i] = True
+        j = int(np.argmin(np.where(ok, rank, np.inf)))
+        if ok[0] and not rank[j] < rank[0] * (1.0 - margin):
             j = 0
         iso_pick[key], aware_pick[key] = cands[i], cands[j]
         iso_cost[key], aware_cost[key], def_cost[key] = float(obj[i]), float(obj[j]), float(obj[0])

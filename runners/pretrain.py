@@ -25,7 +25,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.evaluate import band_report, evaluate_table, s_curve_plot, summary
-from ncclrl.agents.export import OBJECTIVES, export_table, resolve_shapes, workload_table
+from ncclrl.agents.export import DOMINANCE, HEADROOM, OBJECTIVES, export_table, resolve_shapes, workload_table
 from ncclrl.agents.problem import Evaluator, Oracle, Problem, platform_measure
 from ncclrl.agents.strategy import (
     PolicyController,
@@ -133,6 +133,10 @@ class ExportConfig(TargetConfig):
         0..n-1 of stream 1) the step cost is averaged over, with the nominal simulator
     :param judge_draws: with profile=: misspecified platforms drawn around the target (seeds
         100..100+n-1 of stream 0) the report's savings and intervals are over
+    :param headroom: with objective=step: an overlapped call counts as hidden only if it stays hidden at
+        1 + headroom times its predicted time (0: as predicted)
+    :param dominance: with objective=step: a row must cost no more than the isolated table's on every
+        platform it is chosen on (false: on their mean)
     """
 
     profile: str = ""
@@ -143,12 +147,14 @@ class ExportConfig(TargetConfig):
     unknown_overlap: float = 0.0
     choose_draws: int = 5
     judge_draws: int = 10
+    headroom: float = HEADROOM
+    dominance: bool = DOMINANCE
 
     def check(self) -> None:
         if not self.profile:
             for key, default in (("objective", ""), ("compute_us_per_call", None), ("compute_ratio", None),
                                  ("mem_frac", DEFAULT_MEM_FRAC), ("unknown_overlap", 0.0), ("choose_draws", 5),
-                                 ("judge_draws", 10)):
+                                 ("judge_draws", 10), ("headroom", HEADROOM), ("dominance", DOMINANCE)):
                 if getattr(self, key) != default:
                     raise ConfigError(key, "applies to a job's table only: give profile=PATH (ncclrl profile)")
             super().check()
@@ -164,7 +170,7 @@ def job_workload(cfg: Any) -> Workload:
     if cfg.objective not in ("", *OBJECTIVES):
         raise ConfigError("objective", f"allowed: {', '.join(OBJECTIVES)}; got {cfg.objective!r}")
     for key, lo, hi in (("compute_us_per_call", 0.0, None), ("compute_ratio", 0.0, None), ("mem_frac", 0.0, 1.0),
-                        ("unknown_overlap", 0.0, 1.0)):
+                        ("unknown_overlap", 0.0, 1.0), ("headroom", 0.0, None)):
         v = cfg[key] if isinstance(cfg, DictConfig) else getattr(cfg, key)
         if v is not None and not (np.isfinite(v) and v >= lo and (hi is None or v <= hi)):
             bounds = f">= {lo:g}" + (f" and <= {hi:g}" if hi is not None else "")
@@ -411,7 +417,8 @@ def export_for_job(cfg: DictConfig) -> dict[str, Any]:
     chosen_on = draws(str(cfg.topology), choose_seeds, True, stream=CHOOSE_STREAM)
     res = workload_table(sim, work, objective, margin=float(cfg.export.margin), tune_conf=bool(cfg.export.tune_conf),
                          choose_on=chosen_on,
-                         provenance={"method": f"workload-{objective}", "profile": str(cfg.profile)})
+                         provenance={"method": f"workload-{objective}", "profile": str(cfg.profile)},
+                         headroom=float(cfg.headroom), dominance=bool(cfg.dominance))
     judged = draws(str(cfg.topology), judge_seeds, True, stream=JUDGE_STREAM)
     tables = {"nccl": ({}, {}), "isolated": (res.isolated_choices, dict(res.isolated.conf)),
               "table": (res.choices, dict(res.table.conf))}
@@ -450,6 +457,7 @@ def export_for_job(cfg: DictConfig) -> dict[str, Any]:
                 "margin": float(cfg.export.margin), "tune_conf": bool(cfg.export.tune_conf),
                 "compute_us_per_call": cfg.compute_us_per_call, "compute_ratio": cfg.compute_ratio,
                 "mem_frac": float(cfg.mem_frac), "unknown_overlap": float(cfg.unknown_overlap),
+                "headroom": float(cfg.headroom), "dominance": bool(cfg.dominance),
                 "chosen_on": {"nominal": True, "misspecified_seeds": choose_seeds, "stream": CHOOSE_STREAM},
                 "judged_on": {"misspecified_seeds": judge_seeds, "stream": JUDGE_STREAM},
                 "compute_us_per_step": work.compute_us_per_step(), "notes": list(work.notes)}
@@ -483,9 +491,12 @@ def _format_job_report(target: Topology, cfg: DictConfig, res: Any, work: Worklo
         comp = "the profile's compute_us_per_call, else none"
     ch = settings["chosen_on"]["misspecified_seeds"]
     js = settings["judged_on"]["misspecified_seeds"]
+    rule = (f"; a call counts as hidden only if hidden at {1 + settings['headroom']:g}x its predicted time"
+            if settings["headroom"] else "") + ("; no row dearer than the isolated table's on any of these platforms"
+                                                 if settings["dominance"] else "")
     chosen = ("the nominal simulator" + (f" + {len(ch)} misspecified draws (seeds {ch[0]}-{ch[-1]}, stream "
-                                          f"{CHOOSE_STREAM}), costs averaged" if ch else "")) if obj == "step" \
-        else "the nominal simulator (isolated times)"
+                                          f"{CHOOSE_STREAM}), costs averaged" if ch else "") + rule) \
+        if obj == "step" else "the nominal simulator (isolated times)"
     knobs = " ".join(f"{k}={v}" for k, v in sorted(res.table.conf.items())) or "(nothing)"
     iso_knobs = " ".join(f"{k}={v}" for k, v in sorted(res.isolated.conf.items())) or "(nothing)"
     lines = [f"ncclrl: table for the job {work.name} on {target.name} ({target.nodes} nodes x {target.gpus_per_node} "

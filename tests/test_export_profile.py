@@ -112,6 +112,25 @@ def test_step_table_never_costs_more_than_isolated_where_chosen(job):
         assert step_cost(p, w, res.table) == pytest.approx(step_cost(p, w, res.choices, res.table.conf), rel=1e-12)
 
 
+def test_the_safety_rule_reaches_the_choice_and_the_provenance(tmp_path, job):
+    """headroom= and dominance= go to the choice (headroom 0 without dominance: the plain least
+    step cost; the default rule keeps at least as many rows at the isolated choice) and are recorded."""
+    sim = Simulator("dgx-h100-2n")
+    w = resolve_compute(load_workload(job, compute_us_per_call=60.0, topology=sim.topo), sim)
+    chosen_on = draws("dgx-h100-2n", range(2), True, stream=1)
+    plain = workload_table(sim, w, "step", choose_on=chosen_on, headroom=0.0, dominance=False)
+    safe = workload_table(sim, w, "step", choose_on=chosen_on)
+    same = lambda r: sum(r.choices[k] == r.isolated_choices[k] for k in r.choices)  # noqa: E731
+    assert same(safe) >= same(plain) and safe.choices != plain.choices
+    assert safe.table.provenance["headroom"] == 1.0 and safe.table.provenance["dominance"] is True
+    assert plain.table.provenance["headroom"] == 0.0
+    out = tmp_path / "plain"
+    assert main(["export", "topology=dgx-h100-2n", f"profile={job}", "compute_us_per_call=60", "headroom=0",
+                 "dominance=false", "judge_draws=2", f"run_dir={out}"]) == 0
+    rep = json.loads((out / "table" / "step_report.json").read_text())
+    assert rep["settings"]["headroom"] == 0.0 and rep["settings"]["dominance"] is False
+
+
 def test_report_prints_the_saving_with_its_interval(tmp_path, fsdp, capsys):
     out = tmp_path / "fsdp"
     assert main(["export", "topology=h200-1x4", f"profile={fsdp}", "compute_ratio=2", "unknown_overlap=1",
@@ -161,6 +180,9 @@ def test_a_profile_of_unknown_nodes_resolves_as_the_workload_does(tmp_path, job)
     (["topology=h200-1x4"], "profile: "),  # the job's 16-rank calls do not fit 4 GPUs
     (["NOPROFILE", "objective=step"], "objective: applies to a job's table only: give profile=PATH"),
     (["NOPROFILE", "compute_ratio=2"], "compute_ratio: applies to a job's table only"),
+    (["headroom=-0.5"], "headroom: must be a number >= 0"),
+    (["NOPROFILE", "headroom=0"], "headroom: applies to a job's table only"),
+    (["NOPROFILE", "dominance=false"], "dominance: applies to a job's table only"),
 ])
 def test_bad_keys_exit_2_with_one_line_and_write_nothing(tmp_path, job, capsys, args, needle):
     out = tmp_path / "never"

@@ -18,8 +18,11 @@ from ncclrl.costmodel.table import Row, Table
 from ncclrl.costmodel.workload import (
     NCCL_DEFAULT,
     Choice,
+    Target,
     WorkCall,
     Workload,
+    _configs,
+    candidates,
     choose,
     compare,
     draws,
@@ -183,14 +186,17 @@ def test_aware_choice_never_costs_more_than_isolated_where_chosen(preset):
                                   overlap=1.0 if i % 2 else 0.5, mem_frac=0.3, dtype="bfloat16"))
     w = resolve_compute(Workload(calls, "mix"), sim, ratio=1.5)
     assert all(c.compute_us_per_call > 0 for c in w.calls)
+    rules = ({}, {"headroom": 0.5}, {"dominance": True}, {"headroom": 1.0, "dominance": True})
     for where in (sim, draw_platform(preset, np.random.default_rng(5), True)):
         for margin in (0.0, 0.01):
-            picks = choose(where, w, margin=margin)
-            for key in picks.aware:
-                assert picks.aware_cost[key] <= picks.isolated_cost[key] * (1 + 1e-12)
-            aware, iso = step_cost(where, w, picks.aware), step_cost(where, w, picks.isolated)
-            assert aware <= iso * (1 + 1e-12)
-            assert aware <= step_cost(where, w, {}) * (1 + 1e-12)  # and never more than NCCL's default
+            for rule in rules:
+                picks = choose(where, w, margin=margin, **rule)
+                for key in picks.aware:
+                    assert picks.aware_cost[key] <= picks.isolated_cost[key] * (1 + 1e-12)
+                aware, iso = step_cost(where, w, picks.aware), step_cost(where, w, picks.isolated)
+                assert aware <= iso * (1 + 1e-12)
+                if not rule.get("headroom"):  # and never more than NCCL's default (headroom may pay for safety)
+                    assert aware <= step_cost(where, w, {}) * (1 + 1e-12)
     # with no compute at all the two objectives agree: the same choices
     flat = Workload([WorkCall(c.collective, c.nbytes, c.nodes, c.ranks, c.calls_per_step) for c in calls])
     picks = choose(sim, flat)
@@ -213,6 +219,85 @@ def test_choices_differ_where_channels_cost_compute_and_judging_has_intervals():
     m, lo, hi = cmp.saving("iso", "aware")
     assert lo <= m <= hi and len(cmp.costs["aware"]) == 5
     assert cmp.verdict("iso", "iso") == "tie"
+
+
+def test_headroom_keeps_the_aware_choice_hidden_under_slower_communication():
+    sim = Simulator("h200-1x4")
+    comp, nbytes, h = 1000.0, 32 << 20, 1.0
+    w = Workload([WorkCall("allreduce", nbytes, 1, 4, 4, overlap=1.0, compute_us_per_call=comp, mem_frac=0.3)])
+    key = w.calls[0].key
+    cands = candidates(sim.topo, "allreduce")
+    cfg = _configs(sim, N.ALLREDUCE, np.full(len(cands), nbytes), cands)
+    t = sim.time_us(cfg)
+    plain = sim.interference(cfg, comp, 0.3).nccl_us
+    stressed = sim.interference(cfg, comp, 0.3, t_iso_us=t * (1 + h)).nccl_us
+    hidden_plain = {c: x <= comp for c, x in zip(cands, plain, strict=True)}
+    hidden_stressed = {c: x <= comp for c, x in zip(cands, stressed, strict=True)}
+    base = choose(sim, w)
+    safe = choose(sim, w, headroom=h)
+    # without headroom the choice is hidden, but only just: exposed were the call 2x slower
+    assert hidden_plain[base.aware[key]] and not hidden_stressed[base.aware[key]]
+    # with it, a candidate hidden under the slower times exists, and the choice is one of them
+    assert any(hidden_stressed.values())
+    assert hidden_stressed[safe.aware[key]]
+    assert safe.aware[key] != base.aware[key] and safe.isolated == base.isolated
+    # it still costs no more than the isolated choice; its plain cost is at least the plain best's
+    assert base.aware_cost[key] <= safe.aware_cost[key] <= safe.isolated_cost[key]
+    # headroom 0 is the plain rule
+    assert choose(sim, w, headroom=0.0).aware == base.aware
+
+
+class _ForcedSlower(Target):
+    """A platform on which every forced channel count runs ``factor`` times slower than simulated
+    (NCCL's own count unchanged)."""
+
+    def __init__(self, where, factor: float) -> None:
+        super().__init__(where)
+        self.factor = factor
+
+    def iso_us(self, sim, cfg):
+        t = super().iso_us(sim, cfg)
+        return np.where(cfg.channels > 0, t * self.factor, t)
+
+
+def test_dominance_keeps_the_isolated_choice_where_aware_costs_more_on_one_platform():
+    sim = Simulator("h200-1x4")
+    w = Workload([WorkCall("allreduce", 32 << 20, 1, 4, 4, overlap=1.0, compute_us_per_call=1000.0)])
+    key = w.calls[0].key
+    plats = [Target(sim)] * 5 + [_ForcedSlower(sim, 2.0)]
+    mean = choose(plats, w)
+    dom = choose(plats, w, dominance=True)
+    assert mean.isolated == dom.isolated
+    # the mean over the platforms picks a forced count that costs more than the isolated choice on
+    # the slow platform ...
+    assert step_costs(plats[-1], w, mean.aware)[key] > step_costs(plats[-1], w, mean.isolated)[key]
+    assert mean.aware_cost[key] < mean.isolated_cost[key]
+    # ... dominance does not: on every platform no more than the isolated choice
+    for p in plats:
+        assert step_costs(p, w, dom.aware)[key] <= step_costs(p, w, dom.isolated)[key] * (1 + 1e-12)
+    assert dom.aware[key] != mean.aware[key]
+    # on one platform dominance is the plain rule
+    assert choose(sim, w, dominance=True).aware == choose(sim, w).aware
+
+
+def test_aggregate_quantile_and_bad_rule_options():
+    w = Workload([WorkCall("allreduce", 32 << 20, 1, 4, 4, overlap=1.0, compute_us_per_call=1000.0)])
+    plats = draws("h200-1x4", range(4), True, stream=9)
+    top = choose(plats, w, aggregate=1.0)
+    worst = choose(plats, w, aggregate="max")
+    assert (top.isolated, top.aware) == (worst.isolated, worst.aware)
+    assert top.aware_cost == pytest.approx(worst.aware_cost)
+    # a quantile: the cost reported is that quantile of the pick's costs on the platforms
+    key = w.calls[0].key
+    for q in (0.5, 0.9):
+        mid = choose(plats, w, aggregate=q)
+        for pick, cost in ((mid.aware, mid.aware_cost), (mid.isolated, mid.isolated_cost)):
+            per = [step_costs(p, w, pick)[key] for p in plats]
+            assert cost[key] == pytest.approx(float(np.quantile(per, q)), rel=1e-9)
+    for bad in ({"aggregate": "median"}, {"aggregate": 0.0}, {"aggregate": 1.5}, {"aggregate": True},
+                {"headroom": -0.1}, {"headroom": float("nan")}):
+        with pytest.raises(ConfigError):
+            choose(plats, w, **bad)
 
 
 def test_rescale_and_bad_input(tmp_path):
