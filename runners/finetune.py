@@ -39,9 +39,10 @@ from ncclrl.envs.live import TIMEOUT
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.replay import ReplayWorkers, recorded_sweep
 from ncclrl.envs.store import Store
+from ncclrl.envs.torch_workers import LOADS
 from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.progress import progress
-from ncclrl.runners.sweep import LiveConfig, check_launch, live_workers
+from ncclrl.runners.sweep import LiveConfig, check_launch, live_workers, load_tag
 
 logger = logging.getLogger(__name__)
 BASE_KNOBS_KEY = "/".join("0" * len(KNOB_FIELDS))  # NCCL's plain defaults, as sweep_reference keys settings
@@ -88,6 +89,10 @@ class FinetuneCommand(TunedLiveConfig):
     :param profile: a job profile (ncclrl profile): measure only the collectives and sizes the job calls
         on the whole job's communicator, for its communication time per step (calls x time), and report
         the time per step saved; collectives, min_bytes and max_bytes then come from the profile
+    :param load: none, or gemm: every sample runs beside matrix products on each GPU, so the run tunes the
+        collectives' times under compute (stored under tag finetune+gemmN with the products' slowdown;
+        backend=torch)
+    :param load_n: load=gemm: the products' size (load_n x load_n, bfloat16); size it like your model's
     """
 
     budget: int = 250
@@ -95,9 +100,17 @@ class FinetuneCommand(TunedLiveConfig):
     strategy: str = "shipped"
     search: SearchConfig = field(default_factory=SearchConfig)
     profile: str = ""
+    load: str = "none"
+    load_n: int = 4096
 
     def check(self) -> None:
         TunedLiveConfig.check(self)
+        if self.load not in LOADS:
+            raise ConfigError("load", f"unknown value {self.load!r}; allowed: {', '.join(LOADS)}")
+        if self.load != "none" and self.backend != "torch":
+            raise ConfigError("load", "a compute load runs in the PyTorch workers only: backend=torch")
+        if not 16 <= self.load_n <= 65536:
+            raise ConfigError("load_n", f"must be 16 to 65536, got {self.load_n}")
         for k in ("budget", "wall_s"):
             if getattr(self, k) < 0:
                 raise ConfigError(k, f"must be >= 0, got {getattr(self, k)}")
@@ -317,8 +330,8 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     t0 = time.time()
     with progress("finetune", int(args["budget"])) as bar:
         measure = make_measure(args, topo, store, bar, sweep)
-        ev = Evaluator(problem, measure, int(args["budget"]), samples=int(args["samples"]), tag="finetune",
-                       wall_s=float(args["wall_s"]) or None)
+        ev = Evaluator(problem, measure, int(args["budget"]), samples=int(args["samples"]),
+                       tag=load_tag(args, "finetune"), wall_s=float(args["wall_s"]) or None)
         res, run = finetune(problem, ev, controller, cfg, log=logger.info)
     wall = time.time() - t0
     out_dir = Path(args["out"])

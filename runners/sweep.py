@@ -162,11 +162,11 @@ def live_workers(args: DictConfig, topo: Topology, knobs: Point, *, timing: str 
                         load_n=int(args.get("load_n", 4096)))
 
 
-def load_tag(args: DictConfig) -> str:
-    """The tag a sweep stores under: ``tag``, plus ``+gemmN`` under a compute load, so that loaded
-    and isolated timings never pool."""
+def load_tag(args: DictConfig, tag: str | None = None) -> str:
+    """The tag a command stores under: ``tag`` (default: the ``tag`` key), plus ``+gemmN`` under a
+    compute load, so that loaded and isolated timings never pool."""
     load = args.get("load", "none") if hasattr(args, "get") else "none"
-    return args["tag"] + (f"+{load}{int(args.get('load_n', 4096))}" if load != "none" else "")
+    return (tag or args["tag"]) + (f"+{load}{int(args.get('load_n', 4096))}" if load != "none" else "")
 
 
 def check_launch(args: DictConfig, topo: Topology) -> None:

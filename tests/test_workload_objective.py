@@ -224,3 +224,39 @@ def test_the_training_env_and_pretrain_take_a_profile(tmp_path):
     rep = json.loads((run / "table" / "step_report.json").read_text())
     assert {k["collective"] for k in rep["keys"]} == {"allreduce", "reducescatter"}
     assert "objective step" in (run / "report.txt").read_text()
+
+
+def test_finetune_under_a_compute_load_measures_beside_it_and_stores_apart(tmp_path, monkeypatch):
+    """load=gemm reaches every job's workers, and its points are stored under finetune+gemmN with
+    the load's slowdown, apart from isolated timings; off the PyTorch workers it is one line."""
+    from test_sweep_store import FakeWorkers
+
+    import ncclrl.runners.finetune as F
+
+    seen = []
+
+    class Loaded(FakeWorkers):
+        whole_request = True
+
+        def measure(self, points, samples=10, budget_us=2000.0):
+            self.failures = {}
+            out = super().measure(points, samples)
+            self.last_slowdowns = [[1.25] * samples for _ in points]
+            return out
+
+    def live(args, topo, knobs, **_kw):
+        seen.append((args["load"], int(args["load_n"])))
+        return Loaded(topo, knobs, "eager", 10)
+
+    monkeypatch.setattr(F, "live_workers", live)
+    monkeypatch.setattr(F, "check_launch", lambda *_a: None)
+    prof = _profile(tmp_path / "job.yaml")
+    args = F.parse_args(["backend=torch", "topology=h200-2x2-sock", "load=gemm", "load_n=64", f"profile={prof}",
+                         "budget=40", f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'out'}"])
+    F.run_finetune(args)
+    with Store(tmp_path / "ft.sqlite") as s:
+        df = s.frame()
+    assert len(df) and set(df.tag) == {"finetune+gemm64"} and set(seen) == {("gemm", 64)}
+    assert all(len(s) == 5 and np.allclose(s, 1.25) for s in df.compute_slowdown)
+    with pytest.raises(ConfigError, match="^load: a compute load runs in the PyTorch workers only"):
+        F.parse_args(["backend=replay", f"replay_store={LIVE}", "topology=h200-2x2-sock", "load=gemm"])
