@@ -39,10 +39,9 @@ from ncclrl.envs.live import TIMEOUT
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.replay import ReplayWorkers, recorded_sweep
 from ncclrl.envs.store import Store
-from ncclrl.envs.torch_workers import LOADS
 from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.progress import progress
-from ncclrl.runners.sweep import LiveConfig, check_launch, live_workers, load_tag
+from ncclrl.runners.sweep import LiveConfig, check_launch, check_load, live_workers, load_tag
 
 logger = logging.getLogger(__name__)
 BASE_KNOBS_KEY = "/".join("0" * len(KNOB_FIELDS))  # NCCL's plain defaults, as sweep_reference keys settings
@@ -105,12 +104,7 @@ class FinetuneCommand(TunedLiveConfig):
 
     def check(self) -> None:
         TunedLiveConfig.check(self)
-        if self.load not in LOADS:
-            raise ConfigError("load", f"unknown value {self.load!r}; allowed: {', '.join(LOADS)}")
-        if self.load != "none" and self.backend != "torch":
-            raise ConfigError("load", "a compute load runs in the PyTorch workers only: backend=torch")
-        if not 16 <= self.load_n <= 65536:
-            raise ConfigError("load_n", f"must be 16 to 65536, got {self.load_n}")
+        check_load(self.load, self.load_n, self.backend)
         for k in ("budget", "wall_s"):
             if getattr(self, k) < 0:
                 raise ConfigError(k, f"must be >= 0, got {getattr(self, k)}")

@@ -121,12 +121,7 @@ class SweepConfig(LiveConfig):
 
     def check(self) -> None:
         super().check()
-        if self.load not in LOADS:
-            raise ConfigError("load", f"unknown value {self.load!r}; allowed: {', '.join(LOADS)}")
-        if self.load != "none" and self.backend != "torch":
-            raise ConfigError("load", "a compute load runs in the PyTorch workers only: backend=torch")
-        if not 16 <= self.load_n <= 65536:
-            raise ConfigError("load_n", f"must be 16 to 65536, got {self.load_n}")
+        check_load(self.load, self.load_n, self.backend)
         if self.backend not in ("torch", "nccl-tests"):
             raise ConfigError("backend", f"unknown value {self.backend!r}; allowed: torch, nccl-tests")
         if self.backend == "nccl-tests" and not self.nccltests_dir:
@@ -160,6 +155,16 @@ def live_workers(args: DictConfig, topo: Topology, knobs: Point, *, timing: str 
                         launch=args["launch"], launcher=launcher_of(args), nvls=args.get("nvls", "as-is"),
                         log_dir=args.get("log_dir") or None, table=table, load=args.get("load", "none"),
                         load_n=int(args.get("load_n", 4096)))
+
+
+def check_load(load: str, load_n: int, backend: str) -> None:
+    """The ``load`` and ``load_n`` keys of a live command, checked against its ``backend``."""
+    if load not in LOADS:
+        raise ConfigError("load", f"unknown value {load!r}; allowed: {', '.join(LOADS)}")
+    if load != "none" and backend != "torch":
+        raise ConfigError("load", "a compute load runs in the PyTorch workers only: backend=torch")
+    if not 16 <= load_n <= 65536:
+        raise ConfigError("load_n", f"must be 16 to 65536, got {load_n}")
 
 
 def load_tag(args: DictConfig, tag: str | None = None) -> str:
