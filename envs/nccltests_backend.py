@@ -75,11 +75,13 @@ from pathlib import Path
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.nccltests import (
     NcclTestsError,
+    RankLine,
     library_version,
     parse_stdout,
     perf_timeout,
     rank_lines,
     split_log,
+    strip_prefixes,
 )
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.table import fingerprint, format_row
@@ -290,6 +292,9 @@ class NcclTestsBackend(Backend):
         tt = perf_timeout(text)
         if tt is not None:
             raise LaunchError(f"{TIMEOUT}: nccl-tests' -T {tt[1]} s expired on {tt[0]} (it aborted NCCL){warn}")
+        seen = rank_lines(split_log(strip_prefixes(text))[0])
+        if not code and seen:  # processes that each ran alone interleave their runs: said before parsing
+            self._check_ranks(seen)
         try:
             run = parse_stdout(text, source=f"{Path(cmd[0]).name if self.launcher.kind != 'local' else 'nccl-tests'}"
                                f" ({what})")
@@ -299,13 +304,7 @@ class NcclTestsBackend(Backend):
             raise LaunchError(f"exit {code}: {e}") from None
         if code:
             raise LaunchError(f"exit {code}: {warn[2:] if warn else last_words(text, 'no output')}")
-        ranks = {r.rank for r in run.ranks}
-        if len(ranks) != self.nranks:
-            hint = ""
-            if len(run.ranks) > len(ranks):
-                hint = " (every process ran alone: is nccl-tests built with MPI=1?)"
-            raise LaunchError(f"the job ran {len(ranks)} rank{'s' * (len(ranks) != 1)}, the topology has "
-                              f"{self.nranks}{hint}")
+        self._check_ranks(run.ranks)
         late = watch.verdict(final=True)
         if late:
             raise LaunchError(late)
@@ -318,6 +317,16 @@ class NcclTestsBackend(Backend):
                                       "finite time > 0 (a broken timer or a corrupted output)")
                 out[r.nbytes] = t
         return out
+
+    def _check_ranks(self, lines: list[RankLine]) -> None:
+        """Refuse a launch whose ``# Rank`` lines count other ranks than the topology's."""
+        ranks = {r.rank for r in lines}
+        if len(ranks) != self.nranks:
+            hint = ""
+            if len(lines) > len(ranks):
+                hint = " (every process ran alone: is nccl-tests built with MPI=1?)"
+            raise LaunchError(f"the job ran {len(ranks)} rank{'s' * (len(ranks) != 1)}, the topology has "
+                              f"{self.nranks}{hint}")
 
     def _run(self, cmd: list[str], env: dict[str, str], workdir: Path,
              watch: TableWatch) -> tuple[str, int | None, bool, str]:

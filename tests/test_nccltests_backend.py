@@ -314,9 +314,12 @@ def test_mpirun_a_rank_without_the_plugin(bindir, tmp_path, monkeypatch):
     no_leftovers(d)
 
 
-def test_mpirun_one_rank_output_for_two_ranks(bindir, monkeypatch):
+@pytest.mark.parametrize("alone", ["1", "interleave"])
+def test_mpirun_one_rank_output_for_two_ranks(bindir, monkeypatch, alone):
+    """A build without MPI=1: every process runs alone and prints a run of its own, one after the
+    other or interleaved line by line (the header of one inside the other's table)."""
     d, plugin = bindir
-    monkeypatch.setenv("FAKE_PERF_NO_MPI", "1")  # a build without MPI=1: every process runs alone
+    monkeypatch.setenv("FAKE_PERF_NO_MPI", alone)
     b = mpi(d, plugin)
     assert b.measure(POINTS[:1], samples=1) == [None]
     assert b.failures[0].startswith("the job ran 1 rank, the topology has 2"), b.failures[0]

@@ -22,7 +22,9 @@ Cues (environment):
   waits forever (ranks that decide differently hang NCCL)
 * ``FAKE_PERF_PLAIN_RANK=r``: rank r runs without the plugin (as on a node where it did not load);
   with a table forced on the others, every rank then waits forever
-* ``FAKE_PERF_NO_MPI=1``: behave like a binary built without MPI=1: every process runs alone
+* ``FAKE_PERF_NO_MPI=1``: behave like a binary built without MPI=1: every process runs alone;
+  ``interleave``: the same, each process printing a line every 30 ms, the launcher's rank r
+  starting r x 45 ms late, so that the processes' runs interleave line by line
 * ``FAKE_PERF_SLEEP=s``: rank 0 takes ``s`` seconds before it prints its table
 * ``FAKE_PERF_TIME=v``: rank 0 prints ``v`` (``nan``, ``0``, ``-5``) as the out-of-place time of the
   8 B and 1 GiB rows
@@ -86,6 +88,8 @@ def debug_on(subsys: str) -> bool:
 
 
 rank, world, local, local_size = rank_env()
+if os.environ.get("FAKE_PERF_NO_MPI") == "interleave":
+    time.sleep(0.045 * int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("SLURM_PROCID", "0"))))
 ngpus = int(flag("-g", "1"))
 host = socket.gethostname().split(".")[0]
 pid = os.getpid()
@@ -196,4 +200,9 @@ if os.environ.get("FAKE_PERF_LINGER"):
         os.setsid()
         time.sleep(float(os.environ["FAKE_PERF_LINGER"]))
         os._exit(0)
-print(body, flush=True)
+if os.environ.get("FAKE_PERF_NO_MPI") == "interleave":
+    for ln in body.split("\n"):
+        print(ln, flush=True)
+        time.sleep(0.03)
+else:
+    print(body, flush=True)
