@@ -279,6 +279,7 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
         dev = torch.device("cuda", gpu)
     else:
         dev = torch.device("cpu")
+        torch.set_num_threads(1)  # gloo's stand-in ranks share this host's cores; more threads only contend
     if job.get("mode") == "verify":
         return verify(job, out, rank, world, dev, device)
     launch = job["launch"] if device == "cuda" else "torch"

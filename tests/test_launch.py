@@ -13,12 +13,14 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.space import Point
+from ncclrl.costmodel.topology import dump_topology, load_topology
 from ncclrl.envs.launch import (
     LaunchConfig,
     decode,
@@ -235,22 +237,25 @@ print("MEASURED", r["measured"], "SKIPPED", r["skipped"])
 
 
 def test_a_preempted_sweep_keeps_every_finished_job_and_resumes(plugin, tmp_path):
+    # two emulated nodes over InfiniBand: two knob settings, so two jobs (a socket network has 14)
+    topo = load_topology("h200-2x1-sock")
+    dump_topology(replace(topo, net=replace(topo.net, kind="ib")), tmp_path / "ib.yaml")
     store = tmp_path / "store.sqlite"
     script = tmp_path / "sweep.py"
     script.write_text(PREEMPTED)
-    argv = [sys.executable, str(script), str(plugin), "topology=h200-2x1-sock", "grid=full", "samples=2",
+    argv = [sys.executable, str(script), str(plugin), f"topology={tmp_path / 'ib.yaml'}", "grid=full", "samples=2",
             "min_bytes=1K", "max_bytes=2K", f"store={store}", "timeout_s=20", "launch=torch"]
     env = dict(os.environ, **ROOT_OK)
     p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 90
-    while time.time() < deadline and (not store.exists() or Store(store).count() < 2 * 8):
-        time.sleep(0.3)  # two knob settings' jobs stored (8 points each)
+    while time.time() < deadline and (not store.exists() or Store(store).count() == 0):
+        time.sleep(0.3)  # the first job stored (a job's points are stored together)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=30)
     # 143: SIGTERM during a job (the job is ended, what it finished stored); -15: between two jobs
     assert p.returncode in (143, -15), err[-500:]
     kept = Store(store).count()
-    assert kept >= 16
+    assert kept > 0
     time.sleep(0.5)
     assert not workers_alive()
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
@@ -306,13 +311,13 @@ def test_a_job_too_large_for_the_environment_is_refused(plugin, tmp_path):
 def test_a_compute_load_runs_beside_every_sample(plugin, tmp_path):
     """load=gemm: each rank runs matrix products beside the collective while a sample is timed and
     reports their slowdown per sample against their time alone; without it no slowdown is kept."""
-    w = workers("local", plugin, tmp_path, load="gemm", load_n=96)
+    w = workers("local", plugin, tmp_path, load="gemm", load_n=256)
     pts = [Point("allreduce", 4096), Point("allreduce", 4096, "ring", "simple", 1)]
     res = w.measure(pts, samples=3, budget_us=2000.0)
     assert all(r is not None and len(r) == 3 for r in res), w.failures
     assert len(w.last_slowdowns) == 2 and all(len(s) == 3 and all(x > 0 for x in s) for s in w.last_slowdowns)
     logs = "".join(f.read_text() for f in (tmp_path / "job").glob("rank*.log"))
-    assert "compute load: 96 x 96 float32 products" in logs
+    assert "compute load: 256 x 256 float32 products" in logs
     plain = workers("local", plugin, tmp_path / "plain")
     plain.measure(pts[:1], samples=2)
     assert plain.last_slowdowns == [None]
@@ -335,10 +340,10 @@ def test_a_sweep_under_load_stores_apart_with_the_compute_slowdown(plugin, tmp_p
     store = tmp_path / "store.sqlite"
     common = ["topology=h200-2x1-sock", "min_bytes=1K", "max_bytes=2K", "samples=2", f"store={store}",
               "launch=torch", "timing=eager", "timeout_s=30"]
-    sweep.run_sweep(sweep.parse_args([*common, "load=gemm", "load_n=64"]), io.StringIO())
+    sweep.run_sweep(sweep.parse_args([*common, "load=gemm", "load_n=256"]), io.StringIO())
     sweep.run_sweep(sweep.parse_args(common), io.StringIO())
     f = Store(store).frame(status="ok")
-    loaded, alone = f[f.tag == "sweep+gemm64"], f[f.tag == "sweep"]
+    loaded, alone = f[f.tag == "sweep+gemm256"], f[f.tag == "sweep"]
     assert len(loaded) == len(alone) == 2  # NCCL's default at 1 KiB and 2 KiB, each run
     assert all(len(s) == 2 and all(x > 0 for x in s) for s in loaded.compute_slowdown)
     assert alone.compute_slowdown.isna().all()
