@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
@@ -211,6 +210,8 @@ def fit(topo: Topology, df: pd.DataFrame, params: SimParams | None = None, max_n
 
     lo = np.concatenate([np.log([s.lo for s in slots]), np.full(len(runs), -1.0)])
     hi = np.concatenate([np.log([s.hi for s in slots]), np.full(len(runs), 1.0)])
+    from scipy.optimize import least_squares  # loaded by a fit, not by every command that imports this
+
     res = least_squares(residual, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, max_nfev=max_nfev,
                         x_scale=1.0)
     residual(res.x)

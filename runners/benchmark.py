@@ -35,7 +35,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.baselines import METHODS, Evaluator, make_tuner
 from ncclrl.agents.strategy import PolicyController
-from ncclrl.agents.strategy_train import AgentConfig, ExperimentConfig, train
+from ncclrl.agents.strategy_config import AgentConfig, ExperimentConfig
 from ncclrl.agents.suite import SETS, Instance, replayed, simulated
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
@@ -225,6 +225,8 @@ def ensure_strategies(cfg: DictConfig, folder: Path) -> None:
     """Train the left-out strategies the tasks need and ``folder`` lacks."""
     if "ncclrl" not in cfg.suite.methods:
         return
+    from ncclrl.agents.strategy_train import train  # PyTorch, only when a strategy is trained
+
     for fam in sorted({t["family"] for t in tasks(cfg)}):
         path = strategy_path(folder, fam)
         if path.is_file():

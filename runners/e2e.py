@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
-from scipy.stats import t as student_t
 
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.table import CONF_KEYS, fingerprint, parse_example_rows, read_conf_env
@@ -171,6 +170,8 @@ def paired_t_ratio(default_jobs: list[np.ndarray],
     d = np.array([np.log(np.median(t) / np.median(a)) for a, t in zip(default_jobs, table_jobs, strict=True)])
     if d.size < 2:
         return float(np.exp(d.mean())), None, None
+    from scipy.stats import t as student_t  # loaded by the verdict, not by every command
+
     half = float(student_t.ppf(0.975, d.size - 1)) * float(d.std(ddof=1)) / np.sqrt(d.size)
     return float(np.exp(d.mean())), float(np.exp(d.mean() - half)), float(np.exp(d.mean() + half))
 

@@ -36,8 +36,7 @@ from ncclrl.agents.strategy import (
     strategy_path,
     zero_shot,
 )
-from ncclrl.agents.strategy_train import AgentConfig, ExperimentConfig
-from ncclrl.agents.strategy_train import train as train_strategy
+from ncclrl.agents.strategy_config import AgentConfig, ExperimentConfig
 from ncclrl.agents.suite import stable
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
@@ -305,6 +304,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     init = PolicyController.load(strategy_path(cfg.init)) if cfg.init else None
     t0 = time.perf_counter()
     exp = experiment_config(cfg)
+    from ncclrl.agents.strategy_train import train as train_strategy  # PyTorch, only when training
+
     strategy = train_strategy(agent_config(cfg), exp, init=init, log=lambda _m: None)
     train_s = time.perf_counter() - t0
     path = strategy.save(run_dir / "strategy.json")
