@@ -283,7 +283,7 @@ class NcclTestsBackend(Backend):
         self._seen(text)
         if early:
             raise LaunchError(early)
-        _clean, log = split_log(text)
+        clean, log = split_log(strip_prefixes(text))
         warn = next((f"; NCCL said: {ln.message}" for ln in log if ln.level in ("WARN", "ABORT")), "")
         if timed_out:
             if 0 < len(watch.seen) < self.nranks:  # some ranks' NCCL got the table, the others' did not
@@ -292,7 +292,7 @@ class NcclTestsBackend(Backend):
         tt = perf_timeout(text)
         if tt is not None:
             raise LaunchError(f"{TIMEOUT}: nccl-tests' -T {tt[1]} s expired on {tt[0]} (it aborted NCCL){warn}")
-        seen = rank_lines(split_log(strip_prefixes(text))[0])
+        seen = rank_lines(clean)
         if not code and seen:  # processes that each ran alone interleave their runs: said before parsing
             self._check_ranks(seen)
         try:
@@ -304,7 +304,8 @@ class NcclTestsBackend(Backend):
             raise LaunchError(f"exit {code}: {e}") from None
         if code:
             raise LaunchError(f"exit {code}: {warn[2:] if warn else last_words(text, 'no output')}")
-        self._check_ranks(run.ranks)
+        if not seen:  # a run that printed no rank line at all
+            self._check_ranks(seen)
         late = watch.verdict(final=True)
         if late:
             raise LaunchError(late)
