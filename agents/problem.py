@@ -5,15 +5,17 @@ The space is the live sweep's (:func:`ncclrl.costmodel.space.knob_grid` x
 :func:`ncclrl.costmodel.space.call_configs` plus NCCL's own choice): one per-process knob setting
 for the whole table (it goes to ``nccl.conf``), and per (collective, size) one per-call
 configuration (a table row) or NCCL's choice. An *evaluation* is one point (knob setting,
-collective, size, configuration) measured with ``samples`` repetitions; every tuner pays for every
-evaluation, NCCL's defaults included, through the same :class:`Evaluator`, whether it wraps a
-simulated platform, a replayed sweep or live GPUs. Every problem carries the *prior*: the
+collective, size, configuration) measured with ``samples`` repetitions in a *job* (one launch, one
+communicator, one knob setting); every tuner pays the GPU-time of every job, NCCL's defaults
+included, through the same :class:`Evaluator`, whether it wraps a simulated platform, a replayed
+sweep or live GPUs. Every problem carries the *prior*: the
 simulator a user starts from (the topology's nominal parameters), which every tuner that can use a
 prior gets.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ import numpy as np
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST, JobCost
 from ncclrl.costmodel.noise import robust_median
 from ncclrl.costmodel.platforms import Platform
 from ncclrl.costmodel.simulator import Configs, Simulator
@@ -136,30 +139,65 @@ class BudgetExhausted(Exception):
 
 
 class Evaluator:
-    """The only way a tuner measures: counts every point against ``budget`` (and, live, the time
-    against ``wall_s``: no request starts after it), keeps every job's median per point, and counts
-    the model evaluations a tuner reports (:meth:`count_model`). A request beyond the remaining
-    budget is cut to it (the cut points answer ``None``); a request with nothing left raises
-    :class:`BudgetExhausted`."""
+    """The only way a tuner measures: charges every job its GPU-time against ``budget_gpu_s``
+    (and, live, the time against ``wall_s``: no request starts after it), keeps every job's median
+    per point, and counts the model evaluations a tuner reports (:meth:`count_model`).
 
-    def __init__(self, problem: Problem, measure: Measure, budget: int, samples: int = 5, tag: str = "benchmark",
-                 wall_s: float | None = None):
-        if budget < 0:
-            raise ConfigError("budget", f"must be >= 0, got {budget}")
-        self.problem, self._measure, self.budget, self.samples, self.tag = problem, measure, budget, samples, tag
-        self.used = 0
-        self.calls = 0
+    A job's GPU-time is its wall time times the problem's GPUs: on a simulated or replayed platform
+    the job cost model's (:class:`ncclrl.costmodel.jobcost.JobCost`, from the samples the job
+    took), live the wall time the measuring callable reports (``measure.last_wall_s``; a job answered
+    from a store is charged the model's). A request is one job; it keeps the longest prefix of its
+    points that the budget left pays for (the rest answer ``None``, uncharged; live, the prefix is
+    chosen on the prior's predicted times before the job starts). When not even the job's launch and
+    first point fit, the budget is spent: :attr:`remaining` is 0 from then on. A live job is chosen
+    on predicted times (the prior's, scaled by how the points measured so far compare with it), so
+    a live run can end past its budget by what the last job's prediction missed; ``gpu_s`` always
+    says what was spent.
+
+    :param problem: what is measured
+    :param measure: the measuring callable (one call is one job)
+    :param budget_gpu_s: GPU-seconds allowed in all, NCCL's defaults included
+    :param samples: repetitions per point (their median is what a tuner sees)
+    :param tag: the store's tag of the measurements
+    :param wall_s: no job starts after this many seconds (``None``: no limit)
+    :param cost: the job cost model (default: the fitted one)
+    :param max_points: at most this many points in all, whatever GPU-time is left (``None``: no cap;
+        simulated training draws its budgets in points)
+    """
+
+    def __init__(self, problem: Problem, measure: Measure, budget_gpu_s: float, samples: int = 5,
+                 tag: str = "benchmark", wall_s: float | None = None, cost: JobCost | None = None,
+                 max_points: int | None = None):
+        if not (np.isfinite(budget_gpu_s) and budget_gpu_s >= 0):
+            raise ConfigError("budget", f"must be a finite GPU-time >= 0, got {budget_gpu_s}")
+        if max_points is not None and max_points < 0:
+            raise ConfigError("max_points", f"must be >= 0, got {max_points}")
+        self.max_points = max_points
+        self._log_ratio: list[float] = []  # log(measured / prior) of the points measured so far
+        self.problem, self._measure, self.samples, self.tag = problem, measure, samples, tag
+        self.budget = float(budget_gpu_s)
+        self.cost = cost or DEFAULT_JOB_COST
+        self.nranks = int(problem.topo.nranks)
+        self.gpu_s = 0.0  # GPU-seconds charged
+        self.points = 0  # points measured
+        self.calls = 0  # jobs run
         self.model_evals = 0
+        self._spent = False
+        self._point_est: float | None = None
+        #: called with the GPU-seconds of each job as it is charged (a progress bar's advance)
+        self.on_job: Callable[[float], None] | None = None
         #: per point, every job's median (us) and the job's number
         self.jobs: dict[tuple[tuple[int, ...], int, int, Key], list[tuple[int, float]]] = {}
         self.deadline = None if wall_s is None else time.monotonic() + wall_s
 
     @property
-    def remaining(self) -> int:
-        """Points left: the count budget, 0 once the wall-clock budget (if any) is spent."""
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            return 0
-        return self.budget - self.used
+    def remaining(self) -> float:
+        """GPU-seconds left: 0 once the budget is spent or the wall-clock limit (if any) is reached."""
+        if self._spent or (self.deadline is not None and time.monotonic() > self.deadline):
+            return 0.0
+        if self.max_points is not None and self.points >= self.max_points:
+            return 0.0
+        return max(self.budget - self.gpu_s, 0.0)
 
     def count_model(self, n: int) -> None:
         """Record ``n`` evaluations of a model (a prediction of one point's time)."""
@@ -170,6 +208,47 @@ class Evaluator:
         v = self.jobs.get((k.knobs, coll, s, key))
         return float(np.exp(np.mean(np.log([m for _, m in v])))) if v else None
 
+    # -- planning: what the budget left is worth in points ---------------------------------------
+    def point_gpu_s(self) -> float:
+        """GPU-seconds a point costs on average, its job's launch not included: from the jobs run
+        so far, else from the prior's times of NCCL's defaults at every size (a planning figure;
+        :meth:`evaluate` charges what jobs really cost)."""
+        if self.points:
+            return max(self.gpu_s - self.calls * self.cost.launch_s * self.nranks, 0.0) / self.points
+        if self._point_est is None:
+            t = self.prior_times(self.problem.base, [(c, s, DEFAULT) for c, s in self.problem.cells()])
+            self._point_est = float(np.mean(self.cost.point_wall_s(t, self.samples))) * self.nranks
+        return self._point_est
+
+    def points_left(self, pending: int = 0, jobs: int = 1) -> int:
+        """About how many more points the budget left pays for, in ``jobs`` more jobs, beyond
+        ``pending`` points already chosen (a planning figure)."""
+        left = self.remaining - jobs * self.cost.launch_s * self.nranks
+        n = int(left / max(self.point_gpu_s(), 1e-12))
+        if self.max_points is not None:
+            n = min(n, self.max_points - self.points)
+        return max(n - pending, 0)
+
+    def budget_points(self) -> int:
+        """About how many points the whole budget pays for, one job per problem-sized batch."""
+        per_job = self.problem.n_cells
+        per_point = self.point_gpu_s() + self.cost.launch_s * self.nranks / max(per_job, 1)
+        n = int(self.budget / max(per_point, 1e-12))
+        return n if self.max_points is None else min(n, self.max_points)
+
+    def prior_times(self, k: Point, items: list[tuple[int, int, Key]]) -> np.ndarray:
+        """The prior's predicted time (us) of each (collective, size, configuration) under ``k``."""
+        out = np.empty(len(items))
+        by: dict[int, list[int]] = {}
+        for i, (c, _s, _key) in enumerate(items):
+            by.setdefault(c, []).append(i)
+        for c, idx in by.items():
+            cfg = point_configs(self.problem.topo, k, c, np.array([items[i][1] for i in idx]),
+                                [items[i][2] for i in idx])
+            out[idx] = self.problem.prior.time_us(cfg, validate=False)
+        return out
+
+    # -- measuring ---------------------------------------------------------------------------------
     def evaluate(self, k: Point, items: list[tuple[int, int, Key]]) -> list[float | None]:
         """Median time (us) of each (collective, size, configuration) under knob setting ``k``, in one job."""
         if not items:
@@ -179,24 +258,87 @@ class Evaluator:
         res = self._run(k, [Point(N.COLLECTIVES[c], s, *key, *k.knobs) for c, s, key in items], self.samples)
         return [robust_median(r) if r else None for r in res]
 
+    def _fits(self, point_cost_gpu_s: np.ndarray) -> int:
+        """How many of the points (in order) one job can measure within the budget left."""
+        launch = self.cost.launch_s * self.nranks
+        cum = launch + np.cumsum(point_cost_gpu_s)
+        return int(np.searchsorted(cum, self.remaining + 1e-9, side="right"))
+
     def _run(self, k: Point, pts: list[Point], samples: int, tag: str | None = None) -> list[list[float] | None]:
-        """Measure what the budget leaves of ``pts`` (the rest answer ``None``), count it, keep medians."""
-        take = pts[: max(self.remaining, 0)]
-        if not take:
+        """Measure what the budget leaves of ``pts`` in one job (the rest answer ``None``), charge
+        it, keep medians."""
+        if not pts or self.remaining <= 0:
             return [None] * len(pts)
-        res = self._measure(k, take, samples, tag or self.tag)
-        self.used += len(take)
+        if self.max_points is not None:
+            pts_all, pts = pts, pts[: max(self.max_points - self.points, 0)]
+        else:
+            pts_all = pts
+        live = bool(getattr(self._measure, "live", False))
+        items = [(N.COLLECTIVES.index(p.collective), p.nbytes, (p.algo, p.proto, p.channels)) for p in pts]
+        prior = self.prior_times(k, items)
+        if live:  # choose the prefix before the job starts, on predicted times
+            scale = float(np.exp(np.median(self._log_ratio))) if self._log_ratio else 1.0
+            n = self._fits(self.cost.point_wall_s(prior * scale, samples) * self.nranks)
+            if n == 0:
+                self._spent = True
+                return [None] * len(pts_all)
+            take = pts[:n]
+            res = list(self._measure(k, take, samples, tag or self.tag))
+        else:
+            res = list(self._measure(k, pts, samples, tag or self.tag))
+            t = np.array([robust_median(r) if r else np.nan for r in res])
+            t = np.where(np.isnan(t), prior, t)  # a failed point costs what the prior says it would have
+            n = self._fits(self.cost.point_wall_s(t, samples) * self.nranks)
+            if n == 0:
+                self._spent = True
+                return [None] * len(pts_all)
+            take, res = pts[:n], res[:n]
+        wall = getattr(self._measure, "last_wall_s", None) if live else None
+        before = self.gpu_s
+        if wall is not None:
+            self.gpu_s += float(wall) * self.nranks
+        else:
+            t = np.array([robust_median(r) if r else np.nan for r in res])
+            t = np.where(np.isnan(t), prior[: len(take)], t)
+            self.gpu_s += self.cost.job_gpu_s(t, samples, self.nranks)
+        self.points += len(take)
         self.calls += 1
-        for p, r in zip(take, res, strict=True):
+        if self.on_job is not None:
+            self.on_job(self.gpu_s - before)
+        for p, r, tp in zip(take, res, prior, strict=False):
             if r:
+                self._log_ratio.append(float(np.log(max(robust_median(r), 1e-9) / max(tp, 1e-9))))
                 key = (p.algo, p.proto, p.channels)
                 self.jobs.setdefault((k.knobs, N.COLLECTIVES.index(p.collective), p.nbytes, key), []).append(
                     (self.calls, robust_median(r)))
-        return list(res) + [None] * (len(pts) - len(take))
+        return list(res) + [None] * (len(pts_all) - len(take))
 
     def measure_fn(self) -> Measure:
-        """The evaluator as a ``measure`` callable, still counted and cut to the budget."""
+        """The evaluator as a ``measure`` callable, still charged and cut to the budget."""
         return self._run
+
+
+def predicted_sweep_gpu_s(problem: Problem, samples: int = 5, cost: JobCost | None = None) -> float:
+    """GPU-seconds of one full sweep of ``problem`` at the prior's times (a prediction: what a
+    budget of ``Nsweep`` is a multiple of before anything is measured)."""
+    oracle = Oracle(problem, problem.prior)
+    for k in problem.knobs:
+        for c in problem.colls:
+            keys, t = problem.space(c, k), oracle.times[(k.knobs, c)]
+            for j, key in enumerate(keys):
+                for i, s in enumerate(problem.sizes[c]):
+                    if not problem.runs(k, c, s, key):
+                        t[j, i] = np.inf
+    return oracle.sweep_gpu_s(cost or DEFAULT_JOB_COST, samples)
+
+
+def gpu_s_for_points(problem: Problem, n_points: int, samples: int = 5, points_per_job: int = 8,
+                     cost: JobCost | None = None) -> float:
+    """The GPU-time ``n_points`` points cost in jobs of ``points_per_job`` points at the prior's times of
+    NCCL's defaults (a budget stated in points, as simulated training draws it, turned into GPU-time)."""
+    ev = Evaluator(problem, lambda *_a: [], 0.0, samples=samples, cost=cost)
+    jobs = math.ceil(max(n_points, 0) / max(points_per_job, 1))
+    return n_points * ev.point_gpu_s() + jobs * ev.cost.launch_s * ev.nranks
 
 
 # -- measured platforms -------------------------------------------------------------------------
@@ -313,6 +455,17 @@ class Oracle:
         t = {c: self.time_of(d, c) for c in self.problem.colls}
         worst = min(float((self.base[c] / t[c]).min()) for c in self.problem.colls)
         return Verdict(self._geo(t), self.optimum, worst)
+
+    def sweep_gpu_s(self, cost: JobCost, samples: int) -> float:
+        """GPU-seconds of one full sweep at the expected times: one job per knob setting, every
+        point the platform runs (NCCL's choice included) at every size."""
+        total = 0.0
+        for k in self.problem.knobs:
+            t = np.concatenate([self.times[(k.knobs, c)].ravel() for c in self.problem.colls])
+            t = t[np.isfinite(t)]
+            if t.size:
+                total += cost.job_gpu_s(t, samples, self.problem.topo.nranks)
+        return total
 
     def best_decision(self) -> Decision:
         """The optimum as a decision (what an exhaustive noise-free sweep would export)."""

@@ -42,6 +42,7 @@ import numpy as np
 
 from ncclrl.agents.problem import BudgetExhausted, Decision, Evaluator, Problem
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.jobcost import format_gpu_s
 from ncclrl.costmodel.space import DEFAULT, Key, point_configs
 
 FEATURES = ("gain", "std", "ei", "gain_vs_table", "in_table_knob", "knob_potential", "knob_coverage",
@@ -368,6 +369,55 @@ class EIController:
         return s
 
 
+class PerGpuSecondController:
+    """Cost-aware Bayesian optimization with the same prior and model: expected improvement
+    (``ei``) or an upper confidence bound on the gain over the current table (``ucb``: predicted
+    gain + ``beta`` sd, floored at 0) per GPU-second the measurement is predicted to cost (the
+    point's calls at its predicted time, plus a job's launch when no pending point shares its knob
+    setting); never stops before the budget does.
+
+    :param acquisition: ei or ucb
+    :param beta: ucb's weight of the posterior sd
+    """
+
+    def __init__(self, acquisition: str = "ei", beta: float = 2.0) -> None:
+        if acquisition not in ("ei", "ucb"):
+            raise ConfigError("acquisition", f"unknown {acquisition!r}; allowed: ei, ucb")
+        if not beta >= 0:
+            raise ConfigError("beta", f"must be >= 0, got {beta}")
+        self.acquisition, self.beta = acquisition, float(beta)
+        self.name = f"{acquisition}/s"
+
+    def scores_for(self, acq: dict[str, np.ndarray]) -> np.ndarray:
+        """One score per shortlist entry from :attr:`Search.acquisition`, the stop row last (-inf)."""
+        if self.acquisition == "ei":
+            value = acq["ei"]
+        else:
+            value = np.maximum(acq["gain"] + self.beta * acq["std"], 0.0)
+        return np.append(value / np.maximum(acq["gpu_s"], 1e-9), -np.inf)
+
+    def scores(self, feats: np.ndarray) -> np.ndarray:  # the Controller protocol; Search calls scores_for
+        raise NotImplementedError("PerGpuSecondController scores through scores_for (Search.acquisition)")
+
+
+class JobController:
+    """Composes whole jobs instead of picking points: each job runs the knob setting whose job is
+    worth most per GPU-second (its expected improvement over the current table, its launch
+    included: :meth:`Search.compose_job`). A setting not yet measured is swept whole in one job
+    (measurements are nearly free next to a job's launch on most clusters, so this is a sweep in
+    the order the model ranks settings); once every setting is swept, a job re-measures, under
+    one setting, the candidates whose expected improvement per GPU-second beats the job's, with
+    NCCL's choice at each of their sizes in the same job (the comparison the decision reads within
+    one job). Never stops before the budget does.
+    """
+
+    name = "jobs"
+    composes_jobs = True
+
+    def scores(self, feats: np.ndarray) -> np.ndarray:  # the Controller protocol; Search composes jobs instead
+        raise NotImplementedError("JobController composes jobs through Search.compose_job")
+
+
 SHIPPED = "shipped"
 # checkpoints that are pickles (stable-baselines3 .zip, torch .pt/.pth, plain pickles): never loaded
 PICKLED_SUFFIXES = (".zip", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
@@ -534,7 +584,7 @@ class Search:
             if k:  # NCCL's choice under the zero-shot setting, next to the row (-1: it cannot run)
                 first.append(int(sp.default[k * sp.n_cells + c]))
             first.append(i)
-        self.pending = [i for i in dict.fromkeys(first) if i >= 0][: self.ev.remaining]
+        self.pending = [i for i in dict.fromkeys(first) if i >= 0]
         self.flush()
 
     def flush(self) -> None:
@@ -561,7 +611,8 @@ class Search:
                     self.max_rep[i] = self.n[i]  # failed: not again
         self.refit()
         self.rounds += 1
-        self.history.append({"round": self.rounds, "measured": self.ev.used, "knob": self.table.knob,
+        self.history.append({"round": self.rounds, "measured": self.ev.points, "jobs": self.ev.calls,
+                             "gpu_s": round(self.ev.gpu_s, 2), "knob": self.table.knob,
                              "rows": len(self.table.rows), "gain": round(math.exp(self.table.gain), 4),
                              "wall_s": round(time.time() - self._t0, 2)})
 
@@ -599,8 +650,8 @@ class Search:
         std = m.std
         zz = g_tab / std
         ei = std * _phi(zz) + g_tab * _cdf(zz)
-        left = self.ev.remaining - len(self.pending)
-        frac_left = max(left, 0) / max(self.ev.budget, 1)
+        left = self.ev.remaining - len(self.pending) * self.ev.point_gpu_s()
+        frac_left = max(left, 0.0) / max(self.ev.budget, 1e-12)
         # the shortlist: half by predicted gain, half by optimistic gain
         cand = np.flatnonzero(ok)
         half = max(1, self.cfg.shortlist // 2)
@@ -608,6 +659,13 @@ class Search:
         b = cand[np.argsort(-(g_tab[cand] + 2 * std[cand]), kind="stable")[: 2 * half]]
         short = np.array(list(dict.fromkeys([*a.tolist(), *b.tolist()]))[: self.cfg.shortlist], dtype=np.int64)
         self._shortlist = short
+        # per candidate, unclipped, for controllers that weigh a measurement by its GPU-time
+        pend_knobs = {int(sp.knob[i]) for i in self.pending}
+        t_us = np.exp(m.mean[short])
+        cost = self.ev.cost.point_wall_s(t_us, self.ev.samples) * self.ev.nranks
+        cost += np.array([0.0 if int(k) in pend_knobs else self.ev.cost.launch_s * self.ev.nranks
+                          for k in sp.knob[short]])
+        self.acquisition = {"ei": ei[short], "gain": g_tab[short], "std": std[short], "gpu_s": cost}
         ks = sp.knob[short]
         row_of = np.full(nc, -1)
         for c, i in self.table.rows.items():
@@ -628,7 +686,7 @@ class Search:
         f[:-1, 11] = [self.table.prob.get(int(c), 0.0) for c in sp.cell[short]]
         f[:-1, 14] = sp.size_pos[sp.cell[short]]
         f[:, 12] = frac_left
-        f[:, 13] = math.log10(max(self.ev.budget, 1)) / 3
+        f[:, 13] = math.log10(max(self.ev.budget_points(), 1)) / 3
         # the stop row: the run's state (the best any knob setting could still gain over the table, the
         # shortlist's uncertainty)
         f[-1, 5] = (pot_k.max() - self.table.gain) * GAIN_SCALE
@@ -643,20 +701,98 @@ class Search:
             self.flush()
             return False
         self.pending.append(int(self._shortlist[choice]))
-        if len(self.pending) >= min(self.cfg.round_points, self.ev.remaining):
+        if len(self.pending) >= self.cfg.round_points or not self.affords_more():
             self.flush()
         return self.ev.remaining > 0
 
+    def affords_more(self) -> bool:
+        """Whether the budget left pays for another point beside the pending ones (a planning figure)."""
+        jobs = max(len({int(self.space.knob[i]) for i in self.pending}), 1)
+        return self.ev.remaining > 0 and self.ev.points_left(len(self.pending), jobs=jobs) > 0
+
+    # -- whole jobs --------------------------------------------------------------------------------
+    def point_gpu_s(self, idx: np.ndarray) -> np.ndarray:
+        """Predicted GPU-seconds each point adds to its job (its calls at the posterior time)."""
+        return self.ev.cost.point_wall_s(np.exp(self.model.mean[idx]), self.ev.samples) * self.ev.nranks
+
+    def compose_job(self) -> list[int]:
+        """The next job (:class:`JobController`): per knob setting, its points never measured, or,
+        when it has none, the candidates (measured fewer than ``max_repeats`` times) in order of
+        expected improvement over the current table per GPU-second while that ratio beats the
+        job's own (its expected improvement so far over its launch and points); the setting whose
+        job is worth most per GPU-second, with NCCL's choice at each of its sizes. Empty when
+        nothing is worth measuring."""
+        sp, m = self.space, self.model
+        final = m.mean[self.table.final]
+        sens = sp.sensitivity(final) * sp.n_cells  # 1 per cell unweighted; the step's share weighted
+        g = final[sp.cell] - m.mean
+        std = np.maximum(m.std, 1e-9)
+        z = g / std
+        ei = (std * _phi(z) + g * _cdf(z)) * sens[sp.cell]
+        ok = self.n < self.max_rep
+        cost = self.point_gpu_s(np.arange(sp.size))
+        launch = self.ev.cost.launch_s * self.ev.nranks
+        best, best_rate = [], 0.0
+        for k in range(sp.n_knobs):
+            idx = np.flatnonzero(ok & (sp.knob == k))
+            fresh = idx[self.n[idx] == 0]
+            if len(fresh):  # a setting not yet swept: its whole space in one job (points are cheap next to a launch)
+                value, spent = float(ei[fresh].sum()), launch + float(cost[fresh].sum())
+                if value / spent > best_rate:
+                    best, best_rate = fresh.tolist(), value / spent
+                continue
+            idx = idx[np.argsort(-ei[idx] / cost[idx], kind="stable")]
+            value, spent, take = 0.0, launch, 0
+            for i in idx:
+                if ei[i] / cost[i] <= value / spent:
+                    break
+                value, spent, take = value + ei[i], spent + cost[i], take + 1
+            if take and value / spent > best_rate:
+                best, best_rate = idx[:take].tolist(), value / spent
+        if not best:
+            return []
+        k = int(sp.knob[best[0]])
+        cells = {int(sp.cell[i]) for i in best}
+        pair = [int(sp.default[k * sp.n_cells + c]) for c in sorted(cells)]
+        return list(dict.fromkeys([*[i for i in pair if i >= 0], *best]))
+
+    def run_jobs(self) -> Result:
+        """A run of whole jobs (:class:`JobController`): NCCL's plain defaults with every
+        configuration under them first, then :meth:`compose_job` until the budget is spent."""
+        sp = self.space
+        base = np.flatnonzero(sp.knob == 0)
+        first = [*sp.default[: sp.n_cells].tolist(), *base[~sp.is_default[base]].tolist()]
+        self.pending = list(dict.fromkeys(int(i) for i in first))
+        self.flush()
+        reason = "budget spent"
+        while self.ev.remaining > 0:
+            job = self.compose_job()
+            if not job:
+                reason = "nothing left worth measuring"
+                break
+            self.pending = job
+            self.flush()
+        t = self.table
+        self.log(f"# {reason}: {self.ev.points} points measured in {self.ev.calls} jobs, "
+                 f"{format_gpu_s(self.ev.gpu_s)}; {len(t.rows)} rows, knob setting {t.knob}")
+        return Result(self.space.decision(t.knob, t.rows), t, self.zs, reason, self.ev.points, self.rounds,
+                      self.history)
+
     # -- the whole run ---------------------------------------------------------------------------
     def run(self) -> Result:
+        if getattr(self.controller, "composes_jobs", False):
+            return self.run_jobs()
         self.start()
         reason = "budget spent"
-        while self.ev.remaining - len(self.pending) > 0:
+        while self.affords_more():
             short, f = self.observe()
             if not len(short):
                 reason = "nothing left to measure"
                 break
-            scores = np.asarray(self.controller.scores(f), dtype=float)
+            if hasattr(self.controller, "scores_for"):
+                scores = np.asarray(self.controller.scores_for(self.acquisition), dtype=float)
+            else:
+                scores = np.asarray(self.controller.scores(f), dtype=float)
             if not self.cfg.allow_stop:
                 scores[-1] = -np.inf
             choice = int(np.argmax(scores))
@@ -666,6 +802,7 @@ class Search:
                 break
         self.flush()
         t = self.table
-        self.log(f"# {reason}: {self.ev.used} points measured in {self.ev.calls} jobs; "
-                 f"{len(t.rows)} rows, knob setting {t.knob}")
-        return Result(self.space.decision(t.knob, t.rows), t, self.zs, reason, self.ev.used, self.rounds, self.history)
+        self.log(f"# {reason}: {self.ev.points} points measured in {self.ev.calls} jobs, "
+                 f"{format_gpu_s(self.ev.gpu_s)}; {len(t.rows)} rows, knob setting {t.knob}")
+        return Result(self.space.decision(t.knob, t.rows), t, self.zs, reason, self.ev.points, self.rounds,
+                      self.history)

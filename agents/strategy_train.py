@@ -117,7 +117,9 @@ class StrategyEnv(gym.Env):
             problem = Problem.make(plat.topo, [coll])
         budget = int(math.exp(rng.uniform(math.log(self.cfg.min_budget), math.log(self.cfg.max_budget))))
         self.oracle = Oracle(problem, plat)
-        self.ev = Evaluator(problem, platform_measure(plat, rng), max(budget, problem.n_cells + 1))
+        # the strategy picks points: its budgets are drawn in points (a GPU-time that never binds first)
+        n = max(budget, problem.n_cells + 1)
+        self.ev = Evaluator(problem, platform_measure(plat, rng), 1e12, max_points=n)
         self.search = Search(problem, self.ev, None, self.search_cfg)
         self.search.start()
         self.q = self.quality()
@@ -127,23 +129,23 @@ class StrategyEnv(gym.Env):
     def step(self, action: int):
         a = int(action)
         stop = a == self.k or a >= self._n
-        used = self.ev.used
+        used = self.ev.points
         rounds = self.search.rounds
         go = self.search.act(len(self.search._shortlist) if stop else a)
         reward = 0.0
         if self.search.rounds != rounds:
             q = self.quality()
-            reward = 100.0 * (q - self.q) - self.cfg.cost_pct * (self.ev.used - used)
+            reward = 100.0 * (q - self.q) - self.cfg.cost_pct * (self.ev.points - used)
             self.q = q
-        done = not go or self.ev.remaining - len(self.search.pending) <= 0
+        done = not go or not self.search.affords_more()
         if done and self.search.pending:
-            used = self.ev.used
+            used = self.ev.points
             self.search.flush()
             q = self.quality()
-            reward += 100.0 * (q - self.q) - self.cfg.cost_pct * (self.ev.used - used)
+            reward += 100.0 * (q - self.q) - self.cfg.cost_pct * (self.ev.points - used)
             self.q = q
         obs = np.zeros(self.observation_space.shape, np.float32) if done else self._obs()
-        info = dict(self.info, fraction=self.q, used=self.ev.used) if done else {}
+        info = dict(self.info, fraction=self.q, used=self.ev.points, gpu_s=self.ev.gpu_s) if done else {}
         return obs, float(reward), done, False, info
 
 

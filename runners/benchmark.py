@@ -8,10 +8,10 @@ Problem sets (:mod:`ncclrl.agents.suite`): ``lofo`` (platforms of a preset famil
 trained without), ``misspecified`` (the same with effects the simulator lacks) and ``replay``
 (recorded sweeps of real machines as truth). Each method tunes each problem through
 :class:`ncclrl.agents.problem.Evaluator` (every point counted; a job per knob setting per request)
-under each budget and seed; its decision is judged on the problem's truth as the fraction of the
+under each GPU-time budget and seed; its decision is judged on the problem's truth as the fraction of the
 optimum (the best a table plus one ``nccl.conf`` reaches in the space). Writes ``results.csv``
-(one row per problem, seed, method and budget, with live points, model evaluations and wall
-time), ``summary.csv`` (per set, method and budget: the mean over problems of the median over
+(one row per problem, seed, method and budget, with the GPU-time it spent, its points and jobs, model evaluations
+and wall time), ``summary.csv`` (per set, method and budget: the mean over problems of the median over
 seeds, with a 95% bootstrap interval over problems; ncclrl's paired difference to it with its
 interval; wins and losses over problems) and ``benchmark.png`` into ``out``. Each finished
 (problem, seed) is appended to ``out/partial.csv`` at once, and a rerun of the same configuration
@@ -39,6 +39,7 @@ from ncclrl.agents.strategy_config import AgentConfig, ExperimentConfig
 from ncclrl.agents.suite import SETS, Instance, replayed, simulated
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST, parse_budget
 from ncclrl.costmodel.platforms import FAMILIES, family_of
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
@@ -48,8 +49,9 @@ from ncclrl.runners.pretrain import CONF_DIR  # noqa: F401  (re-exported for the
 from ncclrl.runners.progress import progress
 
 log = logging.getLogger(__name__)
-RESULT_COLUMNS = ["suite", "set", "problem", "family", "collective", "seed", "method", "budget", "used", "calls",
-                  "model_evals", "fraction", "speedup", "optimum", "worst", "wall_s"]
+RESULT_COLUMNS = ["suite", "set", "problem", "family", "collective", "seed", "method", "budget", "budget_gpu_s",
+                  "sweep_gpu_s", "gpu_s", "points", "jobs", "model_evals", "fraction", "speedup", "optimum", "worst",
+                  "wall_s"]
 
 
 @dataclass
@@ -80,8 +82,10 @@ class SuiteConfig:
     :param max_bytes: the largest size of a simulated problem
     :param replays: recorded sweeps replayed as truth (their AllReduce)
     :param seeds: seeds of the tuners' randomness and the measurement noise (>= 5 for a report)
-    :param budgets: live points per problem, over all its sizes
-    :param methods: default, exhaustive, random, afnfa, tpe, autoccl, zero-shot, bo, rank, ncclrl
+    :param budgets: GPU-time per problem: ``Nsweep`` is N times what one full sweep of the problem costs
+        (one job per knob setting, every configuration at every size), else a GPU-time (``600s``, ``10min``)
+    :param methods: default, sweep, sweep-race, random, afnfa, tpe, autoccl, zero-shot, bo, ei-per-s,
+        ucb-per-s, rank, ncclrl
     :param strategy_steps: picks each left-out strategy is trained on, when it is not in ``strategies``
     :param profile: a job profile (ncclrl profile): each simulated problem has the job's sizes of its
         collective and is judged on the job's communication time per step (calls x time), every call
@@ -99,7 +103,7 @@ class SuiteConfig:
     replays: list[ReplayConfig] = field(default_factory=lambda: [
         ReplayConfig(), ReplayConfig("docs/data/h200x2-2026-11-22/store.sqlite", "h200-2x1-sock", "nccl")])
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
-    budgets: list[int] = field(default_factory=lambda: [50, 200, 1000])
+    budgets: list[str] = field(default_factory=lambda: ["0.1sweep", "0.25sweep", "0.5sweep", "1sweep"])
     methods: list[str] = field(default_factory=lambda: list(METHODS))
     strategy_steps: int = 150_000
     profile: str = ""
@@ -157,8 +161,7 @@ def check(cfg: DictConfig) -> None:
         if m not in METHODS:
             raise ConfigError("suite.methods", f"unknown method {m!r}; allowed: {', '.join(METHODS)}")
     for b in s.budgets:
-        if not isinstance(b, int) or b < 0:
-            raise ConfigError("suite.budgets", f"budgets are whole numbers >= 0, got {b!r}")
+        budget_gpu_s(str(b), 1.0)
     if _profile(s):
         if "replay" in s.sets:
             raise ConfigError("suite.profile", "applies to the simulated sets (lofo, misspecified): a replayed "
@@ -174,6 +177,11 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError("workers", f"must be >= 1, got {cfg.workers}")
     if int(cfg.samples) < 1:
         raise ConfigError("samples", f"must be >= 1, got {cfg.samples}")
+
+
+def budget_gpu_s(budget: str, sweep_gpu_s: float) -> float:
+    """GPU-seconds of a benchmark budget (:func:`ncclrl.costmodel.jobcost.parse_budget`)."""
+    return parse_budget(budget, sweep_gpu_s, "suite.budgets")
 
 
 def _profile(suite: Any) -> str:
@@ -263,18 +271,21 @@ def run_task(task: dict[str, Any], cfg: dict[str, Any]) -> list[dict[str, Any]]:
     if "ncclrl" in s["methods"]:
         strategy = PolicyController.load(strategy_path(Path(cfg["strategies"]), task["family"]))
     rows = []
+    sweep = inst.oracle.sweep_gpu_s(DEFAULT_JOB_COST, int(cfg["samples"]))
     for method in s["methods"]:
         for budget in s["budgets"]:
-            ev = Evaluator(inst.problem, inst.measure_for(task["seed"]), int(budget), samples=int(cfg["samples"]))
+            gpu_s = budget_gpu_s(str(budget), sweep)
+            ev = Evaluator(inst.problem, inst.measure_for(task["seed"]), gpu_s, samples=int(cfg["samples"]))
             t0 = time.perf_counter()
             decision = make_tuner(method, strategy).tune(inst.problem, ev, task["seed"])
             wall = time.perf_counter() - t0
-            if ev.used > ev.budget:
-                raise AssertionError(f"{method} used {ev.used} evaluations of a budget of {ev.budget}")
+            if ev.gpu_s > ev.budget + 1e-6:
+                raise AssertionError(f"{method} spent {ev.gpu_s} GPU-s of a budget of {ev.budget}")
             v = inst.oracle.score(decision)
             rows.append({"suite": s["name"], "set": task["set"], "problem": task["problem"], "family": task["family"],
                          "collective": task["collective"], "seed": task["seed"], "method": method,
-                         "budget": int(budget), "used": ev.used, "calls": ev.calls, "model_evals": ev.model_evals,
+                         "budget": str(budget), "budget_gpu_s": gpu_s, "sweep_gpu_s": sweep, "gpu_s": ev.gpu_s,
+                         "points": ev.points, "jobs": ev.calls, "model_evals": ev.model_evals,
                          "fraction": v.fraction, "speedup": v.speedup, "optimum": v.optimum, "worst": v.worst,
                          "wall_s": wall})
     return rows
@@ -296,7 +307,8 @@ def summarize(df: pd.DataFrame, ref: str = "ncclrl") -> pd.DataFrame:
     rng = np.random.default_rng(0)
     df = df.assign(saved_pct=100.0 * (1.0 - 1.0 / df["speedup"].astype(float)))
     per = df.groupby(["set", "method", "budget", "problem"], sort=False).agg(
-        fraction=("fraction", "median"), saved_pct=("saved_pct", "median"), used=("used", "mean"),
+        fraction=("fraction", "median"), saved_pct=("saved_pct", "median"), gpu_s=("gpu_s", "mean"),
+        points=("points", "mean"), jobs=("jobs", "mean"), budget_gpu_s=("budget_gpu_s", "mean"),
         model_evals=("model_evals", "mean"), wall_s=("wall_s", "mean")).reset_index()
     out = []
     for (st, method, budget), g in per.groupby(["set", "method", "budget"], sort=False):
@@ -307,7 +319,9 @@ def summarize(df: pd.DataFrame, ref: str = "ncclrl") -> pd.DataFrame:
         slo, shi = _boot(sv, rng)
         row = {"set": st, "method": method, "budget": budget, "problems": len(g), "fraction": x.mean(),
                "lo": lo, "hi": hi, "saved_pct": sv.mean(), "saved_lo": slo, "saved_hi": shi,
-               "used": g["used"].mean(), "model_evals": g["model_evals"].mean(), "wall_s": g["wall_s"].mean()}
+               "budget_gpu_min": g["budget_gpu_s"].mean() / 60, "gpu_min": g["gpu_s"].mean() / 60,
+               "points": g["points"].mean(), "jobs": g["jobs"].mean(), "model_evals": g["model_evals"].mean(),
+               "wall_s": g["wall_s"].mean()}
         r = per[(per["set"] == st) & (per["method"] == ref) & (per["budget"] == budget)].set_index("problem")
         if len(r) and method != ref:
             d = (r["fraction"] - g["fraction"]).dropna().to_numpy()
@@ -319,11 +333,12 @@ def summarize(df: pd.DataFrame, ref: str = "ncclrl") -> pd.DataFrame:
 
 
 def plot(s: pd.DataFrame, path: Path, ref: str = "ncclrl") -> Path:
-    """Per set (a column each): the fraction of the optimum against the budget, every method with
-    its 95% interval over problems (top), and ``ref`` minus each method paired by problem with its
-    95% interval, a line at 0 (bottom; only when the summary has the paired differences). Budgets
-    are evenly spaced categories; a budget's methods are spread sideways so their bars stay apart.
-    The error bars' line collections carry ``gid`` ``fraction:<method>`` and ``diff:<method>``."""
+    """Per set (a column each): the fraction of the optimum against the GPU-minutes budgeted (mean
+    over the set's problems, log scale), every method with its 95% interval over problems (top), and
+    ``ref`` minus each method paired by problem with its 95% interval, a line at 0 (bottom; only when
+    the summary has the paired differences). A budget's methods are spread sideways so their bars
+    stay apart. The error bars' line collections carry ``gid`` ``fraction:<method>`` and
+    ``diff:<method>``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -331,47 +346,47 @@ def plot(s: pd.DataFrame, path: Path, ref: str = "ncclrl") -> Path:
 
     sets = list(dict.fromkeys(s["set"]))
     methods = list(dict.fromkeys(s["method"]))
-    budgets = sorted(set(s["budget"]))
     paired = "diff" in s.columns and s["diff"].notna().any()
     nrow = 2 if paired else 1
     fig, axes = plt.subplots(nrow, len(sets), figsize=(4.6 * len(sets) + 1.8, 3.6 * nrow + 0.6), squeeze=False,
-                             sharey="row", sharex=True)
-    colors = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)}
-    step = 0.7 / max(len(methods), 1)
-    where = {m: (i - (len(methods) - 1) / 2) * step for i, m in enumerate(methods)}
-    idle = {m for m in methods if (s.loc[s["method"] == m, "used"] == 0).all()}
+                             sharey="row")
+    colors = {m: plt.get_cmap("tab20")(i % 20) for i, m in enumerate(methods)}
+    spread = {m: 1.0 + 0.012 * (i - (len(methods) - 1) / 2) for i, m in enumerate(methods)}
+    idle = {m for m in methods if (s.loc[s["method"] == m, "points"] == 0).all()}
     for k, st in enumerate(sets):
         sub = s[s["set"] == st]
+        at = sub.groupby("budget", sort=False)["budget_gpu_min"].mean()
         ax = axes[0][k]
         for method, g in sub.groupby("method", sort=False):
-            g = g.sort_values("budget")
-            x = [budgets.index(b) + where[method] for b in g["budget"]]
+            g = g.assign(x=[max(at[b], 1e-3) * spread[method] for b in g["budget"]]).sort_values("x")
             ours = method == ref
-            bars = ax.errorbar(x, g["fraction"], yerr=[g["fraction"] - g["lo"], g["hi"] - g["fraction"]],
+            bars = ax.errorbar(g["x"], g["fraction"], yerr=[g["fraction"] - g["lo"], g["hi"] - g["fraction"]],
                                fmt="-o" if ours else "--.", ms=6 if ours else 4, lw=1.8 if ours else 0.9,
                                capsize=2, color=colors[method], zorder=3 if ours else 2,
-                               label=method + (" (no live points: flat in budget)" if method in idle else ""))
+                               label=method + (" (measures nothing: flat in budget)" if method in idle else ""))
             bars.lines[2][0].set_gid(f"fraction:{method}")
         n = int(sub["problems"].max())
         rough = " (intervals over so few are rough)" if n < 5 else ""
         ax.set_title(f"{st}: {n} problem{'s' if n != 1 else ''}{rough}", fontsize=10)
         ax.grid(alpha=0.3)
+        ax.set_xscale("log")
         if paired:
             dx = axes[1][k]
             for method, g in sub[sub["diff"].notna()].groupby("method", sort=False):
-                g = g.sort_values("budget")
-                x = [budgets.index(b) + where[method] for b in g["budget"]]
-                dx.errorbar(x, g["diff"], yerr=[g["diff"] - g["diff_lo"], g["diff_hi"] - g["diff"]], fmt="o", ms=3,
-                            capsize=2, color=colors[method]).lines[2][0].set_gid(f"diff:{method}")
+                g = g.assign(x=[max(at[b], 1e-3) * spread[method] for b in g["budget"]]).sort_values("x")
+                dx.errorbar(g["x"], g["diff"], yerr=[g["diff"] - g["diff_lo"], g["diff_hi"] - g["diff"]], fmt="o",
+                            ms=3, capsize=2, color=colors[method]).lines[2][0].set_gid(f"diff:{method}")
             dx.axhline(0, color="black", lw=0.8, zorder=0)
             dx.grid(alpha=0.3)
+            dx.set_xscale("log")
+        for a in axes[:, k]:
+            a.set_xticks(list(at.values), [f"{b}\n{v:.3g}" for b, v in at.items()], fontsize=7)
+            a.minorticks_off()
     axes[0][0].set_ylabel("fraction of the optimum\n(mean over problems of the median\nover seeds, 95% interval)")
     if paired:
         axes[1][0].set_ylabel(f"{ref} minus the method\n(paired by problem, 95% interval;\n> 0: {ref} better)")
     for ax in axes[-1]:
-        ax.set_xticks(range(len(budgets)), [str(b) for b in budgets])
-        ax.set_xlim(-0.5, len(budgets) - 0.5)
-        ax.set_xlabel("budget (live points per problem)")
+        ax.set_xlabel("budget: GPU-minutes per problem (mean over the set)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
     fig.tight_layout()
@@ -447,14 +462,14 @@ def print_summary(s: pd.DataFrame, step: bool = False) -> None:
     print("# fraction of the optimum: mean over problems of the median over seeds [95% interval];")
     print(f"# saved_%: {what} saved against NCCL's defaults, the same mean [95% interval];")
     print("# ncclrl minus the method, paired by problem [95% interval], problems won/lost by ncclrl")
-    print(f"{'set':>12} {'method':>10} {'budget':>6} {'used':>6} {'fraction':>22} {'saved_%':>22} "
-          f"{'ncclrl - method':>24} {'w/l':>6} {'model_evals':>11} {'wall_s':>6}")
+    print(f"{'set':>12} {'method':>10} {'budget':>9} {'GPU-min':>8} {'points':>7} {'jobs':>5} {'fraction':>22} "
+          f"{'saved_%':>22} {'ncclrl - method':>24} {'w/l':>6} {'wall_s':>6}")
     for r in s.itertuples(index=False):
         diff = "" if pd.isna(getattr(r, "diff", np.nan)) else f"{r.diff:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}]"
         wl = "" if pd.isna(getattr(r, "wins", np.nan)) else f"{int(r.wins)}/{int(r.losses)}"
         saved = f"{r.saved_pct:>7.2f} [{r.saved_lo:.2f}, {r.saved_hi:.2f}]"
-        print(f"{r.set:>12} {r.method:>10} {r.budget:>6} {r.used:>6.0f} {r.fraction:>8.3f} [{r.lo:.3f}, {r.hi:.3f}] "
-              f"{saved:>22} {diff:>24} {wl:>6} {r.model_evals:>11.0f} {r.wall_s:>6.2f}")
+        print(f"{r.set:>12} {r.method:>10} {r.budget:>9} {r.gpu_min:>8.2f} {r.points:>7.0f} {r.jobs:>5.1f} "
+              f"{r.fraction:>8.3f} [{r.lo:.3f}, {r.hi:.3f}] {saved:>22} {diff:>24} {wl:>6} {r.wall_s:>6.2f}")
 
 
 def main_benchmark(cfg: DictConfig) -> int:

@@ -25,11 +25,12 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.finetune import finetune, knob_label, sizes_for, write_outcome
-from ncclrl.agents.problem import Evaluator, Problem
+from ncclrl.agents.problem import Evaluator, Problem, predicted_sweep_gpu_s
 from ncclrl.agents.strategy import PolicyController, SearchConfig, strategy_path
 from ncclrl.agents.suite import recorded_points
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.jobcost import format_gpu_s, parse_budget
 from ncclrl.costmodel.space import KNOB_FIELDS, Point
 from ncclrl.costmodel.table import file_sha256
 from ncclrl.costmodel.topology import Topology, load_topology
@@ -81,7 +82,9 @@ class FinetuneCommand(TunedLiveConfig):
     """Fine-tune: a tuning run of the search strategy on live (or replayed) measurements under a
     budget; export the table and ``nccl.conf`` the measurements support, with the evidence per row.
 
-    :param budget: measured points allowed in all, NCCL's defaults included
+    :param budget: GPU-time allowed in all, NCCL's defaults included: a GPU-time (``600s``, ``10min``,
+        ``1.5h``: a job's wall time times its GPUs) or ``Nsweep``, N times what one full sweep of the
+        space is predicted to cost (``0.5sweep``: half of it)
     :param wall_s: no new measurement after this many seconds (0: no limit), whatever is left of budget
     :param strategy: the search strategy: shipped (installed with ncclrl) or a strategy.json path
     :param search: the run's settings: search.round_points, search.decision.delta, search.decision.alpha, ...
@@ -94,7 +97,7 @@ class FinetuneCommand(TunedLiveConfig):
     :param load_n: load=gemm: the products' size (load_n x load_n, bfloat16); size it like your model's
     """
 
-    budget: int = 250
+    budget: str = "0.5sweep"
     wall_s: float = 0.0
     strategy: str = "shipped"
     search: SearchConfig = field(default_factory=SearchConfig)
@@ -105,9 +108,9 @@ class FinetuneCommand(TunedLiveConfig):
     def check(self) -> None:
         TunedLiveConfig.check(self)
         check_load(self.load, self.load_n, self.backend)
-        for k in ("budget", "wall_s"):
-            if getattr(self, k) < 0:
-                raise ConfigError(k, f"must be >= 0, got {getattr(self, k)}")
+        parse_budget(self.budget, 1.0)
+        if self.wall_s < 0:
+            raise ConfigError("wall_s", f"must be >= 0, got {self.wall_s}")
         try:
             self.search.check()
         except ConfigError as e:  # named as the user writes it
@@ -191,6 +194,7 @@ def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep
     so the same command after an interruption repeats the run's decisions without measuring again
     and measures from where it stopped; a stored timeout is measured again."""
     replay, seen = sweep, {}
+    live = args["backend"] != "replay"
     if args["backend"] == "replay" and replay is None:  # the sweep's jobs, then its repeat's (a point measured again)
         replay = recorded_sweep(args["replay_store"], topo, args["launch"], ("sweep", "sweep-repeat"), status="ok")
     journal = stored_journal(store, topo.name, args["backend"])
@@ -210,16 +214,24 @@ def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep
                 logger.info("# resuming from %s: measurements this run stored before are reused, not measured "
                             "again", store.path)
             reused[0] += len(points) - len(todo)
+        measure.last_wall_s = None  # a job answered from the store is charged the job cost model's
         if todo:
             w = ReplayWorkers(replay, knobs, seen) if replay is not None else live_workers(args, topo, knobs)
+            t0 = time.monotonic()
             res = measure_whole(w, [points[i] for i in todo], store, topo.name, backend=args["backend"],
                                 samples=samples, tag=tag)
+            if live:
+                measure.last_wall_s = time.monotonic() - t0
             for i, r in zip(todo, res, strict=True):
                 got[i] = r
         if bar is not None:
             bar.advance(len(points))
         return got
 
+    # every job is stored as it ends, replayed ones too: the evaluator picks a job's points before it
+    # starts (never measuring what it would not count), and charges a live job its wall time
+    measure.live = True
+    measure.last_wall_s = None
     return measure
 
 
@@ -322,10 +334,12 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     problem, sweep = live_problem(args, topo, colls, weights)
     store = Store(Path(args["store"]))
     t0 = time.time()
-    with progress("finetune", int(args["budget"])) as bar:
-        measure = make_measure(args, topo, store, bar, sweep)
-        ev = Evaluator(problem, measure, int(args["budget"]), samples=int(args["samples"]),
+    budget = parse_budget(args["budget"], predicted_sweep_gpu_s(problem, int(args["samples"])))
+    with progress("finetune (GPU-s)", budget) as bar:
+        measure = make_measure(args, topo, store, None, sweep)
+        ev = Evaluator(problem, measure, budget, samples=int(args["samples"]),
                        tag=load_tag(args, "finetune"), wall_s=float(args["wall_s"]) or None)
+        ev.on_job = bar.advance
         res, run = finetune(problem, ev, controller, cfg, log=logger.info)
     wall = time.time() - t0
     out_dir = Path(args["out"])
@@ -333,10 +347,12 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
             "args": OmegaConf.to_container(args) if isinstance(args, DictConfig) else dict(args),
             "nccl_version": topo.nccl.version, "wall_s": round(wall, 1)}
     paths = write_outcome(res, topo, problem.sizes, out_dir, prov, exact=weights is not None)
-    logger.info("# fine-tuned %s %s: %s; %d measurements in %d jobs, %.0f s; knobs: %s; %d rows -> %s", topo.name,
-                ",".join(N.COLLECTIVES[c] for c in colls), res.reason, res.measured, ev.calls, wall,
-                knob_label(res.conf), len(res.rows), paths["csv"])
+    logger.info("# fine-tuned %s %s: %s; %d measurements in %d jobs, %s of a budget of %s, %.0f s; knobs: %s; "
+                "%d rows -> %s", topo.name, ",".join(N.COLLECTIVES[c] for c in colls), res.reason, res.measured,
+                ev.calls, format_gpu_s(ev.gpu_s), format_gpu_s(ev.budget), wall, knob_label(res.conf), len(res.rows),
+                paths["csv"])
     summary: dict[str, Any] = {"reason": res.reason, "measured": res.measured, "jobs": ev.calls,
+                               "gpu_s": round(ev.gpu_s, 1), "budget_gpu_s": round(ev.budget, 1),
                                "wall_s": round(wall, 1), "rows": len(res.rows), "conf": res.conf.env(),
                                "paths": {k: str(v) for k, v in paths.items()}}
     if weights is not None:

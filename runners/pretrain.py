@@ -285,7 +285,8 @@ def check_strategy(strategy: PolicyController, target: Topology, platforms: int,
         for j, problem in enumerate(problems):
             oracle = Oracle(problem, plat)
             for name, ctl in (("strategy", strategy), ("rank", RankController())):
-                ev = Evaluator(problem, platform_measure(plat, np.random.default_rng([seed, i, 1, j])), budget)
+                ev = Evaluator(problem, platform_measure(plat, np.random.default_rng([seed, i, 1, j])), 1e12,
+                               max_points=budget)
                 got[name].append(oracle.score(Search(problem, ev, ctl, SearchConfig()).run().decision).fraction)
             space = Space(problem)
             zs = zero_shot(space)

@@ -25,9 +25,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.baselines import METHODS, Evaluator, make_tuner
 from ncclrl.agents.finetune import Outcome, write_outcome
+from ncclrl.agents.problem import predicted_sweep_gpu_s
 from ncclrl.agents.strategy import PolicyController, strategy_path
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.jobcost import format_gpu_s, parse_budget
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.envs.replay import replay_noise
 from ncclrl.envs.store import Store
@@ -48,15 +50,17 @@ class TuneCommand(TunedLiveConfig):
     """Run one of the benchmark's tuners on a live (or replayed) platform under a measurement
     budget and export its table, as ``ncclrl finetune`` does for ncclrl.
 
-    :param method: the tuner: default, exhaustive, random, afnfa, tpe, autoccl, zero-shot, bo, rank, ncclrl
-    :param budget: measured points allowed
+    :param method: the tuner: default, sweep, sweep-race, random, afnfa, tpe, autoccl, zero-shot, bo,
+        ei-per-s, ucb-per-s, rank, ncclrl
+    :param budget: GPU-time allowed: a GPU-time (``600s``, ``10min``) or ``Nsweep``, N times what one full
+        sweep of the space is predicted to cost
     :param seed: the tuner's seed
     :param wall_s: no new measurement after this many seconds (0: no limit), whatever is left of budget
     :param strategy: method ncclrl: the search strategy (shipped: installed with ncclrl, or a strategy.json path)
     """
 
     method: str = ""
-    budget: int = 200
+    budget: str = "0.5sweep"
     seed: int = 0
     wall_s: float = 0.0
     strategy: str = "shipped"
@@ -67,7 +71,8 @@ class TuneCommand(TunedLiveConfig):
         if self.method not in METHODS:
             raise ConfigError("method", f"unknown value {self.method!r}; allowed: {', '.join(METHODS)}")
         super().check()
-        for k in ("budget", "seed", "wall_s"):
+        parse_budget(self.budget, 1.0)
+        for k in ("seed", "wall_s"):
             if getattr(self, k) < 0:
                 raise ConfigError(k, f"must be >= 0, got {getattr(self, k)}")
         if self.method == "ncclrl" and not strategy_path(self.strategy).is_file():
@@ -95,22 +100,25 @@ def run_tune(args: DictConfig) -> dict[str, Any]:
     strategy = PolicyController.load(strategy_path(args["strategy"])) if args["method"] == "ncclrl" else None
     tag = f"tune:{args['method']}"
     t0 = time.time()
-    with progress(f"tune {args['method']}", int(args["budget"])) as bar:
-        measure = make_measure(args, topo, store, bar, sweep)
-        ev = Evaluator(problem, lambda k, pts, n, _tag: measure(k, pts, n, tag), int(args["budget"]),
-                       samples=int(args["samples"]), tag=tag, wall_s=float(args["wall_s"]) or None)
+    budget = parse_budget(args["budget"], predicted_sweep_gpu_s(problem, int(args["samples"])))
+    with progress(f"tune {args['method']} (GPU-s)", budget) as bar:
+        measure = make_measure(args, topo, store, None, sweep)
+        ev = Evaluator(problem, measure, budget, samples=int(args["samples"]), tag=tag,
+                       wall_s=float(args["wall_s"]) or None)
+        ev.on_job = bar.advance
         d = make_tuner(args["method"], strategy).tune(problem, ev, int(args["seed"]))
     wall = time.time() - t0
     rows = [{"collective": N.COLLECTIVES[c], "nbytes": s, "key": key} for (c, s), key in sorted(d.rows.items())]
-    res = Outcome(conf=d.conf, rows=rows, measured=ev.used, rounds=ev.calls)
+    res = Outcome(conf=d.conf, rows=rows, measured=ev.points, rounds=ev.calls)
     prov = {"method": args["method"], "args": OmegaConf.to_container(args), "nccl_version": topo.nccl.version,
             "wall_s": round(wall, 1), "jobs": ev.calls}
     paths = write_outcome(res, topo, problem.sizes, Path(args["out"]), prov, title=f"{args['method']} table")
     env = " ".join(f"{k}={v}" for k, v in d.conf.env().items()) or "NCCL defaults"
-    log.info("# %s on %s: %d measurements of %d in %d jobs, %.0f s; knobs: %s; %d rows -> %s", args["method"],
-             topo.name, ev.used, ev.budget, ev.calls, wall, env, len(rows), paths["csv"])
-    summary = {"method": args["method"], "measured": ev.used, "jobs": ev.calls, "wall_s": wall, "rows": len(rows),
-               "conf": d.conf.env()}
+    log.info("# %s on %s: %d measurements in %d jobs, %s of a budget of %s, %.0f s; knobs: %s; %d rows -> %s",
+             args["method"], topo.name, ev.points, ev.calls, format_gpu_s(ev.gpu_s), format_gpu_s(ev.budget), wall,
+             env, len(rows), paths["csv"])
+    summary = {"method": args["method"], "measured": ev.points, "jobs": ev.calls, "gpu_s": round(ev.gpu_s, 1),
+               "budget_gpu_s": round(ev.budget, 1), "wall_s": wall, "rows": len(rows), "conf": d.conf.env()}
     if sweep is not None:
 
         ref = sweep_reference(sweep, topo, problem.sizes)
@@ -118,7 +126,7 @@ def run_tune(args: DictConfig) -> dict[str, Any]:
         summary.update(sweep_points=ref["points"], optimum=ref["optimum"], speedup_on_sweep=got,
                        fraction=got / ref["optimum"])
         log.info("# on the sweep's own data: %.3fx vs the sweep optimum %.3fx (%.1f%%), with %d of %d measurements",
-                 got, ref["optimum"], 100 * got / ref["optimum"], ev.used, ref["points"])
+                 got, ref["optimum"], 100 * got / ref["optimum"], ev.points, ref["points"])
     (Path(args["out"]) / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ncclrl.agents.finetune import finetune, sizes_for
-from ncclrl.agents.problem import Evaluator, Problem
+from ncclrl.agents.problem import Evaluator, Problem, gpu_s_for_points
 from ncclrl.agents.strategy import RankController, SearchConfig
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.noise import compare, pooled_sigma
@@ -189,10 +189,11 @@ def test_a_setting_faster_everywhere_is_exported_through_job_wide_shifts(seed):
     topo = load_topology("h200-2x2-sock")
     problem = Problem.make(topo, [N.ALLREDUCE], 8, 1 << 20)
     fast = problem.knobs[3].knobs
-    ev = Evaluator(problem, _platform_with_job_shifts(Simulator(topo, seed=0), fast, 0.25, seed), 400)
+    ev = Evaluator(problem, _platform_with_job_shifts(Simulator(topo, seed=0), fast, 0.25, seed),
+                   gpu_s_for_points(problem, 400))
     out, run = finetune(problem, ev, RankController(), SearchConfig())
     assert out.conf.knobs == fast and run.table.knob_prob > 0.9
-    assert out.measured <= 400
+    assert ev.gpu_s <= ev.budget + 1e-9
 
 
 def _rows_faster_by(factor: float, seed: int = 0):
@@ -223,9 +224,9 @@ def test_the_decision_keeps_rows_truly_faster_and_never_rows_truly_slower(factor
     problem = Problem.make(topo, [N.ALLREDUCE], 8, 1 << 20)
     problem.knobs = problem.knobs[:1]
     n = problem.n_cells
-    ev = Evaluator(problem, _rows_faster_by(factor, seed), 600)
+    ev = Evaluator(problem, _rows_faster_by(factor, seed), gpu_s_for_points(problem, 600))
     out, run = finetune(problem, ev, RankController(), SearchConfig())
-    assert out.measured <= 600
+    assert ev.gpu_s <= ev.budget + 1e-9
     if factor < 1:
         assert len(out.rows) >= 0.9 * n
     elif factor > 1:

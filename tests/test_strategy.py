@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from ncclrl.agents.problem import Evaluator, Oracle, Problem, platform_measure
+from ncclrl.agents.problem import Evaluator, Oracle, Problem, gpu_s_for_points, platform_measure
 from ncclrl.agents.strategy import (
     N_FEATURES,
     DecisionConfig,
@@ -129,9 +129,9 @@ def test_decision_needs_the_knob_setting_to_beat_defaults_across_jobs():
 def test_search_spends_at_most_its_budget_and_says_why_it_stopped(budget):
     pr = problem()
     plat = draw_platform("h200-2x2-sock", np.random.default_rng(3), True)
-    ev = Evaluator(pr, platform_measure(plat, np.random.default_rng(0)), budget)
+    ev = Evaluator(pr, platform_measure(plat, np.random.default_rng(0)), gpu_s_for_points(pr, budget))
     res = Search(pr, ev, RankController(), SearchConfig()).run()
-    assert ev.used <= budget and res.measured == ev.used
+    assert ev.gpu_s <= ev.budget + 1e-9 and res.measured == ev.points
     assert res.reason in ("budget spent", "nothing left to measure")
     assert res.decision.conf in pr.knobs
     assert Oracle(pr, plat).score(res.decision).fraction <= 1 + 1e-9
@@ -204,7 +204,7 @@ def test_a_briefly_trained_strategy_beats_random_search_on_a_small_family():
         oracle = Oracle(pr, plat)
         got = {}
         for name in ("ncclrl", "random"):
-            ev = Evaluator(pr, platform_measure(plat, np.random.default_rng([seed, 1])), 60)
+            ev = Evaluator(pr, platform_measure(plat, np.random.default_rng([seed, 1])), 1e12, max_points=60)
             got[name] = oracle.score(make_tuner(name, ctl).tune(pr, ev, seed)).fraction
         gaps.append(got["ncclrl"] - got["random"])
     assert np.mean(gaps) >= 0.05 and sum(g > 0 for g in gaps) >= 4, gaps

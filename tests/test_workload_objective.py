@@ -171,7 +171,7 @@ def test_benchmark_with_a_profile_poses_the_jobs_problems_and_reports_the_step(t
 
     prof = _profile(tmp_path / "job.yaml")
     over = ["suite=ci", "workers=1", "suite.sets=[lofo]", "suite.families=[socket]", "suite.budgets=[40]",
-            "suite.seeds=[0]", "suite.methods=[default,exhaustive,zero-shot]", f"suite.profile={prof}",
+            "suite.seeds=[0]", "suite.methods=[default,sweep,zero-shot]", f"suite.profile={prof}",
             f"out={tmp_path / 'b'}"]
     cfg = compose(over)
     ts = tasks(cfg)

@@ -1,7 +1,9 @@
 """ncclrl in the benchmark: the zero-shot table (the prior's exact argmin, no measurement) and
 tuning runs (:class:`ncclrl.agents.strategy.Search`) that differ only in what picks the next point:
-the learned strategy (``ncclrl``), the model's ranking (``rank``: the learner removed), and
-expected improvement (``bo``: Bayesian optimization with the same prior and model)."""
+the learned strategy (``ncclrl``), the model's ranking (``rank``: the learner removed),
+expected improvement (``bo``: Bayesian optimization with the same prior and model), and the same
+per GPU-second the measurement costs (``ei-per-s``, ``ucb-per-s``: cost-aware Bayesian optimization),
+and whole jobs composed by expected improvement per GPU-second (``jobs``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from ncclrl.agents.problem import Decision, Evaluator, Problem
 from ncclrl.agents.strategy import (
     Controller,
     EIController,
+    JobController,
+    PerGpuSecondController,
     PolicyController,
     RankController,
     Search,
@@ -47,6 +51,7 @@ class SearchTuner:
 
 def search_tuner(name: str, strategy: PolicyController | None = None,
                  search: SearchConfig | None = None) -> SearchTuner:
-    """``ncclrl`` (needs ``strategy``), ``rank`` or ``bo``."""
-    ctl = {"rank": RankController, "bo": EIController}.get(name)
+    """``ncclrl`` (needs ``strategy``), ``rank``, ``bo``, ``ei-per-s``, ``ucb-per-s`` or ``jobs``."""
+    ctl = {"rank": RankController, "bo": EIController, "ei-per-s": lambda: PerGpuSecondController("ei"),
+           "ucb-per-s": lambda: PerGpuSecondController("ucb"), "jobs": JobController}.get(name)
     return SearchTuner(ctl() if ctl else strategy, name, search)

@@ -54,6 +54,13 @@ def evaluate_cands(problem: Problem, ev: Evaluator, cands: list[Cand]) -> dict[C
     return out
 
 
+def planned_points(problem: Problem, ev: Evaluator) -> int:
+    """About how many points the budget left pays for, counting one more job's launch (for tuners
+    that split their budget over cells ahead: a generous figure, since they run several jobs; they
+    go on until the evaluator says the budget is spent, which charges what jobs really cost)."""
+    return ev.points_left(jobs=1)
+
+
 def shares(cells: list[tuple[int, int]], budget: int) -> dict[tuple[int, int], int]:
     """The budget split evenly over the cells, the remainder one each to the first ones."""
     per, rem = divmod(max(budget, 0), len(cells))
@@ -73,28 +80,28 @@ class DefaultTuner:
         return Decision(problem.base)
 
 
-class ExhaustiveTuner:
-    """NVIDIA's recipe: sweep every configuration at every size, one knob setting after another
-    (NCCL's defaults first), then keep the best per size. With a budget smaller than the space the
-    sweep stops where the budget does; a budget larger than the space is spent re-measuring, in
-    fresh jobs, the leaders: per size NCCL's choice and the two best measured points under the
-    best knob setting so far, and the best point under each other setting, round after round
-    (:meth:`leaders`)."""
+class SweepTuner:
+    """NVIDIA's recipe: one job per knob setting (NCCL's defaults first), each measuring every
+    per-call configuration at every size, then the best measured per size. With a budget smaller
+    than the sweep, the sweep stops where the budget does (a job keeps what its share paid for);
+    GPU-time left after one sweep is not spent."""
 
-    name = "exhaustive"
+    name = "sweep"
+    race = False
 
     def tune(self, problem: Problem, ev: Evaluator, seed: int) -> Decision:
-        measure_defaults(problem, ev)
+        defaults = [(0, c, s, DEFAULT) for c, s in problem.cells()]  # NCCL's plain defaults in the first job
         for ki in range(len(problem.knobs)):
-            xs = [x for x in all_points(problem) if x[0] == ki and _fresh(problem, ev, x)]
+            xs = [x for x in (defaults if ki == 0 else []) + all_points(problem)
+                  if x[0] == ki and _fresh(problem, ev, x) and problem.runs(problem.knobs[ki], *x[1:])]
             if ev.remaining <= 0:
                 break
-            evaluate_cands(problem, ev, xs[: ev.remaining])
-        while ev.remaining > 0:
+            evaluate_cands(problem, ev, xs)
+        while self.race and ev.remaining > 0:
             xs = self.leaders(problem, ev)
             if not xs:
                 break
-            evaluate_cands(problem, ev, xs[: ev.remaining])
+            evaluate_cands(problem, ev, xs)
         return assemble(problem, ev)
 
     @staticmethod
@@ -110,8 +117,19 @@ class ExhaustiveTuner:
         return out
 
 
+class SweepRaceTuner(SweepTuner):
+    """Sweep, then race: after one sweep, the GPU-time left re-measures the leaders in fresh jobs
+    (per size NCCL's choice and the two best measured points under the best knob setting so far,
+    and the best point under each other setting, round after round: :meth:`SweepTuner.leaders`),
+    so the pick per size rests on several jobs, not one draw."""
+
+    name = "sweep-race"
+    race = True
+
+
 class RandomTuner:
-    """Uniform random points of the space, without replacement, in one batch."""
+    """Uniform random points of the space, without replacement, in batches of what the budget
+    left is predicted to pay for (one job per knob setting in a batch)."""
 
     name = "random"
 
@@ -119,8 +137,11 @@ class RandomTuner:
         rng = np.random.default_rng(seed)
         measure_defaults(problem, ev)
         pts = all_points(problem)
-        pick = rng.permutation(len(pts))[: max(ev.remaining, 0)]
-        evaluate_cands(problem, ev, [pts[i] for i in sorted(pick)])
+        order = list(rng.permutation(len(pts)))
+        while ev.remaining > 0 and order:
+            n = max(planned_points(problem, ev), 1)
+            pick, order = order[:n], order[n:]
+            evaluate_cands(problem, ev, [pts[i] for i in sorted(pick)])
         return assemble(problem, ev)
 
 
@@ -188,7 +209,7 @@ class AfnfaTuner:
         measure_defaults(problem, ev)
         pts = all_points(problem)
         prior = prior_log(problem, ev, pts + [(0, c, s, DEFAULT) for c, s in problem.cells()])
-        n0 = min(math.ceil(self.sample_fraction * problem.n_points), ev.remaining // 2)
+        n0 = min(math.ceil(self.sample_fraction * problem.n_points), planned_points(problem, ev) // 2)
         first = list(dict.fromkeys(best_predicted(problem, prior, pts)))[:n0]
         rest = [pts[i] for i in rng.permutation(len(pts)) if pts[i] not in set(first)]
         evaluate_cands(problem, ev, first + rest[: n0 - len(first)])
@@ -206,7 +227,7 @@ class AfnfaTuner:
         flat = [x for xs in per_cell.values() for x in xs]
         pred = dict(zip(flat, model.predict(with_prior(features(problem, flat), prior, flat)), strict=True))
         ev.count_model(len(flat) * self.n_estimators)
-        share = shares(list(per_cell), ev.remaining)
+        share = shares(list(per_cell), planned_points(problem, ev))
         want: list[Cand] = []
         ranked: dict[tuple[int, int], list[Cand]] = {}
         for cell, xs in per_cell.items():
@@ -214,13 +235,13 @@ class AfnfaTuner:
             # the annealing's finds first, then the rest of the cell by the forest's prediction
             ranked[cell] = list(dict.fromkeys(found + sorted(xs, key=lambda x: (pred[x], x))))
             want += [x for x in ranked[cell] if _fresh(problem, ev, x)][: share[cell]]
-        evaluate_cands(problem, ev, want[: ev.remaining])
+        evaluate_cands(problem, ev, want)
         while ev.remaining > 0:  # budget left by cells with fewer points than their share
             more = [x for xs in ranked.values() for x in [next((y for y in xs if _fresh(problem, ev, y)), None)]
                     if x is not None]
             if not more:
                 break
-            evaluate_cands(problem, ev, more[: ev.remaining])
+            evaluate_cands(problem, ev, more)
         return assemble(problem, ev)
 
     def _anneal(self, problem: Problem, xs: list[Cand], pred: dict[Cand, float], rng) -> list[Cand]:
@@ -267,7 +288,7 @@ class TpeTuner:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         measure_defaults(problem, ev)
         cells = problem.cells()
-        share = shares(cells, ev.remaining)
+        share = shares(cells, planned_points(problem, ev))
         if ev.remaining <= 0:
             return assemble(problem, ev)
         dists = {}
@@ -338,7 +359,7 @@ class AutocclTuner:
         rng = np.random.default_rng(seed)
         measure_defaults(problem, ev)
         cells = problem.cells()
-        share = shares(cells, ev.remaining)
+        share = shares(cells, planned_points(problem, ev))
         gens = {cell: self._descend(problem, ev, cell, share[cell], np.random.default_rng(rng.integers(1 << 62)))
                 for cell in cells}
         pending: dict[tuple[int, int], Cand | None] = {cell: next(g, None) for cell, g in gens.items()}
@@ -442,5 +463,6 @@ class AutocclTuner:
             stale = stale + 1 if used == before else 0
 
 
-TUNERS = {t.name: t for t in (DefaultTuner, ExhaustiveTuner, RandomTuner, AfnfaTuner, TpeTuner, AutocclTuner)}
+TUNERS = {t.name: t for t in (DefaultTuner, SweepTuner, SweepRaceTuner, RandomTuner, AfnfaTuner, TpeTuner,
+                               AutocclTuner)}
 
