@@ -15,6 +15,10 @@ collective, so a comparison of ``n_a`` and ``n_b`` jobs has the standard error
 interval is never narrower than the within-job one (the two sides' pooled-sample 95% intervals
 must not overlap). Without repeated jobs there is nothing to estimate ``sigma`` from, and the
 comparison is the within-job one (and says so: ``df == 0``).
+
+:class:`JobNoise` is the generative side: a job shift shared by every point of a job, a per-point
+residual and the samples within the job, fitted (:func:`fit`) on the recorded repeated jobs; replays
+and simulated platforms draw their jobs from it (docs/results/noise.md).
 """
 
 from __future__ import annotations

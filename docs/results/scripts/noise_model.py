@@ -71,6 +71,48 @@ def entry(f, data: pd.DataFrame) -> dict:
                      "job_medians": f.rows, "df_shift": int(f.df_shift)}}
 
 
+def model_checks(data: pd.DataFrame) -> None:
+    """What the model leaves out, printed: the residual's asymmetry (quantiles of a job's point
+    against the median of the group's other jobs, less the job's median deviation) and how far the
+    job shift is shared across size bands (per band, the covariance of the jobs' mean deviations,
+    less the residual's share, as sd and correlation)."""
+    from ncclrl.costmodel.noise import log_median
+
+    data = data.assign(y=[log_median(s) for s in data.samples_us])
+    bands = [(0, 1 << 12), (1 << 13, 1 << 19), (1 << 20, 1 << 31)]
+    loo, lag, cov, var, w = [], [], np.zeros((3, 3)), np.zeros(3), 0
+    for _, g in data.groupby("group", sort=False):
+        piv = g.drop_duplicates(["job", "point", "nbytes"]).pivot(index="job", columns=["point", "nbytes"],
+                                                                    values="y").dropna(axis=1)
+        y, nj = piv.to_numpy(), piv.shape[0]
+        if nj < 2:
+            continue
+        if nj >= 3:
+            for j in range(nj):
+                d = y[j] - np.median(np.delete(y, j, 0), axis=0)
+                loo.append(d - np.median(d))
+        r = y - y.mean(0, keepdims=True) - y.mean(1, keepdims=True) + y.mean()
+        lag.append(np.stack([r[:, :-1].ravel(), r[:, 1:].ravel()], 1))  # neighbouring sizes of one job
+        yc = y - y.mean(0, keepdims=True)
+        nb = piv.columns.get_level_values("nbytes").to_numpy()
+        cols = [yc[:, (nb >= lo) & (nb <= hi)] for lo, hi in bands]
+        m = np.stack([c.mean(1) for c in cols], 1)
+        var += (nj - 1) * np.array([((c - c.mean(1, keepdims=True)) ** 2).sum() / ((nj - 1) * (c.shape[1] - 1))
+                                    / c.shape[1] for c in cols])
+        cov += m.T @ m
+        w += nj - 1
+    q = np.quantile(np.concatenate(loo), [0.001, 0.01, 0.05, 0.25, 0.75, 0.95, 0.99, 0.999])
+    print("# residual quantiles 0.1%, 1%, 5%, 25%, 75%, 95%, 99%, 99.9%: " + ", ".join(f"{v:+.3f}" for v in q))
+    pairs = pd.DataFrame(np.concatenate(lag), columns=["a", "b"])
+    print(f"# residuals of neighbouring sizes of one job: correlation {pairs.a.corr(pairs.b):.2f} "
+          f"(rank {pairs.a.corr(pairs.b, method='spearman'):.2f})")
+    s = cov / w - np.diag(var / w)
+    sd = np.sqrt(np.diag(s))
+    r = s / np.outer(sd, sd)
+    print(f"# job shift per band (<=4 KiB, 8 KiB-512 KiB, >=1 MiB): sd {', '.join(f'{v:.3f}' for v in sd)}; "
+          f"correlation small-mid {r[0, 1]:.2f}, mid-large {r[1, 2]:.2f}, small-large {r[0, 2]:.2f}")
+
+
 def main() -> None:
     data = pd.concat([validate_jobs(p) for p in STORES], ignore_index=True)
     fits, table = {}, []
@@ -98,6 +140,7 @@ def main() -> None:
     pd.DataFrame(table).to_csv(REPO / "docs" / "results" / "noise" / "noise-model.csv", index=False,
                                float_format="%.4f")
     figure(fits, REPO / "docs" / "results" / "noise" / "noise-model.png")
+    model_checks(data)
 
 
 def figure(fits: dict, path: Path) -> None:
