@@ -24,15 +24,15 @@ from ncclrl.costmodel.topology import load_topology
 SIZES = 2 ** np.arange(3, 31)
 
 
-def synthetic_jobs(noise: JobNoise, n_groups: int, n_jobs: int, rng) -> pd.DataFrame:
+def synthetic_jobs(noise: JobNoise, n_groups: int, n_jobs: int, rng, sizes=SIZES) -> pd.DataFrame:
     """``n_groups`` configurations, each measured at every size in ``n_jobs`` jobs drawn from ``noise``."""
     rows = []
     for g in range(n_groups):
-        truth = 10.0 * np.exp(rng.normal(0.0, 1.0, SIZES.size))  # unrelated to the noise
+        truth = 10.0 * np.exp(rng.normal(0.0, 1.0, len(sizes)))  # unrelated to the noise
         for j in range(n_jobs):
-            smp = noise.draw_job(truth, SIZES, 5, rng)
+            smp = noise.draw_job(truth, sizes, 5, rng)
             rows += [{"group": g, "job": f"{g}-{j}", "point": "allreduce", "nbytes": int(s), "samples_us": list(x)}
-                     for s, x in zip(SIZES, smp, strict=True)]
+                     for s, x in zip(sizes, smp, strict=True)]
     return pd.DataFrame(rows)
 
 
@@ -60,6 +60,19 @@ def test_fit_of_shift_free_jobs_finds_no_shift_and_heavy_tails_keep_their_sd():
     g = fit(synthetic_jobs(heavy, 60, 4, np.random.default_rng(2)))
     np.testing.assert_allclose(g.noise.resid_sd(SIZES), heavy.resid_sd(SIZES), rtol=0.25)
     assert g.noise.resid_df < 20
+
+
+def test_fit_of_groups_with_few_sizes_keeps_the_residual_out_of_the_shift():
+    """6 sizes per group and a residual large against the shift: a job's mean over its sizes
+    carries a sixth of the residual variance, and the double-centred residuals lack a third of it;
+    the fit's corrections for both are what make the sds come out right (without them the shift's
+    sd comes out near twice the truth, the residual's 9% low)."""
+    few = 2 ** np.arange(3, 31, 5)
+    noisy = replace(KNOWN, shift_sd=0.05, resid_sds=(0.2,) * len(KNOTS_LOG2))
+    f = fit(synthetic_jobs(noisy, 300, 3, np.random.default_rng(3), few))
+    assert f.noise.shift_sd == pytest.approx(noisy.shift_sd, rel=0.25)
+    np.testing.assert_allclose(f.noise.resid_sd(few), noisy.resid_sd(few), rtol=0.1)
+    assert np.sqrt(np.mean(f.noise.resid_sd(few) ** 2)) == pytest.approx(0.2, rel=0.04)
 
 
 def test_fit_needs_repeated_jobs():
