@@ -276,7 +276,7 @@ class JobNoise:
     def load(cls, name: str = "pooled") -> JobNoise:
         """The fitted model ``name`` (a topology/launch such as ``h200-2x2-sock/nccl``, or ``pooled``)
         from the shipped constants; an unknown name gets the pooled fit."""
-        fits = load_fits()
+        fits = _read_fits()
         d = fits.get(name) or fits["pooled"]
         return cls(shift_sd=float(d["shift_sd"]), resid_sds=tuple(map(float, d["resid_sd"])),
                    sample_sds=tuple(map(float, d["sample_sd"])), resid_df=float(d["resid_df"]),
@@ -332,6 +332,14 @@ class JobNoise:
 
 def load_fits() -> dict[str, dict]:
     """The shipped fitted constants: name -> fit (with its provenance)."""
+    import copy
+
+    return copy.deepcopy(_read_fits())
+
+
+@functools.lru_cache(maxsize=1)
+def _read_fits() -> dict[str, dict]:
+    """The shipped constants, read once (every drawn platform and replay loads them)."""
     from importlib.resources import files
 
     import yaml
