@@ -25,7 +25,7 @@ import numpy as np
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST, JobCost
-from ncclrl.costmodel.noise import robust_median
+from ncclrl.costmodel.noise import JobNoise, pooled_median, robust_median
 from ncclrl.costmodel.platforms import Platform
 from ncclrl.costmodel.simulator import Configs, Simulator
 from ncclrl.costmodel.space import DEFAULT, Key, Point, call_configs, knob_grid, point_configs, size_grid
@@ -376,23 +376,27 @@ def sim_measure(sim) -> Measure:
 
 
 def replay_measure(recorded: dict[tuple[tuple[int, ...], int, int, Key], list[list[float]]],
-                   rng: np.random.Generator) -> Measure:
-    """``measure`` answering from recorded jobs: each point's recorded jobs in an order shuffled by
-    ``rng``, a repeat getting the next one (round again after the last); a point never recorded fails."""
-    order = {x: list(rng.permutation(len(v))) for x, v in recorded.items()}
-    seen: dict[tuple, int] = {}
+                   rng: np.random.Generator, noise: JobNoise | None = None) -> Measure:
+    """``measure`` answering from a recorded sweep with fresh noise: each call is one new job around
+    the recorded truth (each point's pooled median over its recorded jobs,
+    :func:`ncclrl.costmodel.noise.pooled_median`): one job shift for the call, a residual per
+    point and the samples (:meth:`JobNoise.draw_job`), all drawn from ``rng``, so no two jobs, and
+    no two seeds, measure alike; a point never recorded fails.
+
+    :param noise: the job noise (default: the pooled fit, :meth:`JobNoise.load`;
+        :meth:`JobNoise.zero`: every job measures the truth)
+    """
+    noise = JobNoise.load() if noise is None else noise
+    truth = {x: pooled_median(v) for x, v in recorded.items() if v}
 
     def measure(k: Point, pts: list[Point], samples: int, tag: str) -> list[list[float] | None]:
-        out: list[list[float] | None] = []
-        for p in pts:
-            x = (k.knobs, N.COLLECTIVES.index(p.collective), p.nbytes, (p.algo, p.proto, p.channels))
-            jobs = recorded.get(x)
-            if not jobs:
-                out.append(None)
-                continue
-            n = seen.get(x, 0)
-            seen[x] = n + 1
-            out.append(list(jobs[order[x][n % len(jobs)]]))
+        keys = [(k.knobs, N.COLLECTIVES.index(p.collective), p.nbytes, (p.algo, p.proto, p.channels)) for p in pts]
+        have = [i for i, x in enumerate(keys) if x in truth]
+        out: list[list[float] | None] = [None] * len(pts)
+        if have:
+            t = noise.draw_job([truth[keys[i]] for i in have], [pts[i].nbytes for i in have], samples, rng)
+            for j, i in enumerate(have):
+                out[i] = [float(v) for v in t[j]]
         return out
 
     return measure

@@ -5,7 +5,9 @@
 - ``misspecified``: the same draws with :class:`ncclrl.costmodel.platforms.Quirks` (effects the
   simulator lacks), same strategies;
 - ``replay``: recorded exhaustive sweeps of real machines as truth (each point's pooled job
-  medians), measured by replaying its recorded jobs in an order shuffled per seed; the prior is
+  medians), measured in fresh jobs drawn around it with the noise fitted on the recorded repeated
+  jobs (:class:`ncclrl.costmodel.noise.JobNoise`: a shift per job, a residual per point, the
+  samples; a new draw per seed and per job); the prior is
   the topology's uncalibrated simulator (what a new user starts from), and the strategy is the
   one trained without the family of the recorded machine.
 
@@ -24,6 +26,7 @@ import numpy as np
 
 from ncclrl.agents.problem import Measure, Oracle, Problem, platform_measure, replay_measure
 from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.noise import JobNoise, pooled_median
 from ncclrl.costmodel.platforms import draw_platform, family_of
 from ncclrl.costmodel.simulator import SimParams, Simulator
 from ncclrl.costmodel.space import Key, Point
@@ -85,16 +88,20 @@ def recorded_points(frame: Any, topo: Topology, colls: list[int]) -> tuple[list[
     return knobs, recorded
 
 
-def replayed(store: str | Path, preset: str, launch: str, coll: str) -> Instance:
-    """A recorded sweep of ``preset`` in ``store`` as truth (see the module's docs)."""
+def replayed(store: str | Path, preset: str, launch: str, coll: str, noise: JobNoise | None = None) -> Instance:
+    """A recorded sweep of ``preset`` in ``store`` as truth (see the module's docs).
+
+    :param noise: the noise of every replayed job (default: the fit for ``preset`` and ``launch``,
+        :meth:`JobNoise.load`, or the pooled one where there is none)
+    """
     topo = load_topology(preset)
     c = N.COLLECTIVES.index(coll)
     frame = recorded_sweep(store, topo, launch, ("sweep", "sweep-repeat"), status="ok", collective=coll)
     knobs, recorded = recorded_points(frame, topo, [c])
     sizes = sorted({x[2] for x in recorded})
     prior = Simulator(topo, SimParams.defaults(topo), seed=0)
-    problem = Problem(topo, [c], {c: sizes}, knobs, prior=prior, available=set(recorded),
-                      repeats={x: len(v) for x, v in recorded.items()})
+    # every replayed job is a fresh draw: a point can be measured in any number of independent jobs
+    problem = Problem(topo, [c], {c: sizes}, knobs, prior=prior, available=set(recorded))
     times = {}
     for k in knobs:
         keys = problem.space(c, k)
@@ -103,9 +110,10 @@ def replayed(store: str | Path, preset: str, launch: str, coll: str) -> Instance
             for i, s in enumerate(sizes):
                 jobs = recorded.get((k.knobs, c, s, key))
                 if jobs:
-                    t[j, i] = float(np.exp(np.mean([np.log(np.median(x)) for x in jobs])))
+                    t[j, i] = pooled_median(jobs)
         times[(k.knobs, c)] = t
-    oracle = Oracle(problem, times=times)
+    oracle = Oracle(problem, times=times)  # the expected truth, never one draw of it
     base = stable(preset, coll, "replay")
+    noise = JobNoise.load(f"{preset}/{launch}") if noise is None else noise
     return Instance(problem, oracle, family_of(preset),
-                    lambda seed: replay_measure(recorded, np.random.default_rng([base, seed])))
+                    lambda seed: replay_measure(recorded, np.random.default_rng([base, seed]), noise))

@@ -15,17 +15,24 @@ collective, so a comparison of ``n_a`` and ``n_b`` jobs has the standard error
 interval is never narrower than the within-job one (the two sides' pooled-sample 95% intervals
 must not overlap). Without repeated jobs there is nothing to estimate ``sigma`` from, and the
 comparison is the within-job one (and says so: ``df == 0``).
+
+:class:`JobNoise` is the generative side: a job shift shared by every point of a job, a per-point
+residual and the samples within the job, fitted (:func:`fit`) on the recorded repeated jobs; replays
+and simulated platforms draw their jobs from it (docs/results/noise.md).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.space import Point
 
 #: neighbouring sizes (each side) whose repeated jobs are pooled into one size's sigma
@@ -199,3 +206,289 @@ def judge(topo, points: list[Point], base: list[list[list[float]]], tuned: list[
                          "base_busbw_gbps": nb * bf / c.a_us / 1e3, "tuned_busbw_gbps": nb * bf / c.b_us / 1e3,
                          "table_sha256_12": digest})
     return pd.DataFrame(rows)
+
+
+# -- the job noise model: what a fresh job of a point measures ------------------------------------
+
+#: the sizes (log2 bytes) at which the fitted sds are given; linear in log sd between them, flat beyond
+KNOTS_LOG2 = (3.0, 8.0, 13.0, 18.0, 23.0, 28.0, 30.0)
+#: where the fitted constants are (``docs/results/scripts/noise_model.py`` regenerates them)
+NOISE_FILE = "noise/job_noise.yaml"
+
+
+@functools.lru_cache(maxsize=32)
+def _median_spread(n: int) -> tuple[float, float]:
+    """For ``n`` standard normal samples: the variance of their median, and the median over draws
+    of their median absolute deviation (a seeded Monte Carlo; exact enough for constants)."""
+    z = np.random.default_rng(12345).standard_normal((20000, max(int(n), 1)))
+    med = np.median(z, axis=1)
+    return float(med.var()), float(np.median(np.median(np.abs(z - med[:, None]), axis=1)))
+
+
+@dataclass(frozen=True)
+class JobNoise:
+    """The log of a point's job median is ``log(truth) + shift + resid``: ``shift ~ N(0, shift_sd^2)``
+    once per job (every point of the job shares it), ``resid`` per point and job, of sd
+    :meth:`resid_sd` (a smooth function of log size; a Student-t of ``resid_df`` degrees of freedom
+    scaled to that sd: the recorded residuals have heavy tails); the job's samples of a point
+    scatter around its job centre lognormally with sd :meth:`sample_sd`. ``resid_sd`` is the sd of
+    a job median of ``fit_samples`` samples, the sampling of the median included.
+
+    :param shift_sd: sd (log) of the job shift
+    :param resid_sds: sd (log) of the per-point residual at :data:`KNOTS_LOG2` (or ``knots_log2``)
+    :param sample_sds: sd (log) of the samples around their job's centre at the knots
+    :param resid_df: degrees of freedom of the residual's t shape (``inf``: normal), > 2
+    :param fit_samples: samples per job median in the data the sds were fitted on
+    :param knots_log2: the knots, log2 bytes, ascending
+    :param source: where the numbers come from
+    """
+
+    shift_sd: float
+    resid_sds: tuple[float, ...]
+    sample_sds: tuple[float, ...]
+    resid_df: float = float("inf")
+    fit_samples: int = 5
+    knots_log2: tuple[float, ...] = KNOTS_LOG2
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        k = np.asarray(self.knots_log2, dtype=float)
+        if k.size < 1 or np.any(np.diff(k) <= 0):
+            raise ConfigError("noise.knots_log2", f"must be ascending, got {list(self.knots_log2)}")
+        for name in ("resid_sds", "sample_sds"):
+            v = np.asarray(getattr(self, name), dtype=float)
+            if v.shape != k.shape or not np.all(np.isfinite(v)) or np.any(v < 0):
+                raise ConfigError(f"noise.{name}", f"needs one sd >= 0 per knot ({k.size}), got {list(v)}")
+        if not (np.isfinite(self.shift_sd) and self.shift_sd >= 0):
+            raise ConfigError("noise.shift_sd", f"must be a finite sd >= 0, got {self.shift_sd}")
+        if not self.resid_df > 2:
+            raise ConfigError("noise.resid_df", f"must be > 2 (a finite sd), got {self.resid_df}")
+        if self.fit_samples < 1:
+            raise ConfigError("noise.fit_samples", f"must be >= 1, got {self.fit_samples}")
+
+    @classmethod
+    def zero(cls) -> JobNoise:
+        """No noise at all: every job measures the truth."""
+        n = len(KNOTS_LOG2)
+        return cls(0.0, (0.0,) * n, (0.0,) * n, source="none")
+
+    @classmethod
+    def load(cls, name: str = "pooled") -> JobNoise:
+        """The fitted model ``name`` (a topology/launch such as ``h200-2x2-sock/nccl``, or ``pooled``)
+        from the shipped constants; an unknown name gets the pooled fit."""
+        fits = _read_fits()
+        d = fits.get(name) or fits["pooled"]
+        return cls(shift_sd=float(d["shift_sd"]), resid_sds=tuple(map(float, d["resid_sd"])),
+                   sample_sds=tuple(map(float, d["sample_sd"])), resid_df=float(d["resid_df"]),
+                   fit_samples=int(d["fit_samples"]), knots_log2=tuple(map(float, d["knots_log2"])),
+                   source=f"{NOISE_FILE}:{name if name in fits else 'pooled'}")
+
+    def scaled(self, shift: float = 1.0, resid: float = 1.0) -> JobNoise:
+        """The same model with the job shift's sd times ``shift`` and the residual's times ``resid``."""
+        from dataclasses import replace
+
+        return replace(self, shift_sd=self.shift_sd * shift, resid_sds=tuple(v * resid for v in self.resid_sds))
+
+    def _at(self, values: tuple[float, ...], nbytes) -> np.ndarray:
+        x = np.log2(np.maximum(np.asarray(nbytes, dtype=float), 1.0))
+        v = np.asarray(values, dtype=float)
+        return np.exp(np.interp(x, self.knots_log2, np.log(np.maximum(v, 1e-9)))) * (v.max() > 0)
+
+    def resid_sd(self, nbytes) -> np.ndarray:
+        """sd (log) of a point's job median around ``truth x job shift``, per size."""
+        return self._at(self.resid_sds, nbytes)
+
+    def sample_sd(self, nbytes) -> np.ndarray:
+        """sd (log) of one sample around its job's centre, per size."""
+        return self._at(self.sample_sds, nbytes)
+
+    def _t(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` draws of unit sd with the residual's shape."""
+        if not np.isfinite(self.resid_df):
+            return rng.standard_normal(n)
+        return rng.standard_t(self.resid_df, n) * np.sqrt((self.resid_df - 2) / self.resid_df)
+
+    def draw_shift(self, rng: np.random.Generator) -> float:
+        """One job's shift (log)."""
+        return float(self.shift_sd * rng.standard_normal())
+
+    def draw_resid(self, nbytes, rng: np.random.Generator) -> np.ndarray:
+        """One job's residual (log) of each point, the sampling of a median of ``fit_samples``
+        samples left out (drawing the samples adds it back)."""
+        nb = np.atleast_1d(np.asarray(nbytes, dtype=float))
+        vmed, _ = _median_spread(self.fit_samples)
+        sd = np.sqrt(np.maximum(self.resid_sd(nb) ** 2 - vmed * self.sample_sd(nb) ** 2, 0.0))
+        return sd * self._t(rng, nb.size)
+
+    def draw_job(self, truth_us, nbytes, samples: int, rng: np.random.Generator) -> np.ndarray:
+        """The samples ``(points, samples)`` of one job measuring points of expected times
+        ``truth_us`` and sizes ``nbytes``: one shift for the job, a residual per point, lognormal samples."""
+        t = np.atleast_1d(np.asarray(truth_us, dtype=float))
+        nb = np.broadcast_to(np.asarray(nbytes, dtype=float), t.shape)
+        centre = t * np.exp(self.draw_shift(rng) + self.draw_resid(nb, rng))
+        z = rng.standard_normal((t.size, int(samples)))
+        return centre[:, None] * np.exp(self.sample_sd(nb)[:, None] * z)
+
+
+def load_fits() -> dict[str, dict]:
+    """The shipped fitted constants: name -> fit (with its provenance)."""
+    import copy
+
+    return copy.deepcopy(_read_fits())
+
+
+@functools.lru_cache(maxsize=1)
+def _read_fits() -> dict[str, dict]:
+    """The shipped constants, read once (every drawn platform and replay loads them)."""
+    from importlib.resources import files
+
+    import yaml
+
+    return yaml.safe_load((Path(str(files("ncclrl.conf"))) / NOISE_FILE).read_text())["fits"]
+
+
+def pooled_median(jobs: Sequence[Sequence[float]]) -> float:
+    """A point's expected time from its recorded jobs: the geometric mean of their medians."""
+    return float(np.exp(np.mean([np.log(np.median(j)) for j in jobs])))
+
+
+@dataclass(frozen=True)
+class NoiseFit:
+    """What :func:`fit` found: the model, and what it rests on."""
+
+    noise: JobNoise
+    groups: int  # sets of repeated jobs used
+    jobs: int  # jobs in them
+    rows: int  # job medians
+    df_shift: float  # degrees of freedom of the shift's variance (sum of jobs - 1 over groups)
+    resid_by_size: pd.DataFrame  # per size: the pooled unsmoothed residual sd and its df
+    job_shifts: np.ndarray  # each job's estimated shift (its mean deviation, scaled to be unbiased in variance)
+
+
+def _group_moments(y: np.ndarray) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+    """Method of moments on one group, ``y`` (jobs x points, complete) the log job medians:
+    ``y[j, p] = mu[p] + s[j] + e[j, p]``, ``var s = shift^2``, ``var e[., p] = sigma_p^2``.
+
+    With the double-centred residuals ``r`` and ``v_p = sum_j r[j, p]^2 / (J - 1)``:
+    ``E v_p = (1 - 2/P) sigma_p^2 + S / P^2`` (``S = sum sigma_p^2``), so ``S = sum v / (1 - 1/P)``
+    and ``sigma_p^2 = (v_p - S/P^2) / (1 - 2/P)``; the job means' spread
+    ``E sum_j (ybar_j - ybar)^2 / (J - 1) = shift^2 + S / P^2``. Each is unbiased (any residual shape).
+
+    :return: ``(sigma_p^2, shift^2, job deviations, double-centred residuals)``
+    """
+    J, P = y.shape
+    r = y - y.mean(0, keepdims=True) - y.mean(1, keepdims=True) + y.mean()
+    v = (r ** 2).sum(0) / (J - 1)
+    S = v.sum() / (1 - 1 / P)
+    s2 = (v - S / P ** 2) / (1 - 2 / P)
+    dev = y.mean(1) - y.mean()
+    return s2, float((dev ** 2).sum() / (J - 1) - S / P ** 2), dev, r
+
+
+def _t_df_from_tails(z: np.ndarray) -> float:
+    """Degrees of freedom of the Student-t whose ratio of the 95% to the 50% quantile of ``|z|``
+    is the sample's (``inf`` where the sample's tails are no heavier than a normal's)."""
+    from scipy.optimize import brentq
+    from scipy.stats import t
+
+    a = np.abs(z[np.isfinite(z)])
+    if a.size < 50:
+        return float("inf")
+    ratio = float(np.quantile(a, 0.95) / np.quantile(a, 0.5))
+    f = lambda nu: float(t.ppf(0.975, nu) / t.ppf(0.75, nu)) - ratio  # noqa: E731
+    if f(200.0) >= 0:
+        return float("inf")
+    return float(brentq(f, 2.05, 200.0)) if f(2.05) > 0 else 2.05
+
+
+def fit(frame: pd.DataFrame, knots_log2: Sequence[float] = KNOTS_LOG2, min_points: int = 5,
+        source: str = "") -> NoiseFit:
+    """Fit :class:`JobNoise` on repeated jobs.
+
+    Each ``group`` is one configuration (or one table) measured over the same points in several
+    jobs (A/A: nothing differs but the job). Within a group, only the points every job measured
+    are used; per group the method of moments of :func:`_group_moments` (unbiased in the
+    variances), pooled over groups with weights ``J - 1``; the per-point residual variance is
+    pooled per size and then per knot with a triangular kernel in log2 size (a size between two
+    knots counts for both, by its distance). The residual's tail shape from the 95%/50% quantile
+    ratio of the standardized residuals; the sample sd from the median absolute deviation of the
+    log samples from their job median (a weighted median per knot), against a normal's for that many samples.
+
+    :param frame: one row per job median: ``group``, ``job``, ``point`` (hashable, what a repeat of
+        the point has in common; with ``nbytes``), ``nbytes``, ``samples_us``
+    :param knots_log2: where the sds are given, log2 bytes ascending
+    :param min_points: a group needs at least this many complete points
+    """
+    k = np.asarray(knots_log2, dtype=float)
+    f = frame.assign(y=[log_median(s) for s in frame.samples_us])
+    s2_rows, shifts, devs, zs = [], [], [], []
+    n_groups = n_jobs = n_rows = 0
+    for _, g in f.groupby("group", sort=False):
+        piv = g.drop_duplicates(["job", "point", "nbytes"]).pivot(index="job", columns=["point", "nbytes"], values="y")
+        piv = piv.dropna(axis=1)
+        nj, npt = piv.shape
+        if nj < 2 or npt < max(min_points, 3):
+            continue
+        s2, sh2, dev, r = _group_moments(piv.to_numpy())
+        nb = piv.columns.get_level_values("nbytes").to_numpy(dtype=float)
+        s2_rows.append(pd.DataFrame({"nbytes": nb, "s2": s2, "df": nj - 1.0}))
+        shifts.append((sh2, nj - 1.0))
+        devs.append(dev * np.sqrt(nj / (nj - 1)))
+        zs.append((r / np.sqrt((nj - 1) / nj), nb))
+        n_groups, n_jobs, n_rows = n_groups + 1, n_jobs + nj, n_rows + nj * npt
+    if not n_groups:
+        raise ConfigError("noise", "no group with 2 or more jobs over the same points: nothing to fit")
+    per = pd.concat(s2_rows)
+    by_size = per.assign(w=per.s2 * per.df).groupby("nbytes").agg(w=("w", "sum"), df=("df", "sum"))
+    by_size["resid_sd"] = np.sqrt(np.maximum(by_size.w / by_size.df, 0.0))
+    by_size = by_size.drop(columns="w").reset_index()
+    x = np.log2(by_size.nbytes.to_numpy(dtype=float))
+    kern = _kernel(x, k)
+    w = kern * by_size.df.to_numpy()[:, None]
+    var_k = (w * (by_size.resid_sd.to_numpy()[:, None] ** 2)).sum(0) / np.maximum(w.sum(0), 1e-12)
+    var_k = _fill(var_k, w.sum(0) > 0)
+    sh = np.array(shifts)
+    shift_sd = float(np.sqrt(max((sh[:, 0] * sh[:, 1]).sum() / sh[:, 1].sum(), 0.0)))
+    resid_sds = tuple(float(v) for v in np.sqrt(np.maximum(var_k, 0.0)))
+    at = lambda nbs: np.exp(np.interp(np.log2(nbs), k, np.log(np.maximum(resid_sds, 1e-9))))  # noqa: E731
+    z = np.concatenate([(r / at(nb)[None, :]).ravel() for r, nb in zs])
+    # the samples around their job median: each row's median absolute deviation of the log samples,
+    # the weighted median of those per knot, over a normal's for that many samples (robust: the slow
+    # outliers a job median drops do not count)
+    n_fit = int(pd.Series([len(s) for s in f.samples_us]).mode().iloc[0])
+    mads = np.array([[float(np.median(np.abs(np.log(s) - np.log(np.median(s))))), nbytes]
+                     for s, nbytes in zip(f.samples_us, f.nbytes, strict=True) if len(s) == n_fit])
+    ks = _kernel(np.log2(mads[:, 1]), k)
+    have = ks.sum(0) > 0
+    sample_k = _fill(np.array([_wmedian(mads[:, 0], ks[:, i]) if have[i] else 0.0 for i in range(k.size)]),
+                     have) / _median_spread(n_fit)[1]
+    noise = JobNoise(shift_sd, resid_sds, tuple(float(v) for v in sample_k), _t_df_from_tails(z), n_fit,
+                     tuple(float(v) for v in k), source)
+    return NoiseFit(noise, n_groups, n_jobs, n_rows, float(sh[:, 1].sum()), by_size, np.concatenate(devs))
+
+
+def _kernel(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
+    """Weights ``(len(x), len(knots))``: each x shared between its two neighbouring knots by distance
+    (all on the end knot beyond the ends)."""
+    x = np.clip(x, knots[0], knots[-1])
+    w = np.zeros((x.size, knots.size))
+    i = np.clip(np.searchsorted(knots, x, side="right") - 1, 0, knots.size - 1)
+    j = np.minimum(i + 1, knots.size - 1)
+    span = np.where(j > i, knots[j] - knots[i], 1.0)
+    a = np.where(j > i, (x - knots[i]) / span, 0.0)
+    np.add.at(w, (np.arange(x.size), i), 1 - a)
+    np.add.at(w, (np.arange(x.size), j), a)
+    return w
+
+
+def _wmedian(x: np.ndarray, w: np.ndarray) -> float:
+    """The weighted median of ``x``."""
+    o = np.argsort(x)
+    c = np.cumsum(w[o])
+    return float(x[o][np.searchsorted(c, c[-1] / 2)])
+
+
+def _fill(v: np.ndarray, have: np.ndarray) -> np.ndarray:
+    """Knots without data take the value interpolated from those with (flat beyond them)."""
+    idx = np.arange(v.size)
+    return np.interp(idx, idx[have], v[have]) if have.any() else np.zeros_like(v)

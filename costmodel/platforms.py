@@ -12,7 +12,9 @@ measurements of it in jobs. Three kinds:
 - recorded sweeps replayed as truth live in :mod:`ncclrl.agents.baselines.base` (they need the store).
 
 Every measurement of a platform happens in a *job*: the samples of all points of one job share a
-job effect (lognormal, ``job_sigma``), as processes started afresh do on real machines.
+job effect (lognormal, ``job_sigma``), as processes started afresh do on real machines, and each
+point of a job has its own residual (:class:`ncclrl.costmodel.noise.JobNoise`, fitted on recorded
+repeated jobs; docs/results/noise.md).
 
 Presets are grouped into :data:`FAMILIES` by network, so that a strategy can be trained with a
 whole family left out and judged on it.
@@ -24,6 +26,8 @@ import zlib
 
 import numpy as np
 
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.noise import JobNoise
 from ncclrl.costmodel.simulator import Configs, Simulator
 
 #: presets by the network that joins their nodes (the unit left out in leave-one-family-out)
@@ -87,10 +91,14 @@ class Platform:
     :param sim: the simulator of the platform's nominal behaviour
     :param quirks: effects beyond the simulator (``None``: none)
     :param job_sigma: sd (log) of the shift every point of one job shares
+    :param noise: the per-point residual of a job (:meth:`JobNoise.draw_resid`; its shift and
+        samples are not used: ``job_sigma`` and the simulator's sample noise stand for them);
+        ``None``: no residual, every point of a job moves with the job alone
     """
 
-    def __init__(self, sim: Simulator, quirks: Quirks | None = None, job_sigma: float = 0.03) -> None:
-        self.sim, self.quirks, self.job_sigma = sim, quirks, float(job_sigma)
+    def __init__(self, sim: Simulator, quirks: Quirks | None = None, job_sigma: float = 0.03,
+                 noise: JobNoise | None = None) -> None:
+        self.sim, self.quirks, self.job_sigma, self.noise = sim, quirks, float(job_sigma), noise
         self.topo = sim.topo
 
     def time_us(self, cfg: Configs, validate: bool = False) -> np.ndarray:
@@ -100,24 +108,44 @@ class Platform:
 
     def job(self, cfg: Configs, samples: int, rng: np.random.Generator) -> np.ndarray:
         """Samples ``(len(cfg), samples)`` of one job: the simulator's per-sample noise around the
-        expected times, every point shifted by the job's common effect."""
+        expected times, every point shifted by the job's common effect and its own residual."""
         t, lat = self.sim.times_and_latency(cfg, validate=False)
         if self.quirks is not None:
             q = np.exp(self.quirks.offset(cfg))
             t, lat = t * q, lat * q
         shift = float(np.exp(self.job_sigma * rng.standard_normal()))
+        if self.noise is not None:
+            shift = shift * np.exp(self.noise.draw_resid(np.asarray(cfg.nbytes), rng))
         return self.sim.add_noise(t * shift, lat * shift, samples, rng).reshape(len(cfg), samples)
 
 
+#: how far a drawn platform's noise strays from the fitted one: each sd times exp(U(-s, s))
+NOISE_SPREAD = 0.5
+
+
 def draw_platform(preset: str, rng: np.random.Generator, misspecified: bool, scale: float = 1.0,
-                  job_sigma: float | None = None) -> Platform:
+                  job_sigma: float | None = None, noise: JobNoise | None | str = "fitted") -> Platform:
     """A platform drawn around ``preset``: simulator parameters within the randomization bounds,
-    with :class:`Quirks` when ``misspecified``, and a job effect drawn in [0.01, 0.08] unless given."""
+    with :class:`Quirks` when ``misspecified``, and its job noise.
+
+    :param job_sigma: the job shift's sd (default: drawn, see ``noise``)
+    :param noise: ``"fitted"``: the job shift's sd and the per-point residual's drawn around the
+        fitted model's (:meth:`JobNoise.load`, each times ``exp(U(-0.5, 0.5))``, independently); a
+        :class:`JobNoise`: the same around it; ``None``: no per-point residual and a job shift's
+        sd drawn in [0.01, 0.08] (the model before the recorded jobs were fitted)
+    """
     from ncclrl.costmodel.topology import load_topology
 
     sim = Simulator(load_topology(preset)).randomized(rng, scale)
     quirks = Quirks(int(rng.integers(1 << 31))) if misspecified else None
-    js = float(np.exp(rng.uniform(np.log(0.01), np.log(0.08)))) if job_sigma is None else job_sigma
-    return Platform(sim, quirks, js)
+    if noise is None:
+        js = float(np.exp(rng.uniform(np.log(0.01), np.log(0.08)))) if job_sigma is None else job_sigma
+        return Platform(sim, quirks, js)
+    if isinstance(noise, str) and noise != "fitted":
+        raise ConfigError("noise", f"unknown value {noise!r}; allowed: fitted, a JobNoise, None")
+    base = JobNoise.load() if isinstance(noise, str) else noise
+    f_shift, f_resid = np.exp(rng.uniform(-NOISE_SPREAD, NOISE_SPREAD, 2))
+    js = base.shift_sd * float(f_shift) if job_sigma is None else job_sigma
+    return Platform(sim, quirks, js, base.scaled(resid=float(f_resid)))
 
 
