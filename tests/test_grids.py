@@ -232,3 +232,16 @@ def test_the_benchmark_grids_set_poses_each_public_grid(monkeypatch):
     assert {t["family"] for t in ts} <= {"infiniband", "nvlink", "socket"}
     inst = instance(ts[1], {})
     assert inst.problem.grid is not None and inst.family == "infiniband"
+
+
+def test_a_tuned_row_above_4_gib_is_written_as_a_row_that_covers_it(tmp_path):
+    from ncclrl.agents.finetune import Outcome, write_outcome
+
+    topo = load_topology("dgx-h100-2n")
+    sizes = {AR: [1 << 20, 8 * GIB, 16 * GIB]}
+    rows = [{"collective": "allreduce", "nbytes": s, "key": ("tree", "ll128", 8)} for s in (8 * GIB, 16 * GIB)]
+    write_outcome(Outcome(conf=Point("allreduce", 1), rows=rows, measured=3, rounds=1), topo, sizes, tmp_path, {})
+    table = Table.read(tmp_path / "nccl_tuner.csv")
+    assert [(r.min_bytes, r.max_bytes) for r in table.rows] == [(8 * GIB, 16 * GIB - 1), (16 * GIB, 16 * GIB)]
+    assert table.lookup("allreduce", 12 * GIB, 2, 16).algo == "tree"
+    assert table.lookup("allreduce", 2 * GIB, 2, 16) is None  # below: NCCL decides
