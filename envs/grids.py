@@ -209,10 +209,15 @@ def _read_rows_csv(path: Path, topo: Topology, raw: _Raw) -> None:
         if len(r) != 11:
             raise ConfigError("grid", f"{path}:{i}: {len(r)} columns; this format has 11 (source,size_B,"
                               "oop_time_us,oop_algbw,oop_busbw,ip_time_us,ip_algbw,ip_busbw,nodes,algo,proto)")
-        if int(r[8]) != topo.nodes:
+        try:
+            nodes, nbytes = int(r[8]), int(r[1])
+        except ValueError:
+            raise ConfigError("grid", f"{path}:{i}: size_B and nodes must be whole numbers, got {r[1]!r}, "
+                              f"{r[8]!r}") from None
+        if nodes != topo.nodes:
             continue
         x = (BASE_KNOBS, N.ALLREDUCE if "all_reduce" in r[0] or "allreduce" in r[0] else
-             _coll_from_source(r[0], path, i), int(r[1]), _key(r[9], r[10], 0, f"{path}:{i}"))
+             _coll_from_source(r[0], path, i), nbytes, _key(r[9], r[10], 0, f"{path}:{i}"))
         jobs.setdefault((r[0], x), []).extend(_floats(r[2], r[5]))
     if not jobs:
         raise ConfigError("grid", f"{path}: no rows for {topo.nodes} nodes ({topo.name})")
@@ -282,8 +287,13 @@ def _read_step_proxy(path: Path, topo: Topology, raw: _Raw, mode: str, platform:
             continue
         nbytes = parse_bytes(get["size_label"], f"{path}:{i}: size_label")
         cfg = get["config"].lower()
+        if cfg != "auto" and "_" not in cfg:
+            raise ConfigError("grid", f"{path}:{i}: config {cfg!r}: auto or ALGO_PROTO (ring_simple, tree_ll, ...)")
         key = DEFAULT if cfg == "auto" else _key(*cfg.split("_", 1), 0, f"{path}:{i}")
-        raw.add((BASE_KNOBS, N.ALLREDUCE, nbytes, key), [1000.0 * float(get["iter_time_ms"])])
+        t = _floats(get["iter_time_ms"])
+        if not t:
+            raise ConfigError("grid", f"{path}:{i}: iter_time_ms {get['iter_time_ms']!r} is not a number")
+        raw.add((BASE_KNOBS, N.ALLREDUCE, nbytes, key), [1000.0 * t[0]])
         kept += 1
     if not kept:
         raise ConfigError("grid", f"{path}: no rows for shape {shape}, mode {mode!r}, platform {platform!r}")
@@ -311,13 +321,12 @@ def read_points(paths: list[str | Path], topo: Topology, mode: str = "sequential
 
 def _default_file_kind(path: Path) -> str:
     """``run`` (a measured run of NCCL's defaults), ``table`` (bytes, time_us CSV) or ``log``."""
-    head = _head(path)
-    first = _first_line(head)
-    cells = [c.strip() for c in first.split(",")]
+    cells = [c.strip() for c in _first_line(_head(path)).split(",")]
     if len(cells) >= 2 and not cells[0].replace(".", "").isdigit() and any(
             w in cells[0].lower() for w in ("byte", "size", "msg")):
         return "table"
-    if "Bytes -> Algo" in read_text(path) and "NCCL INFO" in head + read_text(path)[:1 << 16]:
+    text = read_text(path)
+    if "Bytes -> Algo" in text and "NCCL INFO" in text:
         try:
             runs = parse_file_runs(path, strict=False)
         except NcclTestsError:

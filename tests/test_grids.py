@@ -245,3 +245,17 @@ def test_a_tuned_row_above_4_gib_is_written_as_a_row_that_covers_it(tmp_path):
     assert [(r.min_bytes, r.max_bytes) for r in table.rows] == [(8 * GIB, 16 * GIB - 1), (16 * GIB, 16 * GIB)]
     assert table.lookup("allreduce", 12 * GIB, 2, 16).algo == "tree"
     assert table.lookup("allreduce", 2 * GIB, 2, 16) is None  # below: NCCL decides
+
+
+@pytest.mark.parametrize("text, says", [
+    ("all_reduce_perf-2/a.txt,8192,79.0,0.1,0.2,79.2,0.1,0.2,2,ring,simple\nall_reduce_perf-2/a.txt,16K,81.0,0.2,0.4,79.0,0.2,0.4,2,ring,simple\n",
+     "size_B and nodes must be whole numbers"),
+    ("all_reduce_perf-2/a.txt,8192,79.0,0.1,0.2,79.2,0.1,0.2,2,ring,fast\n", "protocol"),
+    ("a.txt,8192,79.0,0.1,0.2,79.2,0.1,0.2,2,ring,simple\n", "names no collective"),
+])
+def test_a_malformed_rows_csv_is_one_line(tmp_path, text, says):
+    f = tmp_path / "rows.csv"
+    f.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        read_grid([f], load_topology("p5en-2n"))
+    assert says in str(e.value) and "\n" not in str(e.value) and f"{f}:" in str(e.value)
