@@ -202,6 +202,9 @@ def job_sizes(path: str, topo: Any) -> dict[str, dict[int, float]]:
     return calls_by_size(work, topo.nodes, topo.nranks)
 
 
+_SAID: set[str] = set()
+
+
 def tasks(cfg: DictConfig) -> list[dict[str, Any]]:
     """One task per (set, problem, seed): the left-out family names the strategy it uses; with
     ``suite.profile`` the collectives are the profile's and every problem is the job's."""
@@ -222,7 +225,10 @@ def tasks(cfg: DictConfig) -> list[dict[str, Any]]:
             probs = [{"set": st, "grid": g, "collective": "allreduce", "problem": f"{g}:grid",
                       "family": PUBLIC_GRIDS[g].family} for g in getattr(s, "grids", [])]
             if probs and not public_grid_folder().is_dir():
-                log.info("# set grids skipped: no public grids at %s (set NCCLRL_SHARED_DATA)", public_grid_folder())
+                said = f"# set grids skipped: no public grids at {public_grid_folder()} (set NCCLRL_SHARED_DATA)"
+                if said not in _SAID:  # once, however often the tasks are listed
+                    _SAID.add(said)
+                    log.info("%s", said)
                 probs = []
         else:
             probs = [{"set": st, "preset": p, "draw": d, "collective": c, "family": f, "problem": f"{p}#{d}:{c}{tag}"}
@@ -448,6 +454,9 @@ def benchmark(cfg: DictConfig) -> pd.DataFrame:
     df.to_csv(out / "results.csv", index=False, float_format="%.6g")
     part.unlink(missing_ok=True)
     (out / "partial.yaml").unlink(missing_ok=True)
+    if df.empty:
+        log.info("# no results: the suite's sets posed no problem here")
+        return df
     s = summarize(df)
     s.to_csv(out / "summary.csv", index=False, float_format="%.6g")
     plot(s, out / "benchmark.png")

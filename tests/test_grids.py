@@ -208,15 +208,20 @@ def test_the_public_grids_become_problems():
 
 
 def test_the_benchmark_grids_set_skips_in_one_line_without_the_shared_folder(tmp_path, monkeypatch, caplog):
-    from ncclrl.runners.benchmark import check, compose, tasks
+    from ncclrl.runners.benchmark import benchmark, check, compose, tasks
 
+    monkeypatch.chdir(REPO)  # the suite's replay stores are named from the repository's root
     cfg = compose(["suite=grids", "suite.seeds=[0]"])
     check(cfg)
     monkeypatch.setenv("NCCLRL_SHARED_DATA", str(tmp_path))
     with caplog.at_level("INFO"):
-        assert tasks(cfg) == []
+        assert tasks(cfg) == [] and tasks(cfg) == []
     said = [r.getMessage() for r in caplog.records if "grids skipped" in r.getMessage()]
     assert len(said) == 1 and str(tmp_path / "public-grids") in said[0] and "\n" not in said[0]
+    with caplog.at_level("INFO"):
+        df = benchmark(compose(["suite=grids", "suite.seeds=[0]", "suite.methods=[default]", "workers=1",
+                                f"out={tmp_path / 'b'}"]))
+    assert df.empty and any("posed no problem" in r.getMessage() for r in caplog.records)
     with pytest.raises(ConfigError) as e:
         check(compose(["suite=grids", "suite.grids=[p5en-3n]"]))
     assert e.value.field == "suite.grids" and "p5en-16n" in str(e.value)
