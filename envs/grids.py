@@ -424,6 +424,9 @@ def read_grid(paths: list[str | Path], topo: Topology, default: str | list[str] 
         defaults = ["auto"]
     measured = {x: v for x, v in raw.points.items() if x[3] == DEFAULT}
     grid_points = {x: v for x, v in raw.points.items() if x[3] != DEFAULT}
+    if not grid_points:
+        raise ConfigError("grid", f"no forced configuration in {', '.join(map(str, paths))}: only NCCL's defaults; "
+                          "a grid needs runs that force NCCL_ALGO and NCCL_PROTO (or a CSV of configurations)")
     if defaults == ["auto"] and any(x[0] == BASE_KNOBS for x in measured):
         src = f"measured: NCCL's unforced runs in the grid ({len(measured)} points)"
         dflt = measured

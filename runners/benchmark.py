@@ -269,6 +269,7 @@ def instance(task: dict[str, Any], s: dict[str, Any]) -> Instance:
             _CACHE[key] = replayed(r["store"], r["topology"], r["launch"], task["collective"])
         elif task["set"] == "grids":
             _CACHE[key] = public_gridded(task["grid"])
+            log.info("# %s: NCCL's default: %s", task["grid"], _CACHE[key].problem.default_source)
         else:
             calls = job_sizes(_profile(s), load_topology(task["preset"]))[task["collective"]] \
                 if _profile(s) else None

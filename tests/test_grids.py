@@ -66,6 +66,9 @@ def test_a_partly_forced_run_or_an_unnamed_collective_is_refused_in_one_line(all
     with pytest.raises(ConfigError) as e:
         read_grid([part], h200)
     assert e.value.field == "grid" and "NCCL_ALGO='ring'" in str(e.value) and "\n" not in str(e.value)
+    # a real output of NCCL's defaults alone is no grid
+    with pytest.raises(ConfigError, match="no forced configuration"):
+        read_grid([CORPUS / "oracle-quick--oci-hpc-oke-docs-running-nccl-rccl-tests-from-slurm-operator--1.txt"], h200)
     # a real output that does not say which collective it ran
     with pytest.raises(ConfigError, match="is not tunable"):
         read_grid([CORPUS / "cci-moc--all-reduce-roce-1gpu-log.txt"], load_topology("h200-2x1-sock"))
