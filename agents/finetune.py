@@ -118,7 +118,8 @@ def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out
             if r is None:
                 continue
             lo = s if exact or i else 0
-            hi = s if exact else (MAX_BYTES if i == len(ss) - 1 else ss[i + 1] - 1)
+            # the last row runs to the table's end, 4 GiB - 1, or to its own size above that
+            hi = s if exact else (max(MAX_BYTES, s) if i == len(ss) - 1 else ss[i + 1] - 1)
             rows.append(Row(name, lo, hi, *r["key"], nnodes=topo.nodes, nranks=topo.nranks))
     env = out.conf.env()
     table = Table(topo, rows, {k: int(v) for k, v in env.items()}, provenance,

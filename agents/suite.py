@@ -9,7 +9,11 @@
   jobs (:class:`ncclrl.costmodel.noise.JobNoise`: a shift per job, a residual per point, the
   samples; a new draw per seed and per job); the prior is
   the topology's uncalibrated simulator (what a new user starts from), and the strategy is the
-  one trained without the family of the recorded machine.
+  one trained without the family of the recorded machine;
+- ``grids``: measured grids given as files (:mod:`ncclrl.envs.grids`: public nccl-tests grids, NVIDIA's
+  example-plugin CSV, a training-step proxy) as truth, each point's pooled job medians, replayed
+  the same way; NCCL's default is measured where the grid has it, else logged or the replica's
+  prediction (each problem says which); the prior is the topology's uncalibrated simulator.
 
 Every problem's prior is a simulator a user could have before measuring: the preset's nominal
 parameters (simulated sets) or the topology's defaults (replays); the truth is never the prior.
@@ -18,7 +22,7 @@ parameters (simulated sets) or the topology's defaults (replays); the truth is n
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +33,12 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.noise import JobNoise, pooled_median
 from ncclrl.costmodel.platforms import draw_platform, family_of
 from ncclrl.costmodel.simulator import SimParams, Simulator
-from ncclrl.costmodel.space import Key, Point
+from ncclrl.costmodel.space import DEFAULT, Key, Point
 from ncclrl.costmodel.topology import Topology, load_topology
+from ncclrl.envs.grids import PUBLIC_GRIDS, Grid, read_public_grid
 from ncclrl.envs.replay import recorded_sweep, replay_knobs
 
-SETS = ("lofo", "misspecified", "replay")
+SETS = ("lofo", "misspecified", "replay", "grids")
 
 
 def stable(*parts: Any) -> int:
@@ -117,3 +122,59 @@ def replayed(store: str | Path, preset: str, launch: str, coll: str, noise: JobN
     noise = JobNoise.load(f"{preset}/{launch}") if noise is None else noise
     return Instance(problem, oracle, family_of(preset),
                     lambda seed: replay_measure(recorded, np.random.default_rng([base, seed]), noise))
+
+
+@dataclass
+class GridProblem(Problem):
+    """A problem over a measured grid: per knob setting and collective, its space is NCCL's own
+    choice and the configurations the grid measured (channel counts included), nothing else.
+
+    :param grid_keys: per (knob setting, collective), the grid's configurations, NCCL's default first
+    :param grid: the grid itself (its recorded jobs, as :class:`ncclrl.envs.grids.GridWorkers` answers them)
+    """
+
+    grid_keys: dict[tuple[tuple[int, ...], int], list[Key]] = field(default_factory=dict)
+    grid: Grid | None = None
+
+    @property
+    def default_source(self) -> str:
+        """How NCCL's default was obtained (:attr:`ncclrl.envs.grids.Grid.default_source`)."""
+        return self.grid.default_source if self.grid is not None else ""
+
+    def space(self, coll: int, k: Point) -> list[Key]:
+        return self.grid_keys.get((k.knobs, coll), [DEFAULT])
+
+
+def gridded(grid: Grid, topo: Topology, family: str, name: str = "grid") -> Instance:
+    """A measured grid (:func:`ncclrl.envs.grids.read_grid`) as a benchmark problem: truth is each
+    point's pooled job medians, and every replayed job draws fresh noise around it (the fitted job
+    noise of the topology, else the pooled fit: :class:`ncclrl.costmodel.noise.JobNoise`); the prior
+    is the topology's uncalibrated simulator."""
+    prior = Simulator(topo, SimParams.defaults(topo), seed=0)
+    keys = {(k.knobs, c): grid.keys(k.knobs, c) for k in grid.knobs for c in grid.colls}
+    problem = GridProblem(topo, list(grid.colls), {c: list(grid.sizes[c]) for c in grid.colls}, list(grid.knobs),
+                          prior=prior, available=set(grid.recorded), grid_keys=keys, grid=grid)
+    times = {}
+    for k in grid.knobs:
+        for c in grid.colls:
+            ks, sizes = problem.space(c, k), grid.sizes[c]
+            t = np.full((len(ks), len(sizes)), np.inf)
+            for j, key in enumerate(ks):
+                for i, s in enumerate(sizes):
+                    jobs = grid.recorded.get((k.knobs, c, s, key))
+                    if jobs:
+                        t[j, i] = pooled_median(jobs)
+            times[(k.knobs, c)] = t
+    oracle = Oracle(problem, times=times)
+    base = stable(name, "grid")
+    recorded = grid.recorded
+    noise = JobNoise.load(f"{topo.name}/nccl")
+    return Instance(problem, oracle, family,
+                    lambda seed: replay_measure(recorded, np.random.default_rng([base, seed]), noise))
+
+
+def public_gridded(name: str, root: str | Path | None = None) -> Instance:
+    """The public grid ``name`` (:data:`ncclrl.envs.grids.PUBLIC_GRIDS`) as a benchmark problem."""
+    g = PUBLIC_GRIDS.get(name)
+    topo = load_topology(g.topology if g else name)
+    return gridded(read_public_grid(name, topo, root), topo, g.family, name)

@@ -6,12 +6,14 @@
 
 Problem sets (:mod:`ncclrl.agents.suite`): ``lofo`` (platforms of a preset family the strategy was
 trained without), ``misspecified`` (the same with effects the simulator lacks) and ``replay``
-(recorded sweeps of real machines as truth). Each method tunes each problem through
-:class:`ncclrl.agents.problem.Evaluator` (every point counted; a job per knob setting per request)
-under each GPU-time budget and seed; its decision is judged on the problem's truth as the fraction of the
-optimum (the best a table plus one ``nccl.conf`` reaches in the space). Writes ``results.csv``
-(one row per problem, seed, method and budget, with the GPU-time it spent, its points and jobs, model evaluations
-and wall time), ``summary.csv`` (per set, method and budget: the mean over problems of the median over
+(recorded sweeps of real machines as truth), ``grids`` (public measured grids read from the shared
+data folder as truth; skipped, with a one-line reason, where that folder is absent). Each method
+tunes each problem through :class:`ncclrl.agents.problem.Evaluator` (every job charged its
+GPU-time) under each GPU-time budget and seed; its decision is judged on the problem's truth as
+the fraction of the optimum (the best a table plus one ``nccl.conf`` reaches in the space). Writes
+``results.csv`` (one row per problem, seed, method and budget, with the GPU-time it spent, its
+points and jobs, model evaluations and wall time), ``summary.csv`` (per set, method and budget: the
+mean over problems of the median over
 seeds, with a 95% bootstrap interval over problems; ncclrl's paired difference to it with its
 interval; wins and losses over problems) and ``benchmark.png`` into ``out``. Each finished
 (problem, seed) is appended to ``out/partial.csv`` at once, and a rerun of the same configuration
@@ -36,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from ncclrl.agents.baselines import METHODS, Evaluator, make_tuner
 from ncclrl.agents.strategy import PolicyController
 from ncclrl.agents.strategy_config import AgentConfig, ExperimentConfig
-from ncclrl.agents.suite import SETS, Instance, replayed, simulated
+from ncclrl.agents.suite import SETS, Instance, public_gridded, replayed, simulated
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST, parse_budget
@@ -44,6 +46,7 @@ from ncclrl.costmodel.platforms import FAMILIES, family_of
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.costmodel.workload import calls_by_size, load_workload
+from ncclrl.envs.grids import PUBLIC_GRIDS, public_grid_folder
 from ncclrl.runners.config import Command, compose_config, register
 from ncclrl.runners.pretrain import CONF_DIR  # noqa: F401  (re-exported for the tests)
 from ncclrl.runners.progress import progress
@@ -73,7 +76,7 @@ class SuiteConfig:
     """Which problems, budgets and methods (group suite=).
 
     :param name: the suite's name (its results folder)
-    :param sets: problem sets: lofo, misspecified, replay
+    :param sets: problem sets: lofo, misspecified, replay, grids
     :param families: preset families of the lofo and misspecified sets
     :param platforms: platforms drawn per preset
     :param platform_seed: seed of those draws (training draws from other streams)
@@ -81,6 +84,8 @@ class SuiteConfig:
     :param min_bytes: the smallest size of a simulated problem
     :param max_bytes: the largest size of a simulated problem
     :param replays: recorded sweeps replayed as truth (their AllReduce)
+    :param grids: set grids: the public measured grids replayed as truth (names of
+        ncclrl.envs.grids.PUBLIC_GRIDS), read from NCCLRL_SHARED_DATA (else ../shared/data)/public-grids
     :param seeds: seeds of the tuners' randomness and the measurement noise (>= 5 for a report)
     :param budgets: GPU-time per problem: ``Nsweep`` is N times what one full sweep of the problem costs
         (one job per knob setting, every configuration at every size), else a GPU-time (``600s``, ``10min``)
@@ -102,6 +107,7 @@ class SuiteConfig:
     max_bytes: str = "1G"
     replays: list[ReplayConfig] = field(default_factory=lambda: [
         ReplayConfig(), ReplayConfig("docs/data/h200x2-2026-11-22/store.sqlite", "h200-2x1-sock", "nccl")])
+    grids: list[str] = field(default_factory=lambda: list(PUBLIC_GRIDS))
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     budgets: list[str] = field(default_factory=lambda: ["0.1sweep", "0.25sweep", "0.5sweep", "1sweep"])
     methods: list[str] = field(default_factory=lambda: list(METHODS))
@@ -155,6 +161,9 @@ def check(cfg: DictConfig) -> None:
             raise ConfigError("suite.replays", f"no store at {r.store}")
         if r.launch not in ("nccl", "torch"):
             raise ConfigError("suite.replays", f"launch must be nccl or torch, got {r.launch!r}")
+    for g in getattr(s, "grids", []):
+        if g not in PUBLIC_GRIDS:
+            raise ConfigError("suite.grids", f"unknown grid {g!r}; allowed: {', '.join(PUBLIC_GRIDS)}")
     for c in s.collectives:
         N.parse_name("suite.collectives", str(c), N.COLLECTIVES)
     for m in s.methods:
@@ -163,7 +172,7 @@ def check(cfg: DictConfig) -> None:
     for b in s.budgets:
         budget_gpu_s(str(b), 1.0)
     if _profile(s):
-        if "replay" in s.sets:
+        if "replay" in s.sets or "grids" in s.sets:
             raise ConfigError("suite.profile", "applies to the simulated sets (lofo, misspecified): a replayed "
                               "sweep has its own sizes; set suite.sets=[lofo,misspecified]")
         job_sizes(_profile(s), load_topology(FAMILIES[s.families[0]][0]))
@@ -201,6 +210,9 @@ def job_sizes(path: str, topo: Any) -> dict[str, dict[int, float]]:
     return calls_by_size(work, topo.nodes, topo.nranks)
 
 
+_SAID: set[str] = set()
+
+
 def tasks(cfg: DictConfig) -> list[dict[str, Any]]:
     """One task per (set, problem, seed): the left-out family names the strategy it uses; with
     ``suite.profile`` the collectives are the profile's and every problem is the job's."""
@@ -217,6 +229,15 @@ def tasks(cfg: DictConfig) -> list[dict[str, Any]]:
         if st == "replay":
             probs = [{"set": st, "replay": dict(r), "collective": "allreduce", "problem": f"{r['topology']}:recorded",
                       "family": family_of(r["topology"])} for r in OmegaConf.to_container(s.replays)]
+        elif st == "grids":
+            probs = [{"set": st, "grid": g, "collective": "allreduce", "problem": f"{g}:grid",
+                      "family": PUBLIC_GRIDS[g].family} for g in getattr(s, "grids", [])]
+            if probs and not public_grid_folder().is_dir():
+                said = f"# set grids skipped: no public grids at {public_grid_folder()} (set NCCLRL_SHARED_DATA)"
+                if said not in _SAID:  # once, however often the tasks are listed
+                    _SAID.add(said)
+                    log.info("%s", said)
+                probs = []
         else:
             probs = [{"set": st, "preset": p, "draw": d, "collective": c, "family": f, "problem": f"{p}#{d}:{c}{tag}"}
                      for f in s.families for p in FAMILIES[f] for d in range(int(s.platforms)) for c in colls
@@ -254,6 +275,9 @@ def instance(task: dict[str, Any], s: dict[str, Any]) -> Instance:
         if task["set"] == "replay":
             r = task["replay"]
             _CACHE[key] = replayed(r["store"], r["topology"], r["launch"], task["collective"])
+        elif task["set"] == "grids":
+            _CACHE[key] = public_gridded(task["grid"])
+            log.info("# %s: NCCL's default: %s", task["grid"], _CACHE[key].problem.default_source)
         else:
             calls = job_sizes(_profile(s), load_topology(task["preset"]))[task["collective"]] \
                 if _profile(s) else None
@@ -446,6 +470,9 @@ def benchmark(cfg: DictConfig) -> pd.DataFrame:
     df.to_csv(out / "results.csv", index=False, float_format="%.6g")
     part.unlink(missing_ok=True)
     (out / "partial.yaml").unlink(missing_ok=True)
+    if df.empty:
+        log.info("# no results: the suite's sets posed no problem here")
+        return df
     s = summarize(df)
     s.to_csv(out / "summary.csv", index=False, float_format="%.6g")
     plot(s, out / "benchmark.png")

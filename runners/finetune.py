@@ -7,8 +7,11 @@ the method: :mod:`ncclrl.agents.finetune`, :mod:`ncclrl.agents.strategy`).
 ``backend=torch`` measures on the GPUs of this machine (one job per knob setting and round, our
 plugin selecting each configuration); ``backend=replay replay_store=SWEEP.sqlite`` answers every
 measurement from an earlier exhaustive sweep instead (the same points, counted the same way; the
-sweep measured with ``launch``), which compares fine-tuning with the sweep on its own data. Every
-measurement goes to ``store`` (tag ``finetune``) as soon as its job ends.
+sweep measured with ``launch``), which compares fine-tuning with the sweep on its own data;
+``backend=replay grid=FILE`` (or ``grid=[FILE,...]``) answers from a measured grid given as files
+instead (nccl-tests outputs under forced configurations, NVIDIA's example-plugin CSV, ...:
+:mod:`ncclrl.envs.grids`), NCCL's default from ``grid_default``. Every measurement goes to ``store``
+(tag ``finetune``) as soon as its job ends.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.finetune import finetune, knob_label, sizes_for, write_outcome
-from ncclrl.agents.problem import Evaluator, Problem, predicted_sweep_gpu_s
+from ncclrl.agents.problem import Decision, Evaluator, Problem, predicted_sweep_gpu_s
 from ncclrl.agents.strategy import PolicyController, SearchConfig, strategy_path
-from ncclrl.agents.suite import recorded_points
+from ncclrl.agents.suite import Instance, gridded, recorded_points
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import format_gpu_s, parse_budget
@@ -36,6 +39,7 @@ from ncclrl.costmodel.table import file_sha256
 from ncclrl.costmodel.topology import Topology, load_topology
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.costmodel.workload import load_workload
+from ncclrl.envs.grids import PUBLIC_GRIDS, GridWorkers, read_grid, read_public_grid
 from ncclrl.envs.live import TIMEOUT
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.replay import ReplayWorkers, recorded_sweep
@@ -54,12 +58,22 @@ class TunedLiveConfig(LiveConfig):
 
     :param backend: torch (PyTorch workers on this machine's GPUs) or replay (answers from a recorded sweep)
     :param replay_store: backend=replay: the store holding the exhaustive sweep to replay
+    :param grid: backend=replay: a measured grid to replay instead of a store: its files (nccl-tests
+        outputs under forced configurations, NVIDIA's example-plugin CSV, nccl-tests rows as CSV, a
+        training-step proxy CSV) or the name of a public grid in the shared data; the grid's own
+        collectives and sizes are tuned (collectives, min_bytes and max_bytes do not apply)
+    :param grid_default: grid=: NCCL's default where the grid has no unforced run: auto (the grid's
+        unforced runs, else the replica), replica (NCCL's decision as the replica predicts it), or
+        files: a run of NCCL's defaults (nccl-tests output, or a CSV of bytes then time in us) or
+        NCCL_DEBUG=INFO logs with NCCL's per-call decisions
     :param out: the folder the table, nccl.conf and the run's summary go to
     """
 
     topology: str = ""
     backend: str = "torch"
     replay_store: str = ""
+    grid: list[str] = field(default_factory=list)
+    grid_default: list[str] = field(default_factory=lambda: ["auto"])
     out: str = "runs/finetune"
     samples: int = 5
     timing: str = "eager"
@@ -71,9 +85,15 @@ class TunedLiveConfig(LiveConfig):
             raise ConfigError("backend", f"unknown value {self.backend!r}; allowed: torch, replay")
         if not self.topology:
             raise ConfigError("topology", "required: the platform the GPUs form (a preset name or YAML)")
-        if self.backend == "replay" and not Path(self.replay_store).is_file():
-            raise ConfigError("replay_store", f"backend=replay needs an existing sweep store, got "
+        if self.grid and self.backend != "replay":
+            raise ConfigError("grid", "a measured grid is replayed: set backend=replay")
+        if self.grid and self.replay_store:
+            raise ConfigError("grid", "give a grid or replay_store=, not both")
+        if self.backend == "replay" and not self.grid and not Path(self.replay_store).is_file():
+            raise ConfigError("replay_store", f"backend=replay needs an existing sweep store (or grid=FILE), got "
                               f"{self.replay_store!r}")
+        if self.grid:
+            grid_instance(self.grid, self.grid_default, load_topology(self.topology))
         LiveConfig.check(self)
 
 
@@ -158,6 +178,31 @@ def job_calls(path: str, topo: Topology) -> tuple[dict[tuple[int, int], float], 
     return weights, notes
 
 
+_GRIDS: dict[tuple, Instance] = {}
+
+
+def grid_instance(files: list[str], default: list[str], topo: Topology) -> Instance:
+    """The measured grid of ``files`` (or the public grid a name names) on ``topo`` as a problem,
+    NCCL's default from ``default``; read once per process."""
+    key = (tuple(map(str, files)), tuple(map(str, default)), topo.name)
+    if key not in _GRIDS:
+        files, default = [str(f) for f in files], [str(d) for d in default] or ["auto"]
+        if len(files) == 1 and files[0] in PUBLIC_GRIDS and not Path(files[0]).exists():
+            pg = PUBLIC_GRIDS[files[0]]
+            if pg.topology != topo.name:
+                raise ConfigError("topology", f"the public grid {files[0]} was measured on {pg.topology}, "
+                                  f"got {topo.name}")
+            grid = read_public_grid(files[0], topo)
+        else:
+            missing = [f for f in files if not Path(f).is_file()]
+            if missing:
+                raise ConfigError("grid", f"no such file: {missing[0]}; give grid files or a public grid name: "
+                                  f"{', '.join(PUBLIC_GRIDS)}")
+            grid = read_grid(files, topo, default)
+        _GRIDS[key] = gridded(grid, topo, topo.name, "/".join(files))
+    return _GRIDS[key]
+
+
 def live_problem(args: DictConfig, topo: Topology, colls: list[int],
                  weights: dict[tuple[int, int], float] | None = None) -> tuple[Problem, Any]:
     """The problem a live run tunes: every knob setting and per-call configuration of the sweep's
@@ -171,6 +216,11 @@ def live_problem(args: DictConfig, topo: Topology, colls: list[int],
                           parse_bytes(args["max_bytes"], "max_bytes"))
     if args["backend"] != "replay":
         return Problem(topo, colls, sizes, weights=weights), None
+    if args.get("grid"):
+        if weights is not None:
+            raise ConfigError("profile", "a measured grid (grid=) is tuned at its own sizes; leave profile= out")
+        inst = grid_instance(list(args["grid"]), list(args.get("grid_default") or ["auto"]), topo)
+        return inst.problem, inst
     sweep = recorded_sweep(args["replay_store"], topo, args["launch"], ("sweep", "sweep-repeat"), status="ok")
     knobs, recorded = recorded_points(sweep, topo, colls)
     missing = [(N.COLLECTIVES[c], s) for c in colls for s in sizes[c]
@@ -195,6 +245,8 @@ def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep
     and measures from where it stopped; a stored timeout is measured again."""
     replay, seen = sweep, {}
     live = args["backend"] != "replay"
+    if args["backend"] == "replay" and args.get("grid"):
+        replay = grid_instance(list(args["grid"]), list(args.get("grid_default") or ["auto"]), topo)
     if args["backend"] == "replay" and replay is None:  # the sweep's jobs, then its repeat's (a point measured again)
         replay = recorded_sweep(args["replay_store"], topo, args["launch"], ("sweep", "sweep-repeat"), status="ok")
     journal = stored_journal(store, topo.name, args["backend"])
@@ -216,7 +268,10 @@ def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep
             reused[0] += len(points) - len(todo)
         measure.last_wall_s = None  # a job answered from the store is charged the job cost model's
         if todo:
-            w = ReplayWorkers(replay, knobs, seen) if replay is not None else live_workers(args, topo, knobs)
+            if isinstance(replay, Instance):
+                w = GridWorkers(replay.problem.grid, knobs, seen)
+            else:
+                w = ReplayWorkers(replay, knobs, seen) if replay is not None else live_workers(args, topo, knobs)
             t0 = time.monotonic()
             res = measure_whole(w, [points[i] for i in todo], store, topo.name, backend=args["backend"],
                                 samples=samples, tag=tag)
@@ -316,6 +371,18 @@ def table_speedup_on_sweep(ref: dict[str, Any], conf: Point, rows: list[dict], s
     return _gain(pairs)
 
 
+def grid_reference(inst: Instance, conf: Point, rows: list[dict]) -> dict[str, Any]:
+    """How a table + knob setting does on a replayed grid's own truth (its pooled medians): the
+    speedup over NCCL's default, the optimum the grid allows, and where NCCL's default came from."""
+    d = Decision(conf, {(N.COLLECTIVES.index(r["collective"]), int(r["nbytes"])): tuple(r["key"]) for r in rows})
+    v = inst.oracle.score(d)
+    p = inst.problem
+    logger.info("# on the grid's own data: %.3fx vs the grid optimum %.3fx (%.1f%%), %d cells, %d points; NCCL's "
+                "default: %s", v.speedup, v.optimum, 100 * v.fraction, p.n_cells, p.n_points, p.default_source)
+    return {"grid_points": p.n_points, "grid_cells": p.n_cells, "optimum": v.optimum, "speedup_on_grid": v.speedup,
+            "fraction": v.fraction, "default_source": p.default_source}
+
+
 def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     """Run ``ncclrl finetune``; returns (and writes to ``out/summary.json``) what it did."""
     topo = load_topology(args["topology"])
@@ -362,7 +429,9 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
                     "%.4g us, this table %.4g us: %.4g us saved [95%% interval %.4g, %.4g] (%.2f%%)",
                     st["nccl_us_per_step"], st["table_us_per_step"], st["saved_us_per_step"], st["saved_lo"],
                     st["saved_hi"], st["saved_pct"])
-    if sweep is not None:
+    if isinstance(sweep, Instance):
+        summary.update(grid_reference(sweep, res.conf, res.rows))
+    elif sweep is not None:
         ref = sweep_reference(sweep, topo, problem.sizes, weights)
         got = table_speedup_on_sweep(ref, res.conf, res.rows, problem.sizes)
         zs, space = run.zs, run.space

@@ -9,7 +9,8 @@ seconds, whatever is left of ``budget``.
 Every measurement goes to ``store`` (tag ``tune:<method>``); ``ncclrl validate`` then measures the
 exported ``nccl_tuner.csv`` + ``nccl.conf`` afresh through the plugin. ``backend=replay
 replay_store=SWEEP.sqlite`` answers from a recorded sweep instead, the one measured with ``launch``;
-the space is then the points it recorded (the same problem ``ncclrl finetune`` replays).
+the space is then the points it recorded (the same problem ``ncclrl finetune`` replays);
+``backend=replay grid=FILE`` answers from a measured grid given as files, as ``ncclrl finetune`` does.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ncclrl.agents.baselines import METHODS, Evaluator, make_tuner
 from ncclrl.agents.finetune import Outcome, write_outcome
 from ncclrl.agents.problem import predicted_sweep_gpu_s
 from ncclrl.agents.strategy import PolicyController, strategy_path
+from ncclrl.agents.suite import Instance
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import format_gpu_s, parse_budget
@@ -36,6 +38,7 @@ from ncclrl.envs.store import Store
 from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.finetune import (
     TunedLiveConfig,
+    grid_reference,
     live_problem,
     make_measure,
     sweep_reference,
@@ -94,7 +97,7 @@ def run_tune(args: DictConfig) -> dict[str, Any]:
     topo = load_topology(args["topology"])
     colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
     problem, sweep = live_problem(args, topo, colls)  # replayed: the points the recorded sweep covered
-    if sweep is not None:
+    if sweep is not None and not isinstance(sweep, Instance):
         problem.noise = replay_noise(args["replay_store"], topo, args["launch"], colls, problem.sizes)
     store = Store(Path(args["store"]))
     strategy = PolicyController.load(strategy_path(args["strategy"])) if args["method"] == "ncclrl" else None
@@ -119,8 +122,9 @@ def run_tune(args: DictConfig) -> dict[str, Any]:
              env, len(rows), paths["csv"])
     summary = {"method": args["method"], "measured": ev.points, "jobs": ev.calls, "gpu_s": round(ev.gpu_s, 1),
                "budget_gpu_s": round(ev.budget, 1), "wall_s": wall, "rows": len(rows), "conf": d.conf.env()}
-    if sweep is not None:
-
+    if isinstance(sweep, Instance):
+        summary.update(grid_reference(sweep, d.conf, rows))
+    elif sweep is not None:
         ref = sweep_reference(sweep, topo, problem.sizes)
         got = table_speedup_on_sweep(ref, d.conf, rows, problem.sizes)
         summary.update(sweep_points=ref["points"], optimum=ref["optimum"], speedup_on_sweep=got,
