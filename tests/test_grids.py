@@ -15,6 +15,7 @@ from ncclrl.agents.suite import gridded, public_gridded
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.detect import parse_logs
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST
 from ncclrl.costmodel.nccltests import parse_file
 from ncclrl.costmodel.replica import default_decisions
 from ncclrl.costmodel.space import DEFAULT, Point
@@ -204,9 +205,10 @@ def test_the_public_grids_become_problems():
     assert len(p2.problem.space(AR, p2.problem.base)) == 8  # NCCL's + 7 forced algorithm x protocol pairs
     step = public_gridded("a100-2x4-step", root)
     assert step.problem.default_source.startswith("measured") and step.problem.n_cells == 6
-    ev = Evaluator(p2.problem, p2.measure_for(0), 40)
+    budget = 0.3 * p2.oracle.sweep_gpu_s(DEFAULT_JOB_COST, 5)
+    ev = Evaluator(p2.problem, p2.measure_for(0), budget)
     d = make_tuner("random", None).tune(p2.problem, ev, 0)
-    assert ev.used <= 40 and p2.oracle.score(d).speedup > 0
+    assert 0 < ev.gpu_s <= budget and p2.oracle.score(d).speedup > 0
     assert set(PUBLIC_GRIDS) >= {"p5en-2n", "p5en-16n", "p5en-128n"}
 
 

@@ -2,7 +2,8 @@
 against the pooled medians (the benchmark's oracle), when every job it runs answers with the
 recorded realization (the replay before the noise model: a point's recorded jobs in a shuffled
 order) and when it is a fresh draw of the fitted job noise (``replay_measure``, the default now).
-Budgets: the whole space once, and twice (the rest re-measures the leaders in new jobs).
+Budgets: one sweep (one job per knob setting, every point), and twice its GPU-time (sweep, then race: the
+rest re-measures the leaders in new jobs).
 
     PYTHONPATH=... python docs/results/scripts/noise_replay.py
 """
@@ -11,10 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ncclrl.agents.baselines.search import ExhaustiveTuner, all_points
+from ncclrl.agents.baselines.search import SweepRaceTuner, SweepTuner
 from ncclrl.agents.problem import Decision, Evaluator, replay_measure
 from ncclrl.agents.suite import replayed
 from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST
 from ncclrl.costmodel.noise import JobNoise
 
 REPLAYS = [("docs/data/h200x2-2026-11-22/store.sqlite", "h200-2x1-sock", "nccl"),
@@ -48,13 +50,13 @@ def main() -> None:
     from ncclrl.costmodel.topology import load_topology
     from ncclrl.envs.replay import recorded_sweep
 
-    print("replay | budget | replay answers | exhaustive fraction per seed | mean | optimum (pooled medians)")
+    print("replay | budget | replay answers | sweep (race) fraction per seed | mean | optimum (pooled medians)")
     for store, preset, launch in REPLAYS:
         inst = replayed(store, preset, launch, "allreduce")
         topo = load_topology(preset)
         frame = recorded_sweep(store, topo, launch, ("sweep", "sweep-repeat"), status="ok", collective="allreduce")
         _, recorded = recorded_points(frame, topo, [N.ALLREDUCE])
-        space = len(all_points(inst.problem)) + inst.problem.n_cells
+        sweep = inst.oracle.sweep_gpu_s(DEFAULT_JOB_COST, 5)
         for mult in (1, 2):
             for name in ("recorded", "fresh"):
                 fr, picks = [], []
@@ -62,8 +64,8 @@ def main() -> None:
                     rng = np.random.default_rng([7, seed])
                     m = recorded_measure(recorded, rng) if name == "recorded" else \
                         replay_measure(recorded, rng, JobNoise.load(f"{preset}/{launch}"))
-                    ev = Evaluator(inst.problem, m, space * mult)
-                    d = ExhaustiveTuner().tune(inst.problem, ev, seed)
+                    ev = Evaluator(inst.problem, m, sweep * mult * 1.02)  # a sweep's noise may cost 2% more
+                    d = (SweepTuner() if mult == 1 else SweepRaceTuner()).tune(inst.problem, ev, seed)
                     fr.append(inst.oracle.score(d).fraction)
                     # the chosen knob setting, and the best its table could reach (the truth's rows under it)
                     best = inst.oracle.score(Decision(d.conf, {
@@ -71,7 +73,7 @@ def main() -> None:
                         for s, j in zip(inst.problem.sizes[N.ALLREDUCE],
                                         inst.oracle.times[(d.conf.knobs, N.ALLREDUCE)].argmin(axis=0), strict=True)}))
                     picks.append(f"{d.conf.knobs}: {best.speedup:.2f}")
-                print(f"{preset}/{launch} | {mult} x space ({space * mult}) | {name} | "
+                print(f"{preset}/{launch} | {mult} x sweep ({sweep * mult / 60:.0f} GPU-min) | {name} | "
                       f"{', '.join(f'{x:.3f}' for x in fr)} | {np.mean(fr):.3f} | {inst.oracle.optimum:.3f}")
                 print(f"#   chosen knob setting per seed: best speedup of its table: {'; '.join(picks)}")
 
