@@ -411,6 +411,7 @@ class Verdict:
     speedup: float  # geometric mean over sizes, over NCCL's plain default
     optimum: float  # the best a table + one knob setting can reach in the space
     worst: float  # the worst per-size speedup
+    slower: int = 0  # sizes more than 1% slower than NCCL's plain default
 
     @property
     def fraction(self) -> float:
@@ -458,7 +459,8 @@ class Oracle:
     def score(self, d: Decision) -> Verdict:
         t = {c: self.time_of(d, c) for c in self.problem.colls}
         worst = min(float((self.base[c] / t[c]).min()) for c in self.problem.colls)
-        return Verdict(self._geo(t), self.optimum, worst)
+        slower = sum(int((t[c] > 1.01 * self.base[c]).sum()) for c in self.problem.colls)
+        return Verdict(self._geo(t), self.optimum, worst, slower)
 
     def sweep_gpu_s(self, cost: JobCost, samples: int) -> float:
         """GPU-seconds of one full sweep at the expected times: one job per knob setting, every

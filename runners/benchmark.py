@@ -54,7 +54,7 @@ from ncclrl.runners.progress import progress
 log = logging.getLogger(__name__)
 RESULT_COLUMNS = ["suite", "set", "problem", "family", "collective", "seed", "method", "budget", "budget_gpu_s",
                   "sweep_gpu_s", "gpu_s", "points", "jobs", "model_evals", "fraction", "speedup", "optimum", "worst",
-                  "wall_s"]
+                  "slower", "wall_s"]
 
 
 @dataclass
@@ -311,7 +311,7 @@ def run_task(task: dict[str, Any], cfg: dict[str, Any]) -> list[dict[str, Any]]:
                          "budget": str(budget), "budget_gpu_s": gpu_s, "sweep_gpu_s": sweep, "gpu_s": ev.gpu_s,
                          "points": ev.points, "jobs": ev.calls, "model_evals": ev.model_evals,
                          "fraction": v.fraction, "speedup": v.speedup, "optimum": v.optimum, "worst": v.worst,
-                         "wall_s": wall})
+                         "slower": v.slower, "wall_s": wall})
     return rows
 
 
@@ -333,7 +333,8 @@ def summarize(df: pd.DataFrame, ref: str = "ncclrl") -> pd.DataFrame:
     per = df.groupby(["set", "method", "budget", "problem"], sort=False).agg(
         fraction=("fraction", "median"), saved_pct=("saved_pct", "median"), gpu_s=("gpu_s", "mean"),
         points=("points", "mean"), jobs=("jobs", "mean"), budget_gpu_s=("budget_gpu_s", "mean"),
-        model_evals=("model_evals", "mean"), wall_s=("wall_s", "mean")).reset_index()
+        model_evals=("model_evals", "mean"), wall_s=("wall_s", "mean"), slower=("slower", "max"),
+        worst=("worst", "min")).reset_index()
     out = []
     for (st, method, budget), g in per.groupby(["set", "method", "budget"], sort=False):
         g = g.set_index("problem")
@@ -345,6 +346,7 @@ def summarize(df: pd.DataFrame, ref: str = "ncclrl") -> pd.DataFrame:
                "lo": lo, "hi": hi, "saved_pct": sv.mean(), "saved_lo": slo, "saved_hi": shi,
                "budget_gpu_min": g["budget_gpu_s"].mean() / 60, "gpu_min": g["gpu_s"].mean() / 60,
                "points": g["points"].mean(), "jobs": g["jobs"].mean(), "model_evals": g["model_evals"].mean(),
+               "slower_max": int(g["slower"].max()), "worst": float(g["worst"].min()),
                "wall_s": g["wall_s"].mean()}
         r = per[(per["set"] == st) & (per["method"] == ref) & (per["budget"] == budget)].set_index("problem")
         if len(r) and method != ref:
@@ -489,14 +491,17 @@ def print_summary(s: pd.DataFrame, step: bool = False) -> None:
     print("# fraction of the optimum: mean over problems of the median over seeds [95% interval];")
     print(f"# saved_%: {what} saved against NCCL's defaults, the same mean [95% interval];")
     print("# ncclrl minus the method, paired by problem [95% interval], problems won/lost by ncclrl")
+    print("# slower: the most sizes one run left more than 1% slower than NCCL's default (any problem, seed);")
+    print("# worst: the worst per-size speedup over NCCL's default of any run")
     print(f"{'set':>12} {'method':>10} {'budget':>9} {'GPU-min':>8} {'points':>7} {'jobs':>5} {'fraction':>22} "
-          f"{'saved_%':>22} {'ncclrl - method':>24} {'w/l':>6} {'wall_s':>6}")
+          f"{'saved_%':>22} {'ncclrl - method':>24} {'w/l':>6} {'slower':>6} {'worst':>6} {'wall_s':>6}")
     for r in s.itertuples(index=False):
         diff = "" if pd.isna(getattr(r, "diff", np.nan)) else f"{r.diff:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}]"
         wl = "" if pd.isna(getattr(r, "wins", np.nan)) else f"{int(r.wins)}/{int(r.losses)}"
         saved = f"{r.saved_pct:>7.2f} [{r.saved_lo:.2f}, {r.saved_hi:.2f}]"
         print(f"{r.set:>12} {r.method:>10} {r.budget:>9} {r.gpu_min:>8.2f} {r.points:>7.0f} {r.jobs:>5.1f} "
-              f"{r.fraction:>8.3f} [{r.lo:.3f}, {r.hi:.3f}] {saved:>22} {diff:>24} {wl:>6} {r.wall_s:>6.2f}")
+              f"{r.fraction:>8.3f} [{r.lo:.3f}, {r.hi:.3f}] {saved:>22} {diff:>24} {wl:>6} {r.slower_max:>6d} "
+              f"{r.worst:>6.3f} {r.wall_s:>6.2f}")
 
 
 def main_benchmark(cfg: DictConfig) -> int:

@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.finetune import finetune, knob_label, sizes_for, write_outcome
 from ncclrl.agents.problem import Decision, Evaluator, Problem, predicted_sweep_gpu_s
-from ncclrl.agents.strategy import PolicyController, SearchConfig, strategy_path
+from ncclrl.agents.strategy import JobController, PolicyController, SearchConfig, strategy_path
 from ncclrl.agents.suite import Instance, gridded, recorded_points
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
@@ -106,7 +106,8 @@ class FinetuneCommand(TunedLiveConfig):
         ``1.5h``: a job's wall time times its GPUs) or ``Nsweep``, N times what one full sweep of the
         space is predicted to cost (``0.5sweep``: half of it)
     :param wall_s: no new measurement after this many seconds (0: no limit), whatever is left of budget
-    :param strategy: the search strategy: shipped (installed with ncclrl) or a strategy.json path
+    :param strategy: the search strategy: jobs (whole jobs by expected improvement per GPU-second), shipped
+        (the learned per-point strategy installed with ncclrl) or a strategy.json that ncclrl pretrain wrote
     :param search: the run's settings: search.round_points, search.decision.delta, search.decision.alpha, ...
     :param profile: a job profile (ncclrl profile): measure only the collectives and sizes the job calls
         on the whole job's communicator, for its communication time per step (calls x time), and report
@@ -135,9 +136,9 @@ class FinetuneCommand(TunedLiveConfig):
             self.search.check()
         except ConfigError as e:  # named as the user writes it
             raise ConfigError(f"search.{e.field}", str(e).split(": ", 1)[1]) from None
-        if not strategy_path(self.strategy).is_file():
-            raise ConfigError("strategy", f"no strategy at {strategy_path(self.strategy)}; use shipped or the "
-                              "strategy.json that ncclrl pretrain wrote")
+        if self.strategy != "jobs" and not strategy_path(self.strategy).is_file():
+            raise ConfigError("strategy", f"no strategy at {strategy_path(self.strategy)}; use jobs, shipped or "
+                              "the strategy.json that ncclrl pretrain wrote")
         if self.profile:
             job_calls(self.profile, load_topology(self.topology))
 
@@ -396,8 +397,9 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     cfg.check()
     if args["backend"] == "torch":  # before the store opens
         check_launch(args, topo)
-    spath = strategy_path(args["strategy"])
-    controller = PolicyController.load(spath)
+    jobs = args["strategy"] == "jobs"
+    spath = None if jobs else strategy_path(args["strategy"])
+    controller = JobController() if jobs else PolicyController.load(spath)
     problem, sweep = live_problem(args, topo, colls, weights)
     store = Store(Path(args["store"]))
     t0 = time.time()
@@ -410,7 +412,7 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
         res, run = finetune(problem, ev, controller, cfg, log=logger.info)
     wall = time.time() - t0
     out_dir = Path(args["out"])
-    prov = {"strategy": str(spath), "strategy_sha256": file_sha256(spath),
+    prov = {"strategy": "jobs" if jobs else str(spath), "strategy_sha256": None if jobs else file_sha256(spath),
             "args": OmegaConf.to_container(args) if isinstance(args, DictConfig) else dict(args),
             "nccl_version": topo.nccl.version, "wall_s": round(wall, 1)}
     paths = write_outcome(res, topo, problem.sizes, out_dir, prov, exact=weights is not None)
