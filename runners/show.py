@@ -134,8 +134,9 @@ def show(table: str, plot: str | None = None) -> int:
           + (f"; {UNKNOWN_LABEL} = unknown (no JSON written with this CSV)" if UNKNOWN_LABEL in origins else ""))
     print("# sizes in bytes, both ends included; nodes/ranks: the communicator shape (any: every shape)")
     w = max([len(_bytes(x)) for r in tab.rows for x in (r.min_bytes, r.max_bytes)] + [9])
-    print(f"{'collective':<14} {'nodes':>5} {'ranks':>5} {'min_bytes':>{w}} {'max_bytes':>{w}}  {'algorithm':<10} "
-          f"{'protocol':<8} {'channels':>8}  {'row':<5}" + ("  predicted speedup" if timed else ""))
+    head = f"{'collective':<14} {'nodes':>5} {'ranks':>5} {'min_bytes':>{w}} {'max_bytes':>{w}}  {'algorithm':<10} " \
+        f"{'protocol':<8} {'channels':>8}  {'row':<5}" + ("  predicted speedup" if timed else "")
+    print(head.rstrip())
     for r, origin in zip(tab.rows, origins, strict=True):
         extra = f"  {r.default_time_us / r.time_us:.2f}x" if timed and r.time_us and r.default_time_us else ""
         nodes, ranks = ("any" if v == -1 else str(v) for v in (r.nnodes, r.nranks))
