@@ -13,7 +13,9 @@ configuration is timed in the simulator and the fastest kept; the decision for `
 equal decisions merge. Outputs:
 
 * ``nccl_tuner.csv``: NVIDIA's example-plugin format, explicit channel counts everywhere (that
-  plugin runs anything uncovered, or any row with channels -1, on ONE channel), no gaps;
+  plugin runs anything uncovered, or any row with channels -1, on ONE channel), no gaps: a row that
+  keeps NCCL's decision states NCCL's own choice for each of its sizes, as the replica predicts it
+  (:meth:`ncclrl.costmodel.table.Table.complete`);
 * ``nccl_tuner.json``: the same rows with provenance (the shapes included) and predicted times;
 * ``nccl.conf``: per-process knobs (``NCCL_BUFFSIZE``, socket threads/sockets, minimum channels)
   when they lower the predicted time over the table's sizes of every shape together (a process
@@ -212,7 +214,8 @@ def export_table(sim: Simulator, collectives: list[str] | None = None, margin: f
     prov = dict(provenance or {})
     prov.update(topology=topo.name, nodes=topo.nodes, nranks=topo.nranks, nccl_version=topo.nccl.version,
                 shapes=[[n, r] for n, r in shape_list], git_revision=_git_revision(), margin=margin)
-    return Table(topology=topo, rows=rows, conf=best_conf, provenance=prov)
+    # sizes between the powers of two whose decision stayed NCCL's get NCCL's own choice for each size
+    return Table(topology=topo, rows=rows, conf=best_conf, provenance=prov, cover=shape_list).complete()
 
 
 def _git_revision() -> str:
@@ -242,7 +245,8 @@ HEADROOM, DOMINANCE = 1.0, True
 class WorkloadExport:
     """A table with rows only for a job's calls, and the tables it is judged against.
 
-    :param table: the rows (one per (collective, shape, bytes) the job calls) and their ``nccl.conf``
+    :param table: the rows (one per (collective, shape, bytes) the job calls, NCCL's choice around
+        them) and their ``nccl.conf``
     :param isolated: :func:`export_table` for the job's shapes (today's export), whose rows for the
         job's keys are the ``objective=isolated`` table
     :param choices: per key, what ``table`` runs
@@ -284,8 +288,9 @@ def workload_table(sim: Simulator, workload: Workload, objective: str = "step", 
                    tune_conf: bool = True, choose_on: Sequence[Platform] = (),
                    provenance: dict[str, Any] | None = None, headroom: float = HEADROOM,
                    dominance: bool = DOMINANCE) -> WorkloadExport:
-    """A table for ``workload``'s calls only: one row per (collective, communicator shape, bytes) it
-    calls; sizes and shapes it never calls get no row (NCCL decides them).
+    """A table for ``workload``'s calls: one row per (collective, communicator shape, bytes) it
+    calls; every other size and collective of those shapes gets NCCL's own choice, as the replica
+    predicts it (:meth:`~ncclrl.costmodel.table.Table.complete`); shapes it never calls get no row.
 
     * ``isolated``: each key's row of :func:`export_table` for the workload's shapes (today's
       export, its ``nccl.conf`` included);
@@ -357,7 +362,7 @@ def workload_table(sim: Simulator, workload: Workload, objective: str = "step", 
                 objective=objective, workload=workload.name, keys=len(keys), chosen_on=chosen_on,
                 **({"headroom": headroom, "dominance": dominance} if objective == "step" else {}))
     table = Table(topology=topo, rows=out_rows, conf=conf, provenance=prov,
-                  title=f"ncclrl table for the job {workload.name} ({objective} objective)")
+                  title=f"ncclrl table for the job {workload.name} ({objective} objective)", cover=shapes).complete()
     return WorkloadExport(table, iso_table, table_choices(table, workload), iso_choices, workload, objective,
                           chosen_on)
 

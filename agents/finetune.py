@@ -105,10 +105,12 @@ def step_saving(search: Search, table: Any, draws: int = 4000, seed: int = 0) ->
 def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out_dir: Path,
                   provenance: dict[str, Any], title: str = "ncclrl fine-tuned table",
                   exact: bool = False) -> dict[str, Path]:
-    """``nccl_tuner.csv`` (example-plugin format; NCCL decides where there is no row), ``nccl.conf``
-    and ``finetune.json`` (every row with its evidence, the run's history, its stop reason, the
-    budget used). A row covers its size up to the next measured one; ``exact``: only its own size
-    (a job's sizes: the bytes between them were never measured)."""
+    """``nccl_tuner.csv`` (example-plugin format), ``nccl.conf`` and ``finetune.json`` (every row
+    with its evidence, the run's history, its stop reason, the budget used). A row covers its size
+    up to the next measured one; ``exact``: only its own size (a job's sizes: the bytes between them
+    were never measured). Every other size, and every other collective, of the run's communicator
+    gets a row stating NCCL's own choice (:meth:`Table.complete`), so that both plugins run it as
+    NCCL would; a row keeping NCCL's channel count gets the count NCCL would use."""
     by = {(r["collective"], r["nbytes"]): r for r in out.rows}
     rows = []
     for c, ss in sizes.items():
@@ -123,7 +125,7 @@ def write_outcome(out: Outcome, topo: Topology, sizes: dict[int, list[int]], out
             rows.append(Row(name, lo, hi, *r["key"], nnodes=topo.nodes, nranks=topo.nranks))
     env = out.conf.env()
     table = Table(topo, rows, {k: int(v) for k, v in env.items()}, provenance,
-                  title=f"{title}, {out.measured} live measurements")
+                  title=f"{title}, {out.measured} live measurements", cover=[(topo.nodes, topo.nranks)])
     return table.write(out_dir, json_name="finetune.json", extra={
         "topology": topo.name, "measured": out.measured, "rounds": out.rounds, "conf": env, "reason": out.reason,
         "rows": [dict(r, key="/".join(map(str, r["key"]))) for r in out.rows], "history": out.history,

@@ -30,7 +30,8 @@ def format_row(collective: str, min_bytes: int | str, max_bytes: int | str, algo
 
 
 def parse_example_rows(text: str) -> list[dict[str, Any]]:
-    """Rows as NVIDIA's example plugin reads them (first match wins; lines > 256 chars dropped)."""
+    """Rows as NVIDIA's example plugin reads them (first match wins; lines > 256 chars dropped;
+    the optional ``numPipeOps`` and ``regBuff`` columns, -1 when absent)."""
     rows = []
     for line in text.splitlines():
         if len(line) > 256 or not line.strip() or line.lstrip().startswith("#"):
@@ -38,17 +39,55 @@ def parse_example_rows(text: str) -> list[dict[str, Any]]:
         f = [x.strip() for x in line.split(",")]
         if len(f) < 8:
             raise ValueError(f"too few fields: {line!r}")
+        opt = [int(x) for x in f[8:10]] + [-1, -1]
         rows.append({"collective": f[0], "min_bytes": int(f[1]), "max_bytes": int(f[2]), "algo": f[3],
-                     "proto": f[4], "channels": int(f[5]), "nNodes": int(f[6]), "nRanks": int(f[7])})
+                     "proto": f[4], "channels": int(f[5]), "nNodes": int(f[6]), "nRanks": int(f[7]),
+                     "numPipeOps": opt[0], "regBuff": opt[1]})
     return rows
 
 
-def lookup(rows: list[dict[str, Any]], collective: str, nbytes: int, nodes: int, nranks: int) -> dict | None:
+def lookup(rows: list[dict[str, Any]], collective: str, nbytes: int, nodes: int, nranks: int,
+           num_pipe_ops: int = 1, reg_buff: int = 0) -> dict | None:
+    """The first row that matches a call, as NVIDIA's example plugin matches (None: no row)."""
     for r in rows:
         if r["collective"] == collective and r["min_bytes"] <= nbytes <= r["max_bytes"] and \
-                r["nNodes"] in (-1, nodes) and r["nRanks"] in (-1, nranks):
+                r["nNodes"] in (-1, nodes) and r["nRanks"] in (-1, nranks) and \
+                r.get("numPipeOps", -1) in (-1, num_pipe_ops) and r.get("regBuff", -1) in (-1, reg_buff):
             return r
     return None
+
+
+# A decision as (algorithm, protocol, channels): "nccl" for NCCL's own algorithm and protocol, channels 0
+# for NCCL's own channel count.
+NCCL_OWN = "nccl"
+EXAMPLE_COLLECTIVES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
+EXAMPLE_ALGOS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+EXAMPLE_PROTOS = ("ll", "ll128", "simple")
+
+
+def example_decision(rows: list[dict[str, Any]], collective: str, nbytes: int, nodes: int, nranks: int,
+                     num_pipe_ops: int = 1, reg_buff: int = 0) -> tuple[str, str, int]:
+    """What NVIDIA's example tuner plugin makes of a call, every cost-table entry enabled: it sets
+    ``*nChannels = 1`` before matching; the first matching row (as :func:`lookup` matches) forces its
+    algorithm and protocol (names are case-sensitive; one it does not know, ``-1`` included, parses
+    as ``ring``/``simple``, an unknown collective as ``allreduce``) and sets its channel count
+    unless that is -1 (0 hands the count back to NCCL); no matching row leaves NCCL's algorithm and
+    protocol on ONE channel.
+
+    :param rows: the table as that plugin reads it (:func:`parse_example_rows`)
+    :return: (algorithm, protocol, channels); channels 0 is NCCL's own count
+    """
+    for r in rows:
+        coll = r["collective"] if r["collective"] in EXAMPLE_COLLECTIVES else "allreduce"  # its parser's fallback
+        if coll == collective and r["min_bytes"] <= nbytes <= r["max_bytes"] and r["nNodes"] in (-1, nodes) and \
+                r["nRanks"] in (-1, nranks) and r["numPipeOps"] in (-1, num_pipe_ops) and \
+                r["regBuff"] in (-1, reg_buff):
+            break
+    else:
+        return NCCL_OWN, NCCL_OWN, 1
+    algo = r["algo"] if r["algo"] in EXAMPLE_ALGOS else "ring"
+    proto = r["proto"] if r["proto"] in EXAMPLE_PROTOS else "simple"
+    return algo, proto, 1 if r["channels"] == -1 else r["channels"]
 
 
 # Every rank of a job must apply the same table byte for byte (ranks that decide differently hang
@@ -110,6 +149,8 @@ class Table:
     :param conf: ``nccl.conf``: NCCL variable -> value
     :param provenance: what made the table (written into the JSON)
     :param title: the CSV's first comment line
+    :param cover: communicator shapes ``(nnodes, nranks)`` the table speaks for besides those its
+        rows name (a shape whose decisions all stayed NCCL's still gets rows: :meth:`complete`)
     """
 
     topology: Topology | None
@@ -117,6 +158,7 @@ class Table:
     conf: dict[str, int] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     title: str = "ncclrl table"
+    cover: list[tuple[int, int]] = field(default_factory=list)
 
     def lookup(self, collective: str, nbytes: int, nodes: int = -1, nranks: int = -1) -> Row | None:
         """The row a communicator of ``nodes`` nodes and ``nranks`` ranks applies to a call of
@@ -140,7 +182,31 @@ class Table:
         :param nranks: the communicator's rank count (NCCL's ``nRanks``)
         """
         rows = [r for r in self.rows if r.nnodes in (-1, nodes) and r.nranks in (-1, nranks)]
-        return Table(self.topology, rows, dict(self.conf), dict(self.provenance), self.title)
+        return Table(self.topology, rows, dict(self.conf), dict(self.provenance), self.title,
+                     [s for s in self.cover if s == (nodes, nranks)])
+
+    def complete(self) -> Table:
+        """The table both plugins read the same way: for every communicator shape it names (its
+        rows' ``nNodes,nRanks`` and :attr:`cover`) and every collective, rows cover every size
+        ``0 .. MAX_BYTES`` with an explicit algorithm, protocol and channel count.
+
+        * A size no row covers gets NCCL's own choice for that size, as the replica of NCCL's
+          decision (:func:`ncclrl.costmodel.replica.default_decisions`) predicts it: algorithm,
+          protocol and the channel count NCCL would use (``source`` ``nccl-default``).
+        * A row of the shape's own whose ``source`` is ``nccl-default`` (a decision left to NCCL) is
+          replaced the same way, size by size; a row whose algorithm is NCCL's (``default``) or whose
+          channel count is NCCL's (<= 0) gets the replica's algorithm/protocol or channel count for
+          each size, split where that changes. Other rows stay as they are.
+        * The communicator channel count is the topology's, or ``nccl.conf``'s
+          ``NCCL_MIN/MAX_NCHANNELS``.
+
+        NVIDIA's example plugin runs any size no row covers, and any row with channels -1, on one
+        channel; ncclrl's leaves them to NCCL: after this, both apply the same row to every size.
+        A table that cannot be completed is a one-line :class:`ConfigError`: rows for any shape
+        (-1) that leave sizes or channels to NCCL (NCCL's choice depends on the shape), rows of one
+        communicator that overlap, or a shape the topology cannot hold (or no topology).
+        """
+        return _complete(self)
 
     def csv_text(self, where: str = "") -> str:
         """The ``nccl_tuner.csv`` text of the rows (a title comment, the header, one row a line)."""
@@ -154,12 +220,19 @@ class Table:
               ) -> dict[str, Path]:
         """``nccl_tuner.csv``, ``nccl.conf`` and the JSON (``extra`` added to it) into ``out_dir``,
         as one unit (:func:`write_unit`): a reader never sees half a file, and :func:`check_unit`
-        (run by :meth:`read`) tells a table beside another write's ``nccl.conf`` from a whole one."""
+        (run by :meth:`read`) tells a table beside another write's ``nccl.conf`` from a whole one.
+        The rows are completed first (:meth:`complete`; the table's rows become the written ones), so
+        both plugins apply the same row to every size; a table that cannot be completed is a
+        one-line :class:`ConfigError` and nothing is written."""
+        self.rows = self.complete().rows
         out_dir = Path(out_dir)
         topo = self.topology
         where = f" for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), NCCL {topo.nccl.version}" if topo else ""
-        doc = json.dumps({"provenance": self.provenance, "nccl_conf": self.conf,
-                          "rows": [dict(r.__dict__) for r in self.rows], **(extra or {})}, indent=1, default=str)
+        rows = [dict(r.__dict__) for r in self.rows]
+        doc = {"provenance": self.provenance, "nccl_conf": self.conf, "rows": rows, **(extra or {})}
+        if doc["rows"] is not rows:  # ``extra`` has rows of its own: the table's go beside them
+            doc["table_rows"] = rows
+        doc = json.dumps(doc, indent=1, default=str)
         conf = "".join(f"{k}={v}\n" for k, v in sorted(self.conf.items()))
         written = write_unit(out_dir, {"nccl.conf": conf, json_name: doc, "nccl_tuner.csv": self.csv_text(where)})
         return {"csv": written["nccl_tuner.csv"], "json": written[json_name], "conf": written["nccl.conf"]}
@@ -177,7 +250,7 @@ class Table:
             try:
                 doc = json.loads(text)
                 fields_ = set(Row.__dataclass_fields__)
-                rows = [Row(**{k: v for k, v in r.items() if k in fields_}) for r in doc["rows"]]
+                rows = [Row(**{k: v for k, v in r.items() if k in fields_}) for r in doc.get("table_rows", doc["rows"])]
             except (json.JSONDecodeError, KeyError, TypeError) as e:
                 raise ConfigError("table", f"{path} is not an ncclrl JSON table ({type(e).__name__}: {e})") from None
             return cls(topology, rows, dict(doc.get("nccl_conf", {})), dict(doc.get("provenance", {})))
@@ -189,6 +262,207 @@ class Table:
                     nnodes=r["nNodes"], nranks=r["nRanks"]) for r in raw]
         conf_path = path.with_name("nccl.conf")
         return cls(topology, rows, read_conf_env(conf_path) if conf_path.is_file() else {})
+
+
+# -- completion: every size of every collective and shape, explicit everywhere ----------------------
+
+FILLED = "nccl-default"  # the source of a row that states NCCL's own choice (the replica's prediction)
+COLLECTIVES = EXAMPLE_COLLECTIVES  # NCCL's order
+
+
+def _explicit(r: Row) -> bool:
+    return r.algo not in ("default", "-1") and r.proto not in ("default", "-1") and r.channels > 0
+
+
+def _shape_name(nodes: int, nranks: int) -> str:
+    return f"{'any' if nodes == -1 else nodes} nodes x {'any' if nranks == -1 else nranks} ranks"
+
+
+def _uncovered(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The sizes ``0 .. MAX_BYTES`` no span (inclusive) covers, as inclusive ranges."""
+    gaps, nxt = [], 0
+    for lo, hi in sorted(spans):
+        if lo > nxt:
+            gaps.append((nxt, min(lo - 1, MAX_BYTES)))
+        nxt = max(nxt, hi + 1)
+        if nxt > MAX_BYTES:
+            break
+    if nxt <= MAX_BYTES:
+        gaps.append((nxt, MAX_BYTES))
+    return gaps
+
+
+def _first_overlap(rows: list[Row]) -> tuple[Row, Row] | None:
+    ordered = sorted(rows, key=lambda r: (r.min_bytes, r.max_bytes))
+    for a, b in zip(ordered, ordered[1:], strict=False):
+        if b.min_bytes <= a.max_bytes:
+            return a, b
+    return None
+
+
+def _comm_channels(table: Table, topo: Topology) -> int:
+    """The communicator's channel count NCCL settles on: the topology's within ``nccl.conf``'s
+    ``NCCL_MIN_NCHANNELS`` .. ``NCCL_MAX_NCHANNELS``."""
+    ch = topo.nccl.channels
+    if table.conf.get("NCCL_MAX_NCHANNELS"):
+        ch = min(ch, int(table.conf["NCCL_MAX_NCHANNELS"]))
+    if table.conf.get("NCCL_MIN_NCHANNELS"):
+        ch = max(ch, int(table.conf["NCCL_MIN_NCHANNELS"]))
+    return ch
+
+
+def replica_pieces(topo: Topology, collective: str, lo: int, hi: int, algo: str = "default", proto: str = "default",
+                   channels: int = 0, comm_channels: int = 0) -> list[tuple[int, int, str, str, int]]:
+    """``lo .. hi`` cut where the replica's decision changes: ``(min_bytes, max_bytes, algorithm,
+    protocol, channels)`` pieces, exact to the byte. NCCL's algorithm/protocol where ``algo`` is
+    ``default``, NCCL's per-call channel count for them (``topoGetAlgoInfo``'s ``nMaxChannels``,
+    what a tuner's ``nChannels`` sets) where ``channels`` <= 0. Size 0 takes the decision of 1 B.
+
+    The decision is piecewise constant in the size: the cost table's times are linear in it between
+    powers of two (the Tree correction's steps) and the Ring/Simple plateau, and channels step at
+    multiples of threads x threshold. Sizes on a grid that holds all those points and 64 per octave
+    are decided, then every neighbouring pair that differs is bisected to the byte.
+
+    :param topo: the communicator's platform (:meth:`Topology.shape`)
+    :param comm_channels: the communicator's channel count (0: the topology's)
+    """
+    import numpy as np
+
+    from ncclrl.costmodel import nccl as N
+    from ncclrl.costmodel import replica as R
+
+    c = N.COLLECTIVES.index(collective)
+    model = R.build_model(topo)
+    comm = comm_channels if comm_channels > 0 else topo.nccl.channels
+    fixed = None if algo in ("default", "-1") else (N.ALGOS.index(algo), N.PROTOS.index(proto))
+
+    def decide(sizes: np.ndarray) -> np.ndarray:
+        s = np.maximum(sizes, 1)
+        if fixed is None:
+            d = R.default_decisions(topo, c, s, comm_channels=comm)
+            a, p, ch = d.algo, d.proto, d.max_channels
+        else:
+            a, p = np.full(s.shape, fixed[0]), np.full(s.shape, fixed[1])
+            ch, _ = R.auto_channels(model, s, a, p, comm)
+        if channels > 0:
+            ch = np.full(s.shape, channels)
+        return (a.astype(np.int64) * 8 + p) * 4096 + ch
+
+    pts = {lo, hi}
+    k = 0
+    while (1 << k) <= hi:
+        b = 1 << k
+        pts.update(v + e for j in range(64) for v in (b + ((b * j) >> 6),) for e in (-1, 0))
+        k += 1
+    steps = {int(x) for x in np.unique(model.max_threads * model.thread_thresholds) if x > 0}
+    pts.update(m * t + e for t in steps for m in range(1, comm + 2) for e in (-1, 0))
+    plateau = 64 * model.channels * topo.nranks
+    pts.update((plateau - 1, plateau))
+    grid = np.array(sorted(p for p in pts if lo <= p <= hi), dtype=np.int64)
+    known = dict(zip(grid.tolist(), decide(grid).tolist(), strict=True))
+    todo = [(a, b) for a, b in zip(grid[:-1].tolist(), grid[1:].tolist(), strict=True)
+            if known[a] != known[b] and b - a > 1]
+    while todo:
+        mids = np.array([(a + b) // 2 for a, b in todo], dtype=np.int64)
+        known.update(zip(mids.tolist(), decide(mids).tolist(), strict=True))
+        nxt = []
+        for (a, b), m in zip(todo, mids.tolist(), strict=True):
+            nxt += [(x, y) for x, y in ((a, m), (m, b)) if known[x] != known[y] and y - x > 1]
+        todo = nxt
+    sizes = sorted(known)
+    out: list[tuple[int, int, str, str, int]] = []
+    for i, size in enumerate(sizes):
+        code = known[size]
+        if out and known[sizes[i - 1]] == code:
+            continue
+        end = next((sizes[j] - 1 for j in range(i + 1, len(sizes)) if known[sizes[j]] != code), hi)
+        ap, ch = divmod(code, 4096)
+        out.append((size, end, N.ALGOS[ap // 8], N.PROTOS[ap % 8], ch))
+    return out
+
+
+def _complete(table: Table) -> Table:
+    """:meth:`Table.complete`."""
+    from dataclasses import replace
+
+    rows = table.rows
+    for r in rows:
+        if r.collective not in COLLECTIVES:
+            raise ConfigError("table", f"row {r.line()!r}: unknown collective {r.collective!r}; allowed: "
+                              f"{', '.join(COLLECTIVES)}")
+    named = [(r.nnodes, r.nranks) for r in rows if r.nnodes != -1 and r.nranks != -1]
+    shapes = list(dict.fromkeys(named + [tuple(s) for s in table.cover]))
+    wild = [r for r in rows if r.nnodes == -1 or r.nranks == -1]
+    for r in wild:  # a row for any shape cannot state NCCL's choice: it differs by shape
+        if not _explicit(r) or r.source == FILLED:
+            raise ConfigError("table", f"{r.collective} {r.min_bytes}..{r.max_bytes} B for "
+                              f"{_shape_name(r.nnodes, r.nranks)} leaves its algorithm, protocol or channels to "
+                              "NCCL, which differ by communicator shape: name the shape (nNodes, nRanks) instead")
+    for pattern in dict.fromkeys((r.nnodes, r.nranks) for r in wild):  # shapes no row names: wild rows alone
+        for coll in dict.fromkeys(r.collective for r in wild if (r.nnodes, r.nranks) == pattern):
+            lane = [r for r in wild if r.collective == coll and r.nnodes in (-1, pattern[0]) and
+                    r.nranks in (-1, pattern[1])]
+            both = _first_overlap(lane)
+            if both:
+                raise ConfigError("table", f"rows {both[0].line()!r} and {both[1].line()!r} overlap: the plugins "
+                                  "would read them differently")
+            gaps = _uncovered([(r.min_bytes, r.max_bytes) for r in lane])
+            if gaps:
+                raise ConfigError("table", f"the rows for {_shape_name(*pattern)} leave {coll} "
+                                  f"{gaps[0][0]}..{gaps[0][1]} B uncovered, where NVIDIA's example plugin runs one "
+                                  "channel; cover it, or name the shape (nNodes, nRanks) so NCCL's choice can fill it")
+    out: list[Row] = []
+    for nodes, nranks in shapes:
+        topo, comm, nccl = None, 0, {}
+        # the collectives its rows name first, in their order, then the others in NCCL's
+        for coll in dict.fromkeys([r.collective for r in rows if (r.nnodes, r.nranks) == (nodes, nranks)]
+                                  + list(COLLECTIVES)):
+            lane = [r for r in rows if r.collective == coll and r.nnodes in (-1, nodes) and r.nranks in (-1, nranks)]
+            mine = [r for r in lane if (r.nnodes, r.nranks) == (nodes, nranks)]
+            if table.topology is not None:  # rows left to NCCL are stated anew, size by size
+                lane = [r for r in lane if (r.nnodes, r.nranks) != (nodes, nranks) or r.source != FILLED]
+                mine = [r for r in mine if r.source != FILLED]
+            both = _first_overlap(lane)
+            if both:
+                raise ConfigError("table", f"rows {both[0].line()!r} and {both[1].line()!r} overlap on "
+                                  f"communicators of {_shape_name(nodes, nranks)}: the plugins would read them "
+                                  "differently")
+            gaps = _uncovered([(r.min_bytes, r.max_bytes) for r in lane])
+            if not gaps and all(_explicit(r) for r in mine):
+                out += sorted(mine, key=lambda r: r.min_bytes)
+                continue
+            if topo is None:
+                if table.topology is None:
+                    what = f"{coll} {gaps[0][0]}..{gaps[0][1]} B" if gaps else \
+                        next(r.line() for r in mine if not _explicit(r))
+                    raise ConfigError("table", f"{what} on {_shape_name(nodes, nranks)} is left to NCCL and there is "
+                                      "no topology to fill it with NCCL's choice")
+                if nranks < 2:
+                    raise ConfigError("table", f"rows for {_shape_name(nodes, nranks)}: NCCL runs no algorithm on "
+                                      "one rank; leave that shape out")
+                try:
+                    topo = table.topology.shape(nodes, nranks)
+                except ConfigError as e:
+                    raise ConfigError("table", f"cannot fill rows for {_shape_name(nodes, nranks)} with NCCL's "
+                                      f"choice: {e}") from None
+                comm = _comm_channels(table, topo)
+            new: list[Row] = []
+            for r in mine:
+                if _explicit(r):
+                    new.append(r)
+                    continue
+                for i, (lo, hi, a, p, ch) in enumerate(replica_pieces(topo, coll, r.min_bytes, r.max_bytes, r.algo,
+                                                                      r.proto, r.channels, comm)):
+                    new.append(replace(r, min_bytes=lo, max_bytes=hi, algo=a, proto=p, channels=ch,
+                                       **({} if i == 0 else {"time_us": None, "default_time_us": None})))
+            if gaps and coll not in nccl:
+                nccl[coll] = replica_pieces(topo, coll, 0, MAX_BYTES, comm_channels=comm)
+            for glo, ghi in gaps:  # NCCL's pieces, cut to the gap
+                new += [Row(coll, max(lo, glo), min(hi, ghi), a, p, ch, source=FILLED, nnodes=nodes, nranks=nranks)
+                        for lo, hi, a, p, ch in nccl.get(coll, []) if lo <= ghi and hi >= glo]
+            out += sorted(new, key=lambda r: r.min_bytes)
+    out += wild
+    return Table(table.topology, out, dict(table.conf), dict(table.provenance), table.title, list(table.cover))
 
 
 def file_sha256(path: str | Path) -> str:
@@ -421,3 +695,22 @@ def check_text(text: str | bytes, checker: str | Path | None = None) -> TableChe
     res.source = "<text>"
     res.refused = res.refused.replace(str(path), "the table")
     return res
+
+
+def plugin_decision(check: TableCheck, collective: str, nbytes: int, nodes: int, nranks: int,
+                    num_pipe_ops: int = 1, reg_buff: int = 0) -> tuple[str, str, int]:
+    """What ncclrl's plugin makes of a call, every cost-table entry enabled, from the rows its own
+    code accepted (:func:`check_table`): the one accepted row that matches (rows of one
+    communicator never overlap) forces its algorithm and protocol (-1: NCCL's) and sets its channel
+    count (-1: NCCL's); no row leaves everything to NCCL.
+
+    :return: (algorithm, protocol, channels) as :func:`example_decision` gives them (0: NCCL's count)
+    """
+    if check.refused:
+        return NCCL_OWN, NCCL_OWN, 0
+    for v in check.accepted:
+        c, lo, hi, a, p, ch, nn, nr, pipe, reg = v.row[:10]
+        if c == collective and lo <= nbytes <= hi and nn in (-1, nodes) and nr in (-1, nranks) and \
+                pipe in (-1, num_pipe_ops) and reg in (-1, reg_buff):
+            return NCCL_OWN if a == "-1" else a, NCCL_OWN if p == "-1" else p, max(ch, 0)
+    return NCCL_OWN, NCCL_OWN, 0

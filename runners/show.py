@@ -10,6 +10,7 @@ from pathlib import Path
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.table import (
+    FILLED,
     MAX_BYTES,
     Row,
     Table,
@@ -23,10 +24,42 @@ from ncclrl.runners.config import Command, register
 
 
 def _human(n: int) -> str:
+    """``n`` bytes in the largest unit that holds it exactly (``4 KiB``, ``1536 KiB``), else in bytes
+    (``8191 B``): never rounded."""
     for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= f:
-            return f"{n / f:g} {unit}"
+        if n >= f and n % f == 0:
+            return f"{n // f} {unit}"
     return f"{n} B"
+
+
+def _bytes(n: int) -> str:
+    """Exact bytes, with the size in a unit beside it where that is exact: ``4096 (4 KiB)``, ``8191``."""
+    human = _human(n)
+    return str(n) if human.endswith(" B") else f"{n} ({human})"
+
+
+#: how ``ncclrl show`` names where a row comes from
+FILLED_LABEL, TUNED_LABEL, UNKNOWN_LABEL = "nccl", "tuned", "?"
+
+
+def _origin(r: Row | None) -> str:
+    if r is None:
+        return UNKNOWN_LABEL
+    return FILLED_LABEL if r.source == FILLED else TUNED_LABEL
+
+
+def _twin_rows(path: Path, manifest: dict | None) -> list[Row] | None:
+    """The rows of the JSON written with the CSV ``path`` (the same write, per its manifest), in
+    the CSV's row order; None when there is none."""
+    if not manifest:
+        return None
+    names = [n for n in manifest.get("files", {}) if n.endswith(".json")]
+    if len(names) != 1:
+        return None
+    try:
+        return Table.read(path.with_name(names[0])).rows
+    except ConfigError:
+        return None
 
 
 def plugin_view(path: Path) -> tuple[Table, TableCheck]:
@@ -38,12 +71,46 @@ def plugin_view(path: Path) -> tuple[Table, TableCheck]:
         return tab, check_text(tab.csv_text())
     if not path.is_file():
         raise ConfigError("table", f"file not found: {path}")
-    check_unit(path)
+    twin = _twin_rows(path, check_unit(path))
     check = check_table(path)
-    rows = [Row(c, lo, hi, "default" if a == "-1" else a, "default" if p == "-1" else p, ch, nnodes=nn, nranks=nr)
-            for c, lo, hi, a, p, ch, nn, nr, *_ in (v.row for v in check.accepted)]
+    # the JSON's rows (where it and its sources come from) follow the CSV's data lines in order
+    data_lines = [i for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+                  if line.strip() and not line.lstrip().startswith("#")]
+    by_line = dict(zip(data_lines, twin, strict=True)) if twin is not None and len(twin) == len(data_lines) else {}
+    rows = []
+    for v in check.accepted:
+        c, lo, hi, a, p, ch, nn, nr = v.row[:8]
+        src = by_line.get(v.line)
+        rows.append(Row(c, lo, hi, "default" if a == "-1" else a, "default" if p == "-1" else p, ch, nnodes=nn,
+                        nranks=nr, source=src.source if src else "",
+                        default_time_us=src.default_time_us if src else None, time_us=src.time_us if src else None))
     conf = path.with_name("nccl.conf")
     return Table(None, rows, read_conf_env(conf) if conf.is_file() else {}), check
+
+
+def _differences(rows: list[Row], most: int = 8) -> list[str]:
+    """Comment lines naming what the two plugins read differently: sizes of a communicator shape the
+    rows name that no row covers (every collective counts), and rows that leave the algorithm,
+    protocol or channel count to NCCL."""
+    out = []
+    shapes = list(dict.fromkeys((r.nnodes, r.nranks) for r in rows))
+    gaps = []
+    for shape in shapes:
+        for coll in N.COLLECTIVES if shape != (-1, -1) else dict.fromkeys(r.collective for r in rows):
+            spans = [(r.min_bytes, r.max_bytes) for r in rows if r.collective == coll and
+                     r.nnodes in (-1, shape[0]) and r.nranks in (-1, shape[1])]
+            gaps += [f"{coll} on {_shape(shape)} {lo}..{hi}" for lo, hi in _uncovered(spans)]
+    if gaps:
+        more = f"; and {len(gaps) - most} more" if len(gaps) > most else ""
+        out.append("# not covered (ncclrl's plugin: NCCL decides; NVIDIA's example plugin: NCCL's algorithm on ONE "
+                   f"channel): {'; '.join(gaps[:most])}{more}")
+    left = [r for r in rows if r.channels <= 0 or r.algo in ("default", "-1")]
+    if left:
+        out.append(f"# {len(left)} row(s) leave the algorithm/protocol or channels to NCCL (NVIDIA's example plugin "
+                   "runs channels -1 on ONE channel and algorithm -1 as ring/simple), first: "
+                   f"{left[0].collective} {left[0].min_bytes}..{left[0].max_bytes} on "
+                   f"{_shape((left[0].nnodes, left[0].nranks))}")
+    return out
 
 
 def show(table: str, plot: str | None = None) -> int:
@@ -58,13 +125,26 @@ def show(table: str, plot: str | None = None) -> int:
     where = "line" if Path(table).suffix != ".json" else "line of the CSV it writes"
     for v in check.rejected:
         print(f"# rejected, {where} {v.line}: {v.message}")
-    timed = bool(tab.rows) and all(r.time_us and r.default_time_us for r in tab.rows)
-    print(f"{'collective':<14} {'from':>10} {'to':>10}  {'algorithm':<10} {'protocol':<8} {'channels':>8}"
-          + ("  predicted speedup" if timed else ""))
-    for r in tab.rows:
-        extra = f"  {r.default_time_us / r.time_us:.2f}x" if timed else ""
-        print(f"{r.collective:<14} {_human(r.min_bytes):>10} {_human(r.max_bytes):>10}  {r.algo:<10} "
-              f"{r.proto:<8} {r.channels:>8}{extra}")
+    for line in _differences(tab.rows):
+        print(line)
+    timed = any(r.time_us and r.default_time_us for r in tab.rows)
+    origins = [_origin(r) if r.source else UNKNOWN_LABEL for r in tab.rows]
+    print(f"# row: {TUNED_LABEL} = the table's decision; {FILLED_LABEL} = NCCL's own choice for those sizes, "
+          "written out (the replica's prediction of it)"
+          + (f"; {UNKNOWN_LABEL} = unknown (no JSON written with this CSV)" if UNKNOWN_LABEL in origins else ""))
+    print("# sizes in bytes, both ends included; nodes/ranks: the communicator shape (any: every shape)")
+    w = max([len(_bytes(x)) for r in tab.rows for x in (r.min_bytes, r.max_bytes)] + [9])
+    head = f"{'collective':<14} {'nodes':>5} {'ranks':>5} {'min_bytes':>{w}} {'max_bytes':>{w}}  {'algorithm':<10} " \
+        f"{'protocol':<8} {'channels':>8}  {'row':<5}" + ("  predicted speedup" if timed else "")
+    print(head.rstrip())
+    for r, origin in zip(tab.rows, origins, strict=True):
+        extra = f"  {r.default_time_us / r.time_us:.2f}x" if timed and r.time_us and r.default_time_us else ""
+        nodes, ranks = ("any" if v == -1 else str(v) for v in (r.nnodes, r.nranks))
+        algo = "NCCL's" if r.algo in ("default", "-1") else r.algo
+        proto = "NCCL's" if r.proto in ("default", "-1") else r.proto
+        ch = str(r.channels) if r.channels > 0 else "NCCL's"
+        print(f"{r.collective:<14} {nodes:>5} {ranks:>5} {_bytes(r.min_bytes):>{w}} {_bytes(r.max_bytes):>{w}}  "
+              f"{algo:<10} {proto:<8} {ch:>8}  {origin:<5}{extra}".rstrip())
     if plot:
         decision_map(tab.rows, Path(plot), f"{Path(table).name}: {len(tab.rows)} rows")
         print(f"# decision map: {plot}")
@@ -232,8 +312,10 @@ def decision_map(rows: list[Row], path: Path, title: str = "") -> Path:
 
 @dataclass
 class ShowConfig:
-    """Print a table (CSV or JSON) back as the plugin loads it, one row a line, with every row the
-    plugin rejects and why (exit status 1 then), and draw its decision map.
+    """Print a table (CSV or JSON) back as the plugin loads it, one row a line (communicator shape,
+    exact bytes, decision, and whether the row is the table's decision or NCCL's choice written
+    out), with every row the plugin rejects and why (exit status 1 then) and what the two plugins
+    would read differently, and draw its decision map.
 
     :param table: nccl_tuner.csv or nccl_tuner.json
     :param plot: write the decision map to this PNG

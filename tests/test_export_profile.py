@@ -15,7 +15,7 @@ import pytest
 from ncclrl.agents.export import workload_table
 from ncclrl.costmodel.profile import build_profile, dump_profile
 from ncclrl.costmodel.simulator import Simulator
-from ncclrl.costmodel.table import Table, parse_example_rows
+from ncclrl.costmodel.table import Table, lookup, parse_example_rows
 from ncclrl.costmodel.workload import draws, load_workload, resolve_compute, step_cost
 from ncclrl.runners.cli import main
 
@@ -74,11 +74,16 @@ def test_rows_only_for_the_jobs_keys(tmp_path, job, objective, capsys):
     assert main(["export", "topology=dgx-h100-2n", f"profile={job}", f"objective={objective}",
                  "compute_us_per_call=200", "judge_draws=4", "choose_draws=2", f"run_dir={out}"]) == 0
     rows = rows_of(out)
-    assert {(r["collective"], r["nNodes"], r["nRanks"], r["min_bytes"]) for r in rows} == KEYS
-    assert all(r["min_bytes"] == r["max_bytes"] and r["channels"] >= 1 for r in rows)  # one size each, explicit
+    assert all(r["channels"] >= 1 and r["algo"] != "-1" for r in rows)  # explicit everywhere
     table = Table.read(out / "table" / "nccl_tuner.json")
-    assert table.lookup("allreduce", 33554433, 2, 2) is None  # a size the job never calls: NCCL decides
-    assert table.lookup("allgather", 1048576, 2, 16) is None  # a shape the job never calls it on
+    decided = [r for r in table.rows if r.source != "nccl-default"]
+    assert {(r.collective, r.nnodes, r.nranks, r.min_bytes) for r in decided} <= KEYS
+    assert all(r.min_bytes == r.max_bytes for r in decided)  # the table's own decisions: one key's size each
+    assert all(table.lookup(c, b, n, k) is not None for c, n, k, b in KEYS)
+    # a size the job never calls, a collective it never calls on a shape: NCCL's own choice, written out
+    assert table.lookup("allreduce", 33554433, 2, 2).source == "nccl-default"
+    assert table.lookup("allgather", 1048576, 2, 16).source == "nccl-default"
+    assert table.lookup("allreduce", 8, 1, 4) is None  # a shape the job never calls: no row
     assert table.provenance["objective"] == objective and table.provenance["keys"] == 4
     printed = capsys.readouterr().out
     assert "alltoall 4096 B x 2/step left out" in printed
@@ -164,7 +169,9 @@ def test_a_profile_of_unknown_nodes_resolves_as_the_workload_does(tmp_path, job)
     out = tmp_path / "resolved"
     assert main(["export", "topology=dgx-h100-2n", f"profile={job}", "objective=isolated", "judge_draws=2",
                  f"run_dir={out}"]) == 0
-    assert {(r["collective"], r["nNodes"], r["nRanks"], r["min_bytes"]) for r in rows_of(out)} == set(w.call_keys())
+    rows = rows_of(out)
+    assert {(r["nNodes"], r["nRanks"]) for r in rows} == {(n, k) for _, n, k, _ in w.call_keys()}
+    assert all(lookup(rows, c, b, n, k) is not None for c, n, k, b in w.call_keys())
 
 
 @pytest.mark.parametrize("args,needle", [

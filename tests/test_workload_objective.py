@@ -125,13 +125,15 @@ def test_finetune_with_a_profile_measures_only_the_jobs_sizes_and_reports_the_st
     st = summary["step"]
     assert st["saved_lo"] <= st["saved_us_per_step"] <= st["saved_hi"]
     assert st["nccl_us_per_step"] > 0 and any("1 node(s) x 2 ranks" in n for n in summary["profile_notes"])
-    table = [r for r in (tmp_path / "out" / "nccl_tuner.csv").read_text().splitlines() if r and r[0] != "#"]
-    for line in table:  # every row covers one size the job calls, on the whole job's communicator
-        f = line.split(",")
-        assert int(f[1]) == int(f[2]) and (f[0], int(f[1])) in {("allreduce", 4096), ("allreduce", 64 << 20),
-                                                                ("allreduce", 1 << 20)}
-    # the speedup on the sweep's own data is the step's: sum of calls x time, by hand from its medians
     info = json.loads((tmp_path / "out" / "finetune.json").read_text())
+    # every row the run decided covers one size the job calls, on the whole job's communicator; every
+    # other size and collective states NCCL's own choice
+    decided = [r for r in info["table_rows"] if r["source"] != "nccl-default"]
+    assert {(r["nnodes"], r["nranks"]) for r in info["table_rows"]} == {(2, 4)}
+    for r in decided:
+        assert r["min_bytes"] == r["max_bytes"] and (r["collective"], r["min_bytes"]) in \
+            {("allreduce", 4096), ("allreduce", 64 << 20), ("allreduce", 1 << 20)}
+    # the speedup on the sweep's own data is the step's: sum of calls x time, by hand from its medians
     env = {k: int(v) for k, v in info["conf"].items()}
     knobs = "/".join(str(env.get(v, 0)) for v in ("NCCL_MIN_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_SOCKET_NTHREADS",
                                                   "NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_INLINE"))
