@@ -372,3 +372,77 @@ def test_sigterm_during_a_read_is_acted_on_between_reads_and_only_once():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+
+
+# -- processes that leave the job, ranks that fail at their start ---------------------------------
+
+ORPHAN_RANK = r'''
+import os, sys, time
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+how, marker = sys.argv[1], sys.argv[2]
+if rank == 1 and os.fork() == 0:  # a daemon: a session of its own, its parent gone, stdio closed
+    os.setsid()
+    if os.fork() == 0:
+        fd = os.open(os.devnull, os.O_RDWR)
+        for i in range(3):
+            os.dup2(fd, i)
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)", marker])
+    os._exit(0)
+if rank == 1:
+    os.wait()
+if how == "hangs" and rank == 0:
+    time.sleep(300)
+print(f"NCCLRL|{rank}|done|{{}}", flush=True)
+'''
+
+
+def processes_with(marker: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "cmdline").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                continue
+    return out
+
+
+@pytest.mark.parametrize("how", ["ends", "hangs"])
+def test_a_daemon_a_rank_started_is_ended_with_its_job(how, tmp_path):
+    """Under mpirun, rank 1 starts a daemon (double fork, its own session, reparented away from the
+    rank): it is ended with the job, whether the job ends well or is ended at its timeout. The
+    daemon carries the job's token in its environment, which no new session or parent drops."""
+    from ncclrl.envs.launch import run_to_end
+
+    marker = f"ncclrl-test-daemon-{tmp_path.name}"
+    cmd = ["mpirun", "-np", "2", "-H", "localhost:2", "--oversubscribe", "--bind-to", "none", sys.executable, "-c",
+           ORPHAN_RANK, how, marker]
+    try:
+        if how == "ends":
+            records, _ = run_to_end([(cmd, {})], dict(os.environ), tmp_path, timeout_s=30.0, grace_s=2.0)
+            assert sorted(r.rank for r in records if r.kind == "done") == [0, 1]
+        else:
+            with pytest.raises(ConfigError, match="timed out"):
+                run_to_end([(cmd, {})], dict(os.environ), tmp_path, timeout_s=6.0, grace_s=2.0)
+        time.sleep(0.3)
+        assert processes_with(marker) == []
+    finally:
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_rank_that_fails_at_its_start_ends_the_job_at_once(kind, plugin, tmp_path, monkeypatch):
+    """Rank 1 exits with 9 before the ranks meet: the job ends within seconds, stored as failed with
+    that rank's exit code, not as timed out (torchrun's other agent waited for it until the timeout)."""
+    monkeypatch.setenv("NCCLRL_FAKE_FAULT", "die:1:-1")
+    w = workers(kind, plugin, tmp_path, timeout_s=60.0)
+    t0 = time.time()
+    res = w.measure(POINTS[:2], samples=2)
+    assert time.time() - t0 < 40
+    assert res == [None, None]
+    why = w.failures[0]
+    assert why.startswith("rank 1 exited with 9") and "timed out" not in why, why
+    time.sleep(0.5)
+    assert not workers_alive()
