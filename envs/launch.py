@@ -52,6 +52,10 @@ READ_MAX_S = 30.0  # the longest a finished job's output is still read (Job.clos
 # the environment variables a job hands its processes (besides NCCL's and the knobs)
 JOB_ENV = "NCCLRL_JOB"
 TABLE_ENV = "NCCLRL_TUNER_TABLE_DATA"
+# a job that hands its table in TABLE_ENV (empty: NCCL's own decisions) gets none of these from the
+# user's environment: they would make the plugin read another table (a deployment's file), or hold
+# the job's table to a deployment's fingerprint and fail its init
+OTHER_TABLE_ENV = ("NCCLRL_TUNER_TABLE", "NCCL_TUNER_CONFIG_FILE", "NCCLRL_TUNER_TABLE_FINGERPRINT")
 # set in the environment of every process a Job starts, a new value per job: every process on this
 # host that inherited it belongs to the job, whatever its session, group or parent became
 TOKEN_ENV = "NCCLRL_JOB_TOKEN"
@@ -181,6 +185,8 @@ def launch_commands(cfg: LaunchConfig, nodes: int, gpus_per_node: int, env: dict
     command line and the environment it adds. ``env`` is what every rank must see (the job, the
     table, NCCL's variables); rendezvous variables are added here."""
     nranks = nodes * gpus_per_node
+    if TABLE_ENV in env:
+        env = {k: v for k, v in env.items() if k not in OTHER_TABLE_ENV}
     py = cfg.python or sys.executable
     hosts = list(cfg.hosts)
     if hosts and len(hosts) != nodes:
@@ -325,9 +331,12 @@ class Job:
         self._threads: list[threading.Thread] = []
         for cmd, env in commands:  # every process before any reader thread: no fork while threads run
             self._log.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
+            penv = dict(base_env, **env, **{TOKEN_ENV: self.token})
+            if TABLE_ENV in env:  # the job's own table, and no other (OTHER_TABLE_ENV)
+                for k in OTHER_TABLE_ENV:
+                    penv.pop(k, None)
             try:
-                p = subprocess.Popen([sys.executable, "-c", PDEATHSIG_EXEC, *cmd],
-                                     env=dict(base_env, **env, **{TOKEN_ENV: self.token}),
+                p = subprocess.Popen([sys.executable, "-c", PDEATHSIG_EXEC, *cmd], env=penv,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True, text=True, errors="replace", bufsize=1)
             except OSError as e:

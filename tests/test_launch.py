@@ -446,3 +446,23 @@ def test_a_rank_that_fails_at_its_start_ends_the_job_at_once(kind, plugin, tmp_p
     assert why.startswith("rank 1 exited with 9") and "timed out" not in why, why
     time.sleep(0.5)
     assert not workers_alive()
+
+
+def test_a_job_that_hands_its_table_gets_no_deployment_variables(tmp_path, monkeypatch):
+    """A deployment's NCCLRL_TUNER_TABLE_FINGERPRINT, NCCLRL_TUNER_TABLE or NCCL_TUNER_CONFIG_FILE
+    exported in the user's shell never reach a job that hands its own table (an empty one: NCCL's
+    defaults): the plugin would read the deployment's file, or fail the job's init on the
+    fingerprint; a job without a table of its own keeps them."""
+    from ncclrl.envs.launch import OTHER_TABLE_ENV, TABLE_ENV, run_to_end
+
+    deploy = {"NCCLRL_TUNER_TABLE_FINGERPRINT": "0123456789abcdef", "NCCLRL_TUNER_TABLE": "/shared/t.csv",
+              "NCCL_TUNER_CONFIG_FILE": "/shared/t.csv"}
+    for k, v in deploy.items():
+        monkeypatch.setenv(k, v)
+    (cmd, env), = launch_commands(LaunchConfig(kind="mpirun"), 1, 2, {TABLE_ENV: "", **deploy, "NCCL_DEBUG": "INFO"})
+    assert not set(OTHER_TABLE_ENV) & set(env) and not set(OTHER_TABLE_ENV) & set(cmd) and "NCCL_DEBUG" in cmd
+    show = (f"import os; print('NCCLRL|0|done|' + ','.join(sorted(k for k in os.environ if k in {OTHER_TABLE_ENV!r})),"
+            " flush=True)")
+    for job_env, want in (({TABLE_ENV: ""}, ""), ({}, ",".join(sorted(OTHER_TABLE_ENV)))):
+        records, _ = run_to_end([([sys.executable, "-c", show], job_env)], dict(os.environ), tmp_path, timeout_s=30)
+        assert [r.payload for r in records if r.kind == "done"] == [want]
