@@ -19,7 +19,10 @@
  * load with a WARN naming the source, line and field (one per row; the overlap check is O(n log n));
  * valid rows still load; no file, a file that is not a regular file (FIFO, directory, device: checked
  * with fstat after a non-blocking open, before any read), a table over 16 MiB, a NUL byte anywhere,
- * or no memory = NCCL's defaults, with a WARN. Parsing is ASCII-only and ignores the C locale. Under
+ * or no memory = no table: for a source a variable named, or a file whose FNV-1a fingerprint is not
+ * NCCLRL_TUNER_TABLE_FINGERPRINT, the communicator's init fails with a WARN (ranks must never decide
+ * differently; NCCLRL_TUNER_ON_ERROR=fallback keeps NCCL's defaults instead, with the WARN); for the
+ * unnamed ./nccl_tuner.conf, NCCL's defaults. Parsing is ASCII-only and ignores the C locale. Under
  * ABI v2 a row's algorithm is written only where NCCL 2.21 runs it for that collective. Lookups are binary searches over per-collective arrays
  * built at init: no allocation, no locking (read-only after init), and the same answer on every
  * rank that reads the same bytes.
