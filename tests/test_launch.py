@@ -57,16 +57,22 @@ def workers(kind, plugin, tmp_path, timeout_s=20.0, **kw):
                         launcher=LaunchConfig(kind=kind, grace_s=2.0), device="cpu", log_dir=tmp_path / "job", **kw)
 
 
+# every process these tests start inherits it: workers_alive() counts only this run's processes
+SESSION = f"NCCLRL_TEST_SESSION={os.getpid()}-{time.time_ns()}"
+os.environ[SESSION.split("=")[0]] = SESSION.split("=")[1]
+
+
 def workers_alive() -> list[str]:
-    """Command lines of worker processes still running on this host."""
+    """Command lines of this test run's worker processes still running on this host."""
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                mine = SESSION.encode() in (d / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if "ncclrl.envs.worker" in cmd and "pytest" not in cmd:
+            if mine and "ncclrl.envs.worker" in cmd and "pytest" not in cmd:
                 out.append(cmd)
     return out
 
