@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import tempfile
@@ -19,6 +20,8 @@ from typing import Any
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.topology import Topology
+
+log = logging.getLogger(__name__)
 
 
 def format_row(collective: str, min_bytes: int | str, max_bytes: int | str, algo: str, proto: str, channels: int,
@@ -503,11 +506,28 @@ MANIFEST = "nccl_tuner.manifest"  # beside the files a table write produced: the
 MANIFEST_FORMAT = 1
 
 
+def _umask() -> int:
+    """The process's file-creation mask, read without changing it (``/proc/self/status`` on Linux;
+    elsewhere set and restored at once)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _replace_file(path: Path, data: bytes) -> None:
     """``path`` holds ``data`` or what it held before, never part of it: a temporary file in the same
-    folder, flushed to disk, renamed over ``path``."""
+    folder, flushed to disk, renamed over ``path``. The file gets the mode any new file gets
+    (``0666 & ~umask``), not the temporary file's 0600: a job under another account reads it."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -525,7 +545,9 @@ def write_unit(out_dir: Path, texts: dict[str, str]) -> dict[str, Path]:
     then the manifest is replaced by one naming every file's fingerprint (:func:`fingerprint`) and
     size. A writer that dies midway leaves the "writing" manifest, or files whose fingerprints differ
     from the manifest's: :func:`check_unit` refuses both, so no reader takes a table with another
-    write's ``nccl.conf`` for a whole one.
+    write's ``nccl.conf`` for a whole one. A table's fingerprint (the manifest's ``fingerprint``) is
+    also logged, as the ``NCCLRL_TUNER_TABLE_FINGERPRINT`` a deployment sets on every rank (the
+    plugin then fails a rank's init whose file has other bytes).
 
     :param out_dir: the folder (created if needed)
     :param texts: file name -> text
@@ -540,6 +562,10 @@ def write_unit(out_dir: Path, texts: dict[str, str]) -> dict[str, Path]:
     table = files_.get("nccl_tuner.csv", {}).get("fingerprint")
     _replace_file(out_dir / MANIFEST, json.dumps({"format": MANIFEST_FORMAT, "state": "complete",
                                                   "fingerprint": table, "files": files_}, indent=1).encode() + b"\n")
+    if table:
+        log.info("# %s: fingerprint %s; deploy it with NCCLRL_TUNER_TABLE=%s NCCLRL_TUNER_TABLE_FINGERPRINT=%s on "
+                 "every rank (also in %s)", out_dir / "nccl_tuner.csv", table, (out_dir / "nccl_tuner.csv").resolve(),
+                 table, MANIFEST)
     return {name: out_dir / name for name in data}
 
 

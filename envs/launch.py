@@ -18,7 +18,11 @@ without a shared file system. Each process writes one-line records ``NCCLRL|rank
 its standard output, which every launcher forwards; the driver reads them as they come
 (:class:`Job`). A timeout or a kill ends the launcher's whole process group (and with it the remote
 ranks: Open MPI and Slurm end a job's ranks when their launcher dies; every worker also runs a
-watchdog that ends it when its job stops making progress).
+watchdog that ends it when its job stops making progress), and on this host every process that
+carries the job's token in its environment (:data:`TOKEN_ENV`), wherever it moved: a daemon a rank
+started in a session of its own, a process left running after the job. A launcher process that
+exits non-zero ends the job soon after (:attr:`Job.fail_grace_s`): the other nodes' agents would
+otherwise wait for the missing rank until the timeout.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import select
 import shlex
 import signal
@@ -47,6 +52,18 @@ READ_MAX_S = 30.0  # the longest a finished job's output is still read (Job.clos
 # the environment variables a job hands its processes (besides NCCL's and the knobs)
 JOB_ENV = "NCCLRL_JOB"
 TABLE_ENV = "NCCLRL_TUNER_TABLE_DATA"
+# a job that hands its table in TABLE_ENV (empty: NCCL's own decisions) gets none of these from the
+# user's environment: they would make the plugin read another table (a deployment's file), or hold
+# the job's table to a deployment's fingerprint and fail its init
+OTHER_TABLE_ENV = ("NCCLRL_TUNER_TABLE", "NCCL_TUNER_CONFIG_FILE", "NCCLRL_TUNER_TABLE_FINGERPRINT")
+# set in the environment of every process a Job starts, a new value per job: every process on this
+# host that inherited it belongs to the job, whatever its session, group or parent became
+TOKEN_ENV = "NCCLRL_JOB_TOKEN"
+# the first rank to fail and its exit code, as torchrun's summary and Open MPI's notice print them
+TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+TORCHRUN_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+MPI_RANK = re.compile(r"^\s*Process name:\s*\[.*[,@]\d+,(\d+)\]|^\s*Process name:\s*\[\[\d+,\d+\],(\d+)\]")
+MPI_EXIT = re.compile(r"^\s*Exit code:\s*(-?\d+)")
 # what mpirun forwards besides the job's variables, when set: the Python and libraries the ranks need
 PASS_ON = ("PYTHONPATH", "LD_LIBRARY_PATH")
 # the largest value one environment variable may hold on Linux (MAX_ARG_STRLEN)
@@ -168,6 +185,8 @@ def launch_commands(cfg: LaunchConfig, nodes: int, gpus_per_node: int, env: dict
     command line and the environment it adds. ``env`` is what every rank must see (the job, the
     table, NCCL's variables); rendezvous variables are added here."""
     nranks = nodes * gpus_per_node
+    if TABLE_ENV in env:
+        env = {k: v for k, v in env.items() if k not in OTHER_TABLE_ENV}
     py = cfg.python or sys.executable
     hosts = list(cfg.hosts)
     if hosts and len(hosts) != nodes:
@@ -288,6 +307,7 @@ class Job:
     :param commands: what :func:`launch_commands` returned
     :param base_env: the environment the launcher processes start from
     :param log_dir: where the launcher's own output goes (``launcher.log``)
+    :param grace_s: seconds between SIGTERM and SIGKILL when the job is ended
     """
 
     def __init__(self, commands: list[tuple[list[str], dict[str, str]]], base_env: dict[str, str],
@@ -296,14 +316,27 @@ class Job:
         self.nccl_warnings: list[str] = []
         self.last_output = time.time()
         self.grace_s = grace_s
+        # after a launcher process exits non-zero, how long the others may still end by themselves
+        # (and their ranks report) before done() says the job is over
+        self.fail_grace_s = min(grace_s, 3.0)
+        self.token = secrets.token_hex(12)
+        self.rank_exit: tuple[int, int] | None = None  # (rank, code) of the first failed rank, as printed
+        self._pending_rank: int | None = None
+        self._first_fail: tuple[int, int] | None = None  # (process index, code) of the first seen to fail
+        self._first_fail_at = 0.0
+        self._local_ranks = len(commands) > 1 and all("RANK" in e for _, e in commands)  # launcher=local
         self._lock = threading.Lock()
         self._log = open(Path(log_dir) / "launcher.log", "a", buffering=1)  # noqa: SIM115
         self.procs: list[subprocess.Popen] = []
         self._threads: list[threading.Thread] = []
         for cmd, env in commands:  # every process before any reader thread: no fork while threads run
             self._log.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
+            penv = dict(base_env, **env, **{TOKEN_ENV: self.token})
+            if TABLE_ENV in env:  # the job's own table, and no other (OTHER_TABLE_ENV)
+                for k in OTHER_TABLE_ENV:
+                    penv.pop(k, None)
             try:
-                p = subprocess.Popen([sys.executable, "-c", PDEATHSIG_EXEC, *cmd], env=dict(base_env, **env),
+                p = subprocess.Popen([sys.executable, "-c", PDEATHSIG_EXEC, *cmd], env=penv,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True, text=True, errors="replace", bufsize=1)
             except OSError as e:
@@ -360,7 +393,21 @@ class Job:
                 self._log.write(rest + "\n")
                 if "NCCL WARN" in rest:
                     self.nccl_warnings.append(rest.strip()[-300:])
+                self._note_exit(rest)
         return True
+
+    def _note_exit(self, line: str) -> None:
+        """The first failed rank and its exit code, from torchrun's failure summary (``rank : R``
+        then ``exitcode : C``) or Open MPI's notice (``Process name: [...,R]`` then ``Exit code: C``)."""
+        if self.rank_exit is not None:
+            return
+        m = TORCHRUN_RANK.match(line) or MPI_RANK.match(line)
+        if m:
+            self._pending_rank = int(next(g for g in m.groups() if g is not None))
+            return
+        m = TORCHRUN_EXIT.match(line) or MPI_EXIT.match(line)
+        if m and self._pending_rank is not None:
+            self.rank_exit = (self._pending_rank, int(m.group(1)))
 
     def take(self) -> list[Record]:
         """The records that arrived since the last call."""
@@ -369,25 +416,47 @@ class Job:
         return out
 
     def poll(self) -> list[int | None]:
-        return [p.poll() for p in self.procs]
+        codes = [p.poll() for p in self.procs]
+        if self._first_fail is None:  # the first failure seen, before a kill adds its own codes
+            bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                self._first_fail, self._first_fail_at = bad[0], time.time()
+        return codes
 
     def done(self) -> bool:
-        return all(c is not None for c in self.poll())
+        """Whether the job is over: every launcher process ended, or one ended with a non-zero code
+        ``fail_grace_s`` ago (a rank that failed at its start leaves the others waiting for it: the
+        agents of other nodes until a timeout, under torchrun)."""
+        codes = self.poll()
+        if all(c is not None for c in codes):
+            return True
+        return self._first_fail is not None and time.time() - self._first_fail_at >= self.fail_grace_s
 
     def failed(self) -> int | None:
-        """The first non-zero exit code of a launcher process that ended, if any."""
-        for c in self.poll():
-            if c not in (None, 0):
-                return c
-        return None
+        """The exit code of the first launcher process seen to end non-zero, if any."""
+        self.poll()
+        return self._first_fail[1] if self._first_fail else None
+
+    def failure(self) -> str:
+        """Why the job failed, in words, with the failed rank's own exit code where known (its
+        launcher's summary, or the rank's process under launcher=local); ``""`` if nothing failed."""
+        code = self.failed()
+        if code is None:
+            return ""
+        if self.rank_exit is not None:
+            return f"rank {self.rank_exit[0]} exited with {self.rank_exit[1]} (the launcher with {code})"
+        if self._local_ranks and self._first_fail is not None:
+            return f"rank {self._first_fail[0]} exited with {code}"
+        return f"the launcher exited with {code}"
 
     def kill(self) -> None:
         """End every process of the job: SIGTERM to each launcher's process group, SIGKILL after
-        ``grace_s`` to whatever is left."""
+        ``grace_s`` to whatever is left; then SIGKILL to every process on this host that carries the
+        job's token, also after a job that ended well (what it left running)."""
         live = [p for p in self.procs if p.poll() is None]
         # this host's processes of the job, whatever group or session they moved to (Open MPI puts
         # each rank in a group of its own): killed too if the launcher dies before it ends them
-        spawned = descendants([p.pid for p in live])
+        spawned = set(descendants([p.pid for p in live])) | set(holding_token(self.token))
         for p in live:
             _signal_group(p, signal.SIGTERM)
         end = time.time() + self.grace_s
@@ -395,9 +464,14 @@ class Job:
             time.sleep(0.1)
         for p in self.procs:  # the group too: a worker may outlive its launcher
             _signal_group(p, signal.SIGKILL)
-        for pid in spawned:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        for _ in range(3):  # those that left the launcher's tree; again, for any they started meanwhile
+            for pid in spawned:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            spawned = set(holding_token(self.token))
+            if not spawned:
+                break
+            time.sleep(0.05)
         for p in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=5)
@@ -492,6 +566,23 @@ def descendants(pids: list[int]) -> list[int]:
     return out
 
 
+def holding_token(token: str) -> list[int]:
+    """The processes on this host whose environment holds ``TOKEN_ENV=token`` (from
+    ``/proc/PID/environ``: the environment each started with, inherited by everything it started,
+    whatever session or parent it moved to); this process never."""
+    want, out = f"{TOKEN_ENV}={token}".encode(), []
+    for d in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            env = (d / "environ").read_bytes()
+        except OSError:  # gone, or another user's
+            continue
+        if want in env.split(b"\0"):
+            out.append(int(d.name))
+    return out
+
+
 def _signal_group(p: subprocess.Popen, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(p.pid, sig)
@@ -525,7 +616,7 @@ def run_to_end(commands: list[tuple[list[str], dict[str, str]]], base_env: dict[
         records += job.take()
     text = (Path(log_dir) / "launcher.log").read_text(errors="replace")
     if not why and job.failed():
-        why = f"the launcher exited with {job.failed()}"
+        why = job.failure()
     if not why and not any(r.kind == "done" for r in records):
         why = "the job ended without finishing"
     if why:

@@ -4,9 +4,9 @@ One row per measured point (configuration x size) with all its samples, so nothi
 lost and an interrupted sweep resumes where it stopped (``has``). WAL journal with full sync:
 a row is on disk once ``add`` returns (the rows of one job together, in one transaction, under
 :meth:`Store.batch`). Several processes may share a store: SQLite's busy timeout makes a writer wait
-for the other's transaction. ``Store(path, readonly=True)`` (:func:`open_readonly`) opens it with
-SQLite's ``mode=ro`` and never changes the file. Light on purpose (stdlib + numpy): it runs on the
-GPU machine too.
+for the other's transaction. ``Store(path, readonly=True)`` (:func:`open_readonly`) never changes
+the store's file nor the ``-wal``/``-shm`` files beside it, and never migrates its schema (an older
+store is read as it is). Light on purpose (stdlib + numpy): it runs on the GPU machine too.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import json
 import logging
 import math
 import os
+import shutil
 import socket
 import sqlite3
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +101,7 @@ class Store:
     def __post_init__(self) -> None:
         self.path = Path(self.path)
         self._batch = 0
+        self._snapshot: tempfile.TemporaryDirectory | None = None
         if self.readonly:
             self._open_readonly()
             return
@@ -137,17 +140,53 @@ class Store:
                               "write its journal next to the store: name a store= in a writable folder")
 
     def _open_readonly(self) -> None:
-        """``mode=ro``: SQLite refuses every write. With no ``-wal`` beside the file (no writer has it
-        open) it is also opened ``immutable``, so that not even SQLite's shared-memory files appear."""
+        """Read without writing a byte anywhere, file permissions aside. With no journal beside the
+        file (no ``-wal``, or an empty one: no writer has rows in it), SQLite opens the file itself
+        ``mode=ro&immutable=1``: no lock, no ``-shm``, nothing created. With rows in a ``-wal`` (a
+        writer at work, or one that died), SQLite would write the ``-shm`` to read them (its read
+        marks, or a recovery) and ``immutable`` would miss them: the file and its journal are copied
+        into a private folder and read there, every committed row included."""
         if not self.path.is_file():
             raise ConfigError("store", f"no store at {self.path}")
         wal = self.path.with_name(self.path.name + "-wal")
-        uri = f"file:{quote(str(self.path.resolve()))}?mode=ro" + ("" if wal.exists() else "&immutable=1")
         try:
+            src = self._snapshot_copy(wal) if wal.is_file() and wal.stat().st_size > 0 else self.path.resolve()
+            uri = f"file:{quote(str(src))}?mode=ro&immutable=1"
             self._db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
             self._db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-        except sqlite3.Error as e:
+        except (sqlite3.Error, OSError) as e:
+            self._drop_snapshot()
             raise ConfigError("store", f"cannot read {self.path}: {e}") from None
+
+    def _snapshot_copy(self, wal: Path) -> Path:
+        """The store and its ``-wal`` copied into a private temporary folder (taken again while a
+        writer changes them under the copy, up to 5 times; SQLite's frame checksums leave out a
+        journal frame copied half-written); the copy's path. The copy is opened once read-write, so
+        that SQLite folds the journal into it there; it is then read ``immutable`` like a file alone."""
+        self._snapshot = tempfile.TemporaryDirectory(prefix="ncclrl-store-")
+        dst = Path(self._snapshot.name) / self.path.name
+        def state() -> list:
+            return [(p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else None for p in (self.path, wal)]
+
+        for _ in range(5):
+            before = state()
+            shutil.copyfile(self.path, dst)
+            if wal.is_file():
+                shutil.copyfile(wal, dst.with_name(dst.name + "-wal"))
+            if state() == before:
+                break
+        db = sqlite3.connect(str(dst))
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            db.close()
+        return dst
+
+    def _drop_snapshot(self) -> None:
+        if self._snapshot is not None:
+            self._snapshot.cleanup()
+            self._snapshot = None
 
     @contextlib.contextmanager
     def batch(self):
@@ -172,6 +211,7 @@ class Store:
 
     def close(self) -> None:
         self._db.close()
+        self._drop_snapshot()
 
     def __enter__(self) -> Store:
         return self

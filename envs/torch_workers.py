@@ -225,7 +225,7 @@ class TableWorkers(Backend):
                 why = f"ranks {silent} ended without a word (died?); {why}"
         else:
             code = job.failed()
-            why = f"the launcher exited with {code}: {job_tail(out_dir if self.log_dir else None)}" if code else ""
+            why = f"{job.failure()}: {job_tail(out_dir if self.log_dir else None)}" if code else ""
             if not why and any(r is None for r in out):
                 missing = sorted(set(range(self.nranks)) - set(seen.hellos))
                 why = (f"ranks {missing} never reported: the job ran fewer ranks than the topology's {self.nranks}"

@@ -19,7 +19,10 @@
  * load with a WARN naming the source, line and field (one per row; the overlap check is O(n log n));
  * valid rows still load; no file, a file that is not a regular file (FIFO, directory, device: checked
  * with fstat after a non-blocking open, before any read), a table over 16 MiB, a NUL byte anywhere,
- * or no memory = NCCL's defaults, with a WARN. Parsing is ASCII-only and ignores the C locale. Under
+ * or no memory = no table: for a source a variable named, or a file whose FNV-1a fingerprint is not
+ * NCCLRL_TUNER_TABLE_FINGERPRINT, the communicator's init fails with a WARN (ranks must never decide
+ * differently; NCCLRL_TUNER_ON_ERROR=fallback keeps NCCL's defaults instead, with the WARN); for the
+ * unnamed ./nccl_tuner.conf, NCCL's defaults. Parsing is ASCII-only and ignores the C locale. Under
  * ABI v2 a row's algorithm is written only where NCCL 2.21 runs it for that collective. Lookups are binary searches over per-collective arrays
  * built at init: no allocation, no locking (read-only after init), and the same answer on every
  * rank that reads the same bytes.
@@ -57,6 +60,8 @@
 #define MAX_KEYS 16 /* distinct (numPipeOps, regBuff) filters per collective */
 #define MAX_TABLE_BYTES (16 << 20) /* a larger table is refused whole: NCCL decides */
 #define DATA_ENV "NCCLRL_TUNER_TABLE_DATA"
+#define FINGERPRINT_ENV "NCCLRL_TUNER_TABLE_FINGERPRINT"
+#define ON_ERROR_ENV "NCCLRL_TUNER_ON_ERROR"
 #define REQLOG_ENV "NCCLRL_TUNER_REQUEST_LOG"
 #define REQLOG_MAX_ENV "NCCLRL_TUNER_REQUEST_LOG_MAX"
 #define REQLOG_FORMAT 1
@@ -118,6 +123,11 @@ typedef struct {
   int nparts[NCCLRL_NUM_COLLS];
   row_t* storage;
   int nrows, rejected, applicable;
+  int strict;     /* a table is required: its source was named by a variable, or its fingerprint is expected */
+  int fail;       /* strict, and NCCLRL_TUNER_ON_ERROR is not fallback: a table not loaded fails this init */
+  int has_expect; /* NCCLRL_TUNER_TABLE_FINGERPRINT was given: expect */
+  uint64_t expect;
+  int loaded;     /* the table was read, matched the expected fingerprint, and is indexed */
   char path[512];
   reqlog_t reqlog;
 } ctx_t;
@@ -136,6 +146,12 @@ static void nolog(int level, unsigned long flags, const char* file, int line, co
 }
 
 #define LOG(ctx, level, ...) (ctx)->log((level), NCCLRL_SUBSYS_TUNING, __FILE__, __LINE__, __VA_ARGS__)
+
+/* What a table that is not loaded means for this communicator, as its WARN ends. */
+static const char* outcome(const ctx_t* ctx) {
+  return ctx->fail ? "this communicator's init fails (" ON_ERROR_ENV "=fallback keeps NCCL's own decisions instead)"
+                   : "NCCL's own decisions everywhere";
+}
 
 static int name_index(const char* s, const char* const* names, int n) {
   for (int i = 0; i < n; i++)
@@ -302,7 +318,7 @@ static int parse_text(ctx_t* ctx, const char* origin, const char* text, size_t l
   *out = NULL;
   *n = 0;
   if (!rows) {
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s: NCCL's own decisions everywhere", origin);
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s: %s", origin, outcome(ctx));
     return -1;
   }
   char line[MAX_LINE];
@@ -332,8 +348,8 @@ static int parse_text(ctx_t* ctx, const char* origin, const char* text, size_t l
       if (!bigger) {
         /* a partial table could differ between ranks: apply none of it */
         free(rows);
-        LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s at line %d: NCCL's own decisions everywhere",
-            origin, lineno);
+        LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s at line %d: %s",
+            origin, lineno, outcome(ctx));
         return -1;
       }
       rows = bigger;
@@ -523,7 +539,7 @@ static int select_rows(ctx_t* ctx, const char* origin, row_t* rows, int n) {
     for (int k = 0; k < built; k++) order_free(&ords[k]);
     free(sorted);
     free(accepted);
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory checking %s: NCCL's own decisions everywhere", origin);
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory checking %s: %s", origin, outcome(ctx));
     return -1;
   }
   for (int i = 0; i < m; i++) {
@@ -577,12 +593,18 @@ static int select_rows(ctx_t* ctx, const char* origin, row_t* rows, int n) {
 static void load_text(ctx_t* ctx, const char* origin, const char* text, size_t len) {
   snprintf(ctx->path, sizeof(ctx->path), "%s", origin);
   uint64_t hash = fnv1a64(text, len);
+  if (ctx->has_expect && hash != ctx->expect) { /* another file, or another version of it, than the deployment's */
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s has fingerprint %016llx, not the %016llx that " FINGERPRINT_ENV
+        " expects (%zu bytes; other ranks may read other bytes): %s", origin, (unsigned long long)hash,
+        (unsigned long long)ctx->expect, len, outcome(ctx));
+    return;
+  }
   const char* nul = memchr(text, '\0', len);
   if (nul) { /* not a text table (a binary, or a file preallocated and not yet written) */
     int lineno = 1;
     for (const char* q = text; q < nul; q++) lineno += *q == '\n';
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s holds a NUL byte at offset %zu (line %d): not a text table; NCCL's "
-        "own decisions everywhere (%zu bytes, fingerprint %016llx)", origin, (size_t)(nul - text), lineno, len,
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s holds a NUL byte at offset %zu (line %d): not a text table; %s "
+        "(%zu bytes, fingerprint %016llx)", origin, (size_t)(nul - text), lineno, outcome(ctx), len,
         (unsigned long long)hash);
     return;
   }
@@ -608,6 +630,7 @@ static void load_text(ctx_t* ctx, const char* origin, const char* text, size_t l
   }
   ctx->storage = rows;
   ctx->applicable = n;
+  ctx->loaded = 1;
   LOG(ctx, NCCLRL_LOG_INFO, PREFIX "table from %s (%zu bytes, %d rows, fingerprint %016llx): %d for this "
       "communicator (%zu ranks, %zu nodes), %d rejected; tuner ABI v%d", origin, len, ctx->nrows,
       (unsigned long long)hash, ctx->applicable, ctx->nranks, ctx->nnodes, ctx->rejected, ctx->version);
@@ -627,27 +650,28 @@ static char* read_file(ctx_t* ctx, const char* path, size_t* len) {
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT || err == ENOTDIR)
-      LOG(ctx, NCCLRL_LOG_INFO, PREFIX "no table at %s (%s): NCCL's own decisions everywhere", path, strerror(err));
+      LOG(ctx, ctx->strict ? NCCLRL_LOG_WARN : NCCLRL_LOG_INFO, PREFIX "no table at %s (%s): %s", path,
+          strerror(err), outcome(ctx));
     else
-      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "cannot open table %s (%s): NCCL's own decisions everywhere", path,
-          strerror(err));
+      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "cannot open table %s (%s): %s", path,
+          strerror(err), outcome(ctx));
     return NULL;
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "cannot read %s (%s): NCCL's own decisions everywhere", path, strerror(errno));
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "cannot read %s (%s): %s", path, strerror(errno), outcome(ctx));
     close(fd);
     return NULL;
   }
   if (!S_ISREG(st.st_mode)) {
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s is %s, not a regular file: NCCL's own decisions everywhere", path,
-        file_kind(st.st_mode));
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s is %s, not a regular file: %s", path,
+        file_kind(st.st_mode), outcome(ctx));
     close(fd);
     return NULL;
   }
   if (st.st_size > MAX_TABLE_BYTES) {
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s is larger than %d bytes (%lld): NCCL's own decisions everywhere", path,
-        MAX_TABLE_BYTES, (long long)st.st_size);
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s is larger than %d bytes (%lld): %s", path,
+        MAX_TABLE_BYTES, (long long)st.st_size, outcome(ctx));
     close(fd);
     return NULL;
   }
@@ -670,17 +694,17 @@ static char* read_file(ctx_t* ctx, const char* path, size_t* len) {
   }
   close(fd);
   if (!buf) {
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s: NCCL's own decisions everywhere", path);
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s: %s", path, outcome(ctx));
     return NULL;
   }
   if (err) {
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "cannot read %s (%s): NCCL's own decisions everywhere", path, strerror(err));
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "cannot read %s (%s): %s", path, strerror(err), outcome(ctx));
     free(buf);
     return NULL;
   }
   if (n > MAX_TABLE_BYTES) {
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s is larger than %d bytes (it grew while read): NCCL's own decisions "
-        "everywhere", path, MAX_TABLE_BYTES);
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s is larger than %d bytes (it grew while read): %s", path,
+        MAX_TABLE_BYTES, outcome(ctx));
     free(buf);
     return NULL;
   }
@@ -689,28 +713,36 @@ static char* read_file(ctx_t* ctx, const char* path, size_t* len) {
 }
 
 /* The table's source, in order: the content of NCCLRL_TUNER_TABLE_DATA (if set and non-empty),
- * the file NCCLRL_TUNER_TABLE, the file NCCL_TUNER_CONFIG_FILE, ./nccl_tuner.conf. */
-static void load_table(ctx_t* ctx) {
+ * the file NCCLRL_TUNER_TABLE, the file NCCL_TUNER_CONFIG_FILE, ./nccl_tuner.conf. A source named
+ * by a variable, or the file when a fingerprint is expected, must load (ctx->strict); when it does
+ * not, init fails unless fallback (NCCLRL_TUNER_ON_ERROR=fallback). The expected fingerprint guards
+ * files (a file can differ between nodes or change between inits); NCCLRL_TUNER_TABLE_DATA is the
+ * launcher's copy of the same bytes to every rank (its own fingerprint is on the INFO line), and
+ * ncclrl's measured jobs set it while the user's deployment variables may still be exported. */
+static void load_table(ctx_t* ctx, int fallback) {
   const char* data = getenv(DATA_ENV);
+  const char* path = getenv("NCCLRL_TUNER_TABLE");
+  if (!path || !*path) path = getenv("NCCL_TUNER_CONFIG_FILE");
+  ctx->strict = (data && *data) || (path && *path) || ctx->has_expect;
+  ctx->fail = ctx->strict && !fallback;
   if (data && *data) {
     size_t len = strlen(data);
     if (len > MAX_TABLE_BYTES) {
-      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table from %s is larger than %d bytes (%zu): NCCL's own decisions "
-          "everywhere", DATA_ENV, MAX_TABLE_BYTES, len);
+      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table from %s is larger than %d bytes (%zu): %s", DATA_ENV,
+          MAX_TABLE_BYTES, len, outcome(ctx));
       return;
     }
     char* copy = malloc(len + 1); /* parse a private copy: the environment may change under us */
     if (!copy) {
-      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s: NCCL's own decisions everywhere", DATA_ENV);
+      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "out of memory reading %s: %s", DATA_ENV, outcome(ctx));
       return;
     }
     memcpy(copy, data, len + 1);
+    ctx->has_expect = 0;
     load_text(ctx, DATA_ENV, copy, len);
     free(copy);
     return;
   }
-  const char* path = getenv("NCCLRL_TUNER_TABLE");
-  if (!path || !*path) path = getenv("NCCL_TUNER_CONFIG_FILE");
   if (!path || !*path) path = "nccl_tuner.conf";
   size_t len = 0;
   char* text = read_file(ctx, path, &len);
@@ -970,20 +1002,70 @@ static void reqlog_close(ctx_t* ctx) {
   memset(rl, 0, sizeof(*rl));
 }
 
-/* comm_id: the communicator's id (ABI v5 and later; has_comm_id 0 before). */
-static ctx_t* new_ctx(size_t nranks, size_t nnodes, ncclrl_logger_t logger, int version, uint64_t comm_id,
-                      int has_comm_id) {
+/* The deployment's settings: NCCLRL_TUNER_ON_ERROR (fail, the default, or fallback) into
+ * *fallback, NCCLRL_TUNER_TABLE_FINGERPRINT (16 hex digits) into ctx->expect. Returns 0, or -1
+ * (logged) when a value is malformed: init fails then, whatever the policy. */
+static int read_settings(ctx_t* ctx, int* fallback) {
+  const char* policy = getenv(ON_ERROR_ENV);
+  *fallback = 0;
+  if (policy && *policy) {
+    if (ascii_caseeq(policy, "fallback")) *fallback = 1;
+    else if (!ascii_caseeq(policy, "fail")) {
+      LOG(ctx, NCCLRL_LOG_WARN, PREFIX ON_ERROR_ENV "='%.64s' is not fail or fallback: this communicator's init "
+          "fails", policy);
+      return -1;
+    }
+  }
+  const char* want = getenv(FINGERPRINT_ENV);
+  if (!want || !*want) return 0;
+  uint64_t v = 0;
+  size_t n = 0;
+  for (; want[n] && n < 17; n++) {
+    char c = ascii_lower(want[n]);
+    int d = ascii_digit(c) ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    if (d < 0) break;
+    v = v << 4 | (uint64_t)d;
+  }
+  if (n != 16 || want[n]) {
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX FINGERPRINT_ENV "='%.64s' is not 16 hex digits (the fingerprint the table's "
+        "export prints, also in nccl_tuner.manifest): this communicator's init fails", want);
+    return -1;
+  }
+  ctx->has_expect = 1;
+  ctx->expect = v;
+  return 0;
+}
+
+/* comm_id: the communicator's id (ABI v5 and later; has_comm_id 0 before). *out is the new context,
+ * or NULL with a result other than success: no memory, a malformed setting, or a table the
+ * deployment requires that did not load (each logged at WARN); NCCL then fails the communicator's
+ * init on this rank, instead of running with decisions other ranks do not share. */
+static ncclrl_result_t new_ctx(size_t nranks, size_t nnodes, ncclrl_logger_t logger, int version, uint64_t comm_id,
+                               int has_comm_id, void** out) {
+  if (!out) return NCCLRL_INVALID_ARGUMENT;
+  *out = NULL;
   ctx_t* ctx = calloc(1, sizeof(ctx_t));
-  if (!ctx) return NULL;
+  if (!ctx) return NCCLRL_SYSTEM_ERROR;
   ctx->log = logger ? logger : nolog;
   ctx->version = version;
   ctx->nranks = nranks;
   ctx->nnodes = nnodes;
   const char* dbg = getenv("NCCL_DEBUG");
   ctx->trace = dbg && ascii_caseeq(dbg, "TRACE");
-  load_table(ctx);
+  int fallback = 0;
+  if (read_settings(ctx, &fallback) != 0) {
+    free(ctx);
+    return NCCLRL_INVALID_USAGE;
+  }
+  load_table(ctx, fallback);
+  if (ctx->fail && !ctx->loaded) { /* the WARN that says why was logged where the table was refused */
+    free(ctx->storage);
+    free(ctx);
+    return NCCLRL_INVALID_USAGE;
+  }
   reqlog_open(ctx, comm_id, has_comm_id);
-  return ctx;
+  *out = ctx;
+  return NCCLRL_SUCCESS;
 }
 
 static ncclrl_result_t destroy_ctx(void* c) {
@@ -1051,8 +1133,7 @@ static int v2_can_run(const ctx_t* ctx, int coll, int algo, int proto, int collN
 }
 
 static ncclrl_result_t init_v2(size_t nRanks, size_t nNodes, ncclrl_logger_t logger, void** ctx) {
-  *ctx = new_ctx(nRanks, nNodes, logger, 2, 0, 0);
-  return *ctx ? NCCLRL_SUCCESS : NCCLRL_SYSTEM_ERROR;
+  return new_ctx(nRanks, nNodes, logger, 2, 0, 0, ctx);
 }
 static ncclrl_result_t get_v2(void* c, int collType, size_t nBytes, int collNetSupport, int nvlsSupport,
                               int numPipeOps, int* algorithm, int* protocol, int* nChannels) {
@@ -1077,12 +1158,10 @@ static ncclrl_result_t get_v2(void* c, int collType, size_t nBytes, int collNetS
 
 /* ---- v3 / v4 ---- */
 static ncclrl_result_t init_v3(size_t nRanks, size_t nNodes, ncclrl_logger_t logger, void** ctx) {
-  *ctx = new_ctx(nRanks, nNodes, logger, 3, 0, 0);
-  return *ctx ? NCCLRL_SUCCESS : NCCLRL_SYSTEM_ERROR;
+  return new_ctx(nRanks, nNodes, logger, 3, 0, 0, ctx);
 }
 static ncclrl_result_t init_v4(size_t nRanks, size_t nNodes, ncclrl_logger_t logger, void** ctx) {
-  *ctx = new_ctx(nRanks, nNodes, logger, 4, 0, 0);
-  return *ctx ? NCCLRL_SUCCESS : NCCLRL_SYSTEM_ERROR;
+  return new_ctx(nRanks, nNodes, logger, 4, 0, 0, ctx);
 }
 static ncclrl_result_t get_v3(void* c, int collType, size_t nBytes, int numPipeOps, float** costTable, int numAlgo,
                               int numProto, int* nChannels) {
@@ -1097,14 +1176,12 @@ static ncclrl_result_t get_v4(void* c, int collType, size_t nBytes, int numPipeO
 static ncclrl_result_t init_v5(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclrl_logger_t logger,
                                ncclrl_nvl_domain_info_v5_t* nvl, ncclrl_tuner_constants_v5_t* constants) {
   (void)nvl; (void)constants;
-  *ctx = new_ctx(nRanks, nNodes, logger, 5, commId, 1);
-  return *ctx ? NCCLRL_SUCCESS : NCCLRL_SYSTEM_ERROR;
+  return new_ctx(nRanks, nNodes, logger, 5, commId, 1, ctx);
 }
 static ncclrl_result_t init_v6(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclrl_logger_t logger,
                                ncclrl_nvl_domain_info_v5_t* nvl, ncclrl_tuner_constants_v5_t* constants) {
   (void)nvl; (void)constants;
-  *ctx = new_ctx(nRanks, nNodes, logger, 6, commId, 1);
-  return *ctx ? NCCLRL_SUCCESS : NCCLRL_SYSTEM_ERROR;
+  return new_ctx(nRanks, nNodes, logger, 6, commId, 1, ctx);
 }
 static ncclrl_result_t chunk_v6(void* c, int collType, size_t nBytes, int algo, int proto, int nChannels,
                                 size_t* chunkSize) {

@@ -35,7 +35,7 @@ from ncclrl.costmodel.simulator import Configs, SimParams, Simulator
 from ncclrl.costmodel.topology import dump_topology, load_topology, preset_names
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.envs.live import PLUGIN_DIR, build_plugin
-from ncclrl.envs.store import Store
+from ncclrl.envs.store import open_readonly
 from ncclrl.runners import benchmark, e2e, finetune, plugin_verify, pretrain, profile, show, sweep, tune, validate
 from ncclrl.runners.config import Command, command_help, register, run_command
 
@@ -210,7 +210,7 @@ def cmd_calibrate(cfg) -> int:
     if cfg.store:
         if not Path(cfg.store).is_file():
             raise ConfigError("store", f"no such file: {cfg.store}")
-        with Store(Path(cfg.store)) as st:
+        with open_readonly(cfg.store) as st:  # read only: the store's files never change, an old schema is read as is
             df = measurements_from_store(topo, st.frame())
         # a store's rows are points, not files: one configuration (algo/proto/channels/knobs) per "config"
         df["config"] = df[["algo", "proto", "channels", "source"]].astype(str).agg("_".join, axis=1)

@@ -57,16 +57,22 @@ def workers(kind, plugin, tmp_path, timeout_s=20.0, **kw):
                         launcher=LaunchConfig(kind=kind, grace_s=2.0), device="cpu", log_dir=tmp_path / "job", **kw)
 
 
+# every process these tests start inherits it: workers_alive() counts only this run's processes
+SESSION = f"NCCLRL_TEST_SESSION={os.getpid()}-{time.time_ns()}"
+os.environ[SESSION.split("=")[0]] = SESSION.split("=")[1]
+
+
 def workers_alive() -> list[str]:
-    """Command lines of worker processes still running on this host."""
+    """Command lines of this test run's worker processes still running on this host."""
     out = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                mine = SESSION.encode() in (d / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if "ncclrl.envs.worker" in cmd and "pytest" not in cmd:
+            if mine and "ncclrl.envs.worker" in cmd and "pytest" not in cmd:
                 out.append(cmd)
     return out
 
@@ -372,3 +378,97 @@ def test_sigterm_during_a_read_is_acted_on_between_reads_and_only_once():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
+
+
+# -- processes that leave the job, ranks that fail at their start ---------------------------------
+
+ORPHAN_RANK = r'''
+import os, sys, time
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+how, marker = sys.argv[1], sys.argv[2]
+if rank == 1 and os.fork() == 0:  # a daemon: a session of its own, its parent gone, stdio closed
+    os.setsid()
+    if os.fork() == 0:
+        fd = os.open(os.devnull, os.O_RDWR)
+        for i in range(3):
+            os.dup2(fd, i)
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)", marker])
+    os._exit(0)
+if rank == 1:
+    os.wait()
+if how == "hangs" and rank == 0:
+    time.sleep(300)
+print(f"NCCLRL|{rank}|done|{{}}", flush=True)
+'''
+
+
+def processes_with(marker: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "cmdline").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                continue
+    return out
+
+
+@pytest.mark.parametrize("how", ["ends", "hangs"])
+def test_a_daemon_a_rank_started_is_ended_with_its_job(how, tmp_path):
+    """Under mpirun, rank 1 starts a daemon (double fork, its own session, reparented away from the
+    rank): it is ended with the job, whether the job ends well or is ended at its timeout. The
+    daemon carries the job's token in its environment, which no new session or parent drops."""
+    from ncclrl.envs.launch import run_to_end
+
+    marker = f"ncclrl-test-daemon-{tmp_path.name}"
+    cmd = ["mpirun", "-np", "2", "-H", "localhost:2", "--oversubscribe", "--bind-to", "none", sys.executable, "-c",
+           ORPHAN_RANK, how, marker]
+    try:
+        if how == "ends":
+            records, _ = run_to_end([(cmd, {})], dict(os.environ), tmp_path, timeout_s=30.0, grace_s=2.0)
+            assert sorted(r.rank for r in records if r.kind == "done") == [0, 1]
+        else:
+            with pytest.raises(ConfigError, match="timed out"):
+                run_to_end([(cmd, {})], dict(os.environ), tmp_path, timeout_s=6.0, grace_s=2.0)
+        time.sleep(0.3)
+        assert processes_with(marker) == []
+    finally:
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_rank_that_fails_at_its_start_ends_the_job_at_once(kind, plugin, tmp_path, monkeypatch):
+    """Rank 1 exits with 9 before the ranks meet: the job ends within seconds, stored as failed with
+    that rank's exit code, not as timed out (torchrun's other agent waited for it until the timeout)."""
+    monkeypatch.setenv("NCCLRL_FAKE_FAULT", "die:1:-1")
+    w = workers(kind, plugin, tmp_path, timeout_s=60.0)
+    t0 = time.time()
+    res = w.measure(POINTS[:2], samples=2)
+    assert time.time() - t0 < 40
+    assert res == [None, None]
+    why = w.failures[0]
+    assert why.startswith("rank 1 exited with 9") and "timed out" not in why, why
+    time.sleep(0.5)
+    assert not workers_alive()
+
+
+def test_a_job_that_hands_its_table_gets_no_deployment_variables(tmp_path, monkeypatch):
+    """A deployment's NCCLRL_TUNER_TABLE_FINGERPRINT, NCCLRL_TUNER_TABLE or NCCL_TUNER_CONFIG_FILE
+    exported in the user's shell never reach a job that hands its own table (an empty one: NCCL's
+    defaults): the plugin would read the deployment's file, or fail the job's init on the
+    fingerprint; a job without a table of its own keeps them."""
+    from ncclrl.envs.launch import OTHER_TABLE_ENV, TABLE_ENV, run_to_end
+
+    deploy = {"NCCLRL_TUNER_TABLE_FINGERPRINT": "0123456789abcdef", "NCCLRL_TUNER_TABLE": "/shared/t.csv",
+              "NCCL_TUNER_CONFIG_FILE": "/shared/t.csv"}
+    for k, v in deploy.items():
+        monkeypatch.setenv(k, v)
+    (cmd, env), = launch_commands(LaunchConfig(kind="mpirun"), 1, 2, {TABLE_ENV: "", **deploy, "NCCL_DEBUG": "INFO"})
+    assert not set(OTHER_TABLE_ENV) & set(env) and not set(OTHER_TABLE_ENV) & set(cmd) and "NCCL_DEBUG" in cmd
+    show = (f"import os; print('NCCLRL|0|done|' + ','.join(sorted(k for k in os.environ if k in {OTHER_TABLE_ENV!r})),"
+            " flush=True)")
+    for job_env, want in (({TABLE_ENV: ""}, ""), ({}, ",".join(sorted(OTHER_TABLE_ENV)))):
+        records, _ = run_to_end([([sys.executable, "-c", show], job_env)], dict(os.environ), tmp_path, timeout_s=30)
+        assert [r.payload for r in records if r.kind == "done"] == [want]

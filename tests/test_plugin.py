@@ -145,17 +145,19 @@ def test_exported_tables_parse_under_both_readers(tmp_path):
 
 # -- the probe: one communicator init in a fresh process, real exported tables ------------------------
 
-TABLE_VARS = ("NCCLRL_TUNER_TABLE_DATA", "NCCLRL_TUNER_TABLE", "NCCL_TUNER_CONFIG_FILE")
+TABLE_VARS = ("NCCLRL_TUNER_TABLE_DATA", "NCCLRL_TUNER_TABLE", "NCCL_TUNER_CONFIG_FILE",
+              "NCCLRL_TUNER_TABLE_FINGERPRINT", "NCCLRL_TUNER_ON_ERROR")
 SOURCE_LINE = re.compile(r"TUNER/ncclrl: table from (.+) \((\d+) bytes, (\d+) rows, fingerprint ([0-9a-f]{16})\): "
                          r"(\d+) for this communicator \((\d+) ranks, (\d+) nodes\), (\d+) rejected")
 QUERY_SIZES = [0, 1, 7, 8, 4095, 4096, 65535, 65536, 1 << 20, (1 << 20) + 1, (1 << 30) + 5, MAX_BYTES]
 
 
 def probe(build: Path, nodes: int, nranks: int, env: dict[str, str], data_file: Path | None = None,
-          queries: list[tuple[int, int]] | None = None, cwd: Path | None = None,
+          queries: list[tuple[int, int]] | None = None, cwd: Path | None = None, init_fails: bool = False,
           ) -> tuple[list[tuple[int, str]], dict[tuple[int, int], tuple[int, int, int]]]:
     """Init one communicator of ``nodes`` x ``nranks`` with the table variables of ``env`` only;
-    returns the log lines (level, message) and each query's (algorithm, protocol, channels)."""
+    returns the log lines (level, message) and each query's (algorithm, protocol, channels).
+    ``init_fails``: the init must fail (no decisions then)."""
     base = {k: v for k, v in os.environ.items() if k not in TABLE_VARS}
     args = [str(build / "probe"), str(build / "libnccl-tuner-ncclrl.so"), str(nranks), str(nodes)]
     if data_file is not None:
@@ -163,7 +165,8 @@ def probe(build: Path, nodes: int, nranks: int, env: dict[str, str], data_file: 
     queries = queries or [(c, s) for c in range(len(N.COLLECTIVES)) for s in QUERY_SIZES]
     p = subprocess.run(args, input="".join(f"{c} {s}\n" for c, s in queries), capture_output=True, text=True,
                        env={**base, **env}, cwd=cwd, timeout=60)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == (1 if init_fails else 0), p.stdout + p.stderr
+    assert ("init failed" in p.stderr) == init_fails
     logs, decisions = [], {}
     for line in p.stdout.splitlines():
         if line.startswith("log "):
@@ -172,7 +175,7 @@ def probe(build: Path, nodes: int, nranks: int, env: dict[str, str], data_file: 
         else:
             c, s, a, q, ch = map(int, line.split())
             decisions[(c, s)] = (a, q, ch)
-    assert len(decisions) == len(queries)
+    assert len(decisions) == (0 if init_fails else len(queries))
     return logs, decisions
 
 
@@ -280,14 +283,17 @@ def test_a_table_over_100_kb_in_the_environment(build, exported, tmp_path):
 
 
 def test_a_table_over_the_plugins_limit_is_refused_whole(build, exported, tmp_path):
-    """Over 16 MiB: one WARN, no row applied (NCCL decides), init still succeeds."""
+    """Over 16 MiB: one WARN and the init fails; with NCCLRL_TUNER_ON_ERROR=fallback, the WARN, no
+    row applied (NCCL decides), init succeeds."""
     table, text = exported
     data = tmp_path / "huge.csv"
     data.write_text(text + ("#" * 79 + "\n") * ((17 << 20) // 80))
-    logs, got = probe(build, 2, 4, {}, data_file=data)
-    assert [msg for level, msg in logs if level == 2] == \
-        [f"TUNER/ncclrl: table from NCCLRL_TUNER_TABLE_DATA is larger than {16 << 20} bytes ({data.stat().st_size}): "
-         "NCCL's own decisions everywhere"]
+    head = f"TUNER/ncclrl: table from NCCLRL_TUNER_TABLE_DATA is larger than {16 << 20} bytes ({data.stat().st_size}): "
+    logs, _ = probe(build, 2, 4, {}, data_file=data, init_fails=True)
+    assert warns(logs) == [head + "this communicator's init fails (NCCLRL_TUNER_ON_ERROR=fallback keeps NCCL's own "
+                           "decisions instead)"]
+    logs, got = probe(build, 2, 4, {"NCCLRL_TUNER_ON_ERROR": "fallback"}, data_file=data)
+    assert warns(logs) == [head + "NCCL's own decisions everywhere"]
     assert set(got.values()) == {(-1, -1, 0)}
 
 
@@ -320,8 +326,9 @@ def warns(logs: list[tuple[int, str]]) -> list[str]:
 
 @pytest.mark.parametrize("kind", ["nul", "fifo", "directory", "dev-zero"])
 def test_files_that_are_not_tables_are_refused_quickly(build, tmp_path, kind):
-    """A NUL byte, a FIFO with no writer, a directory, /dev/zero: one WARN, NCCL decides everything,
-    and init returns at once (a blocking read of the FIFO would hang NCCL's init; probe's timeout)."""
+    """A NUL byte, a FIFO with no writer, a directory, /dev/zero: one WARN naming the path, and init
+    fails (NCCLRL_TUNER_ON_ERROR=fallback: NCCL decides everything), at once either way (a blocking
+    read of the FIFO would hang NCCL's init; probe's timeout)."""
     path = {"nul": tmp_path / "t.csv", "fifo": tmp_path / "fifo.csv", "directory": tmp_path,
             "dev-zero": Path("/dev/zero")}[kind]
     if kind == "nul":
@@ -331,7 +338,10 @@ def test_files_that_are_not_tables_are_refused_quickly(build, tmp_path, kind):
     want = {"nul": "holds a NUL byte at offset 46 (line 2)", "fifo": "is a FIFO, not a regular file",
             "directory": "is a directory, not a regular file", "dev-zero": "is a character device, not a regular file"}
     t0 = time.monotonic()
-    logs, got = probe(build, 1, 4, {"NCCLRL_TUNER_TABLE": str(path)})
+    logs, _ = probe(build, 1, 4, {"NCCLRL_TUNER_TABLE": str(path)}, init_fails=True)
+    (msg,) = warns(logs)
+    assert str(path) in msg and want[kind] in msg and "this communicator's init fails" in msg
+    logs, got = probe(build, 1, 4, {"NCCLRL_TUNER_TABLE": str(path), "NCCLRL_TUNER_ON_ERROR": "fallback"})
     assert time.monotonic() - t0 < 10
     (msg,) = warns(logs)
     assert str(path) in msg and want[kind] in msg and "NCCL's own decisions everywhere" in msg

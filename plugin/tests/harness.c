@@ -182,8 +182,21 @@ static int untouched(const ncclrl_tuner_v5_t* v5, void* ctx) {
   return 1;
 }
 
+/* A named file that is not a table: this communicator's init fails with a WARN naming the file and
+ * why; with NCCLRL_TUNER_ON_ERROR=fallback, the same WARN and NCCL decides everything. */
 static void check_refused_file(const ncclrl_tuner_v5_t* v5, const char* path, const char* what) {
-  void* ctx = init_path(v5, path, 4, 1);
+  ncclrl_nvl_domain_info_v5_t nvl = {1, 4, 4};
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+  setenv("NCCLRL_TUNER_TABLE", path, 1);
+  nmsgs = 0;
+  void* ctx = (void*)&nvl;
+  ncclrl_result_t rc = v5->init(&ctx, 89, 4, 1, logger, &nvl, NULL);
+  CHECK(rc != NCCLRL_SUCCESS && ctx == NULL, "%s: init must fail (rc %d)", path, rc);
+  CHECK(find_msg(NCCLRL_LOG_WARN, path, what) && find_msg(NCCLRL_LOG_WARN, "this communicator's init fails", NULL),
+        "%s: no WARN saying '%s' and that init fails", path, what);
+  setenv("NCCLRL_TUNER_ON_ERROR", "fallback", 1);
+  ctx = init_path(v5, path, 4, 1);
+  unsetenv("NCCLRL_TUNER_ON_ERROR");
   CHECK(find_msg(NCCLRL_LOG_WARN, path, what) && find_msg(NCCLRL_LOG_WARN, "NCCL's own decisions everywhere", NULL),
         "%s: no WARN saying '%s'", path, what);
   CHECK(!find_msg(NCCLRL_LOG_INFO, "table from", NULL), "%s: must not load", path);
@@ -412,6 +425,150 @@ static void check_threads(const ncclrl_tuner_v5_t* v5, const char* data_dir) {
   unsetenv("NCCLRL_TUNER_TABLE_DATA");
 }
 
+/* ---- the deployment: every rank must run the same table, or fail loudly ---- */
+
+static void write_file(const char* path, const char* text) {
+  FILE* f = fopen(path, "w");
+  CHECK(f != NULL, "cannot write %s", path);
+  if (f) { fputs(text, f); fclose(f); }
+}
+
+/* One rank's communicator init through ABI version `version` (2 to 6); returns its result, *ctx the context. */
+static ncclrl_result_t rank_init(void* lib, int version, void** ctx) {
+  char name[32];
+  snprintf(name, sizeof(name), "ncclTunerPlugin_v%d", version);
+  void* sym = dlsym(lib, name);
+  ncclrl_nvl_domain_info_v5_t nvl = {1, 4, 4};
+  *ctx = (void*)&nvl; /* init must set it, to NULL when it fails */
+  nmsgs = 0;
+  switch (version) {
+    case 2: return ((const ncclrl_tuner_v2_t*)sym)->init(4, 1, logger, ctx);
+    case 3: return ((const ncclrl_tuner_v3_t*)sym)->init(4, 1, logger, ctx);
+    case 4: return ((const ncclrl_tuner_v4_t*)sym)->init(4, 1, logger, ctx);
+    case 5: return ((const ncclrl_tuner_v5_t*)sym)->init(ctx, 7, 4, 1, logger, &nvl, NULL);
+    default: return ((const ncclrl_tuner_v6_t*)sym)->init(ctx, 7, 4, 1, logger, &nvl, NULL);
+  }
+}
+
+/* Whether a v5 context forces allreduce 100 B to ring/ll on 2 channels (the deployed table's row). */
+static int forces_row(const ncclrl_tuner_v5_t* v5, void* ctx) {
+  float t[7][3];
+  int nch = 0;
+  fill_table(t);
+  v5->getCollInfo(ctx, NCCLRL_ALLREDUCE, 100, 1, (float**)t, 7, 3, 0, &nch);
+  return t[NCCLRL_RING][NCCLRL_LL] == 0.0f && nch == 2;
+}
+
+/* The README's deployment (NCCLRL_TUNER_TABLE=PATH and NCCLRL_TUNER_TABLE_FINGERPRINT=F on every
+ * rank), two ranks emulated by two communicator inits: a rank whose file is missing, or whose file
+ * changed between the two inits, fails its init with a WARN naming the path (and both
+ * fingerprints); NCCLRL_TUNER_ON_ERROR=fallback keeps NCCL's decisions there, with the WARN. */
+static void check_deployment(void* lib, const ncclrl_tuner_v5_t* v5) {
+  char dir[] = "/tmp/ncclrl-harness-deploy-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  char path[256], missing[256], want_fp[17], got_fp[17], msg[512];
+  snprintf(path, sizeof(path), "%s/nccl_tuner.csv", dir);
+  snprintf(missing, sizeof(missing), "%s/not-on-this-node.csv", dir);
+  const char* table = "allreduce,0,1000,ring,ll,2,-1,-1\n";
+  const char* changed = "allreduce,0,1000,tree,simple,4,-1,-1\n";
+  snprintf(want_fp, sizeof(want_fp), "%016llx", fnv1a(table, strlen(table)));
+  snprintf(got_fp, sizeof(got_fp), "%016llx", fnv1a(changed, strlen(changed)));
+  write_file(path, table);
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+  unsetenv("NCCL_TUNER_CONFIG_FILE");
+  unsetenv("NCCLRL_TUNER_ON_ERROR");
+  setenv("NCCLRL_TUNER_TABLE", path, 1);
+  setenv("NCCLRL_TUNER_TABLE_FINGERPRINT", want_fp, 1);
+  void* ctx;
+  for (int version = 2; version <= 6; version++) {
+    /* rank 0 reads the deployed file: loads, "as expected" */
+    write_file(path, table);
+    ncclrl_result_t rc = rank_init(lib, version, &ctx);
+    snprintf(msg, sizeof(msg), "fingerprint %s): 1 for this communicator", want_fp);
+    CHECK(rc == NCCLRL_SUCCESS && ctx && find_msg(NCCLRL_LOG_INFO, path, msg) && count_level(NCCLRL_LOG_WARN) == 0,
+          "v%d rank 0: must load the expected table (rc %d)", version, rc);
+    if (rc == NCCLRL_SUCCESS && version == 5) CHECK(forces_row(v5, ctx), "rank 0: the table must apply");
+    if (rc == NCCLRL_SUCCESS) v5->finalize(ctx); /* every version's destroy is the same function */
+    /* the file changes before rank 1's init: rank 1 fails, naming the path and both fingerprints */
+    write_file(path, changed);
+    rc = rank_init(lib, version, &ctx);
+    snprintf(msg, sizeof(msg), "has fingerprint %s, not the %s that NCCLRL_TUNER_TABLE_FINGERPRINT expects", got_fp,
+             want_fp);
+    CHECK(rc != NCCLRL_SUCCESS && ctx == NULL, "v%d rank 1: a changed file must fail init (rc %d)", version, rc);
+    CHECK(find_msg(NCCLRL_LOG_WARN, path, msg) && find_msg(NCCLRL_LOG_WARN, msg, "init fails"),
+          "v%d rank 1: WARN must say '%s' and that init fails", version, msg);
+    CHECK(!find_msg(NCCLRL_LOG_INFO, "table from", NULL), "v%d rank 1: nothing may load", version);
+    /* a node without the file: fails, naming the path */
+    setenv("NCCLRL_TUNER_TABLE", missing, 1);
+    rc = rank_init(lib, version, &ctx);
+    CHECK(rc != NCCLRL_SUCCESS && ctx == NULL && find_msg(NCCLRL_LOG_WARN, "no table at", missing)
+          && find_msg(NCCLRL_LOG_WARN, missing, "init fails"), "v%d: a missing file must fail init, WARN", version);
+    setenv("NCCLRL_TUNER_TABLE", path, 1);
+  }
+  /* a named file missing fails even when no fingerprint is stated */
+  unsetenv("NCCLRL_TUNER_TABLE_FINGERPRINT");
+  setenv("NCCLRL_TUNER_TABLE", missing, 1);
+  CHECK(rank_init(lib, 5, &ctx) != NCCLRL_SUCCESS && ctx == NULL && find_msg(NCCLRL_LOG_WARN, "no table at", missing),
+        "a missing NCCLRL_TUNER_TABLE must fail init");
+  setenv("NCCL_TUNER_CONFIG_FILE", missing, 1);
+  unsetenv("NCCLRL_TUNER_TABLE");
+  CHECK(rank_init(lib, 5, &ctx) != NCCLRL_SUCCESS && ctx == NULL && find_msg(NCCLRL_LOG_WARN, "no table at", missing),
+        "a missing NCCL_TUNER_CONFIG_FILE must fail init");
+  unsetenv("NCCL_TUNER_CONFIG_FILE");
+  /* a fingerprint stated, no source named, no ./nccl_tuner.conf: fails */
+  setenv("NCCLRL_TUNER_TABLE_FINGERPRINT", want_fp, 1);
+  CHECK(rank_init(lib, 5, &ctx) != NCCLRL_SUCCESS && ctx == NULL
+        && find_msg(NCCLRL_LOG_WARN, "no table at nccl_tuner.conf", "init fails"),
+        "an expected fingerprint without a table must fail init");
+  /* opt-out: the same faults keep NCCL's decisions, each with its WARN */
+  setenv("NCCLRL_TUNER_ON_ERROR", "fallback", 1);
+  setenv("NCCLRL_TUNER_TABLE", path, 1);
+  ncclrl_result_t rc = rank_init(lib, 5, &ctx);
+  CHECK(rc == NCCLRL_SUCCESS && ctx && find_msg(NCCLRL_LOG_WARN, msg, "NCCL's own decisions everywhere")
+        && !find_msg(NCCLRL_LOG_INFO, "table from", NULL) && untouched(v5, ctx),
+        "fallback: a changed file keeps NCCL's decisions with a WARN (rc %d)", rc);
+  if (rc == NCCLRL_SUCCESS) v5->finalize(ctx);
+  setenv("NCCLRL_TUNER_TABLE", missing, 1);
+  rc = rank_init(lib, 5, &ctx);
+  CHECK(rc == NCCLRL_SUCCESS && ctx && find_msg(NCCLRL_LOG_WARN, "no table at", missing)
+        && find_msg(NCCLRL_LOG_WARN, missing, "NCCL's own decisions everywhere") && untouched(v5, ctx),
+        "fallback: a missing file keeps NCCL's decisions with a WARN (rc %d)", rc);
+  if (rc == NCCLRL_SUCCESS) v5->finalize(ctx);
+  /* upper case is accepted; the fingerprint guards files only: NCCLRL_TUNER_TABLE_DATA (what ncclrl's
+   * measured jobs set, while the deployment's variables may still be exported) wins and loads */
+  setenv("NCCLRL_TUNER_ON_ERROR", "FAIL", 1);
+  write_file(path, table);
+  setenv("NCCLRL_TUNER_TABLE", path, 1);
+  for (char* c = want_fp; *c; c++) *c = (char)toupper((unsigned char)*c);
+  setenv("NCCLRL_TUNER_TABLE_FINGERPRINT", want_fp, 1);
+  rc = rank_init(lib, 5, &ctx);
+  CHECK(rc == NCCLRL_SUCCESS && ctx && forces_row(v5, ctx), "an upper-case fingerprint must match");
+  if (rc == NCCLRL_SUCCESS) v5->finalize(ctx);
+  setenv("NCCLRL_TUNER_TABLE_DATA", changed, 1);
+  rc = rank_init(lib, 5, &ctx);
+  CHECK(rc == NCCLRL_SUCCESS && ctx && find_msg(NCCLRL_LOG_INFO, "table from NCCLRL_TUNER_TABLE_DATA", got_fp),
+        "the environment's table loads whatever fingerprint the file is expected to have");
+  if (rc == NCCLRL_SUCCESS) v5->finalize(ctx);
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+  /* malformed settings fail init, naming the variable, whatever the policy */
+  static const char* const BAD_FP[] = {"xyz", "cbf29ce48422232", "cbf29ce4842223250", "0xcbf29ce4842223"};
+  for (size_t i = 0; i < sizeof(BAD_FP) / sizeof(BAD_FP[0]); i++) {
+    setenv("NCCLRL_TUNER_TABLE_FINGERPRINT", BAD_FP[i], 1);
+    CHECK(rank_init(lib, 5, &ctx) != NCCLRL_SUCCESS && ctx == NULL
+          && find_msg(NCCLRL_LOG_WARN, "NCCLRL_TUNER_TABLE_FINGERPRINT=", "is not 16 hex digits"),
+          "a malformed fingerprint '%s' must fail init", BAD_FP[i]);
+  }
+  unsetenv("NCCLRL_TUNER_TABLE_FINGERPRINT");
+  setenv("NCCLRL_TUNER_ON_ERROR", "ignore", 1);
+  CHECK(rank_init(lib, 5, &ctx) != NCCLRL_SUCCESS && ctx == NULL
+        && find_msg(NCCLRL_LOG_WARN, "NCCLRL_TUNER_ON_ERROR='ignore' is not fail or fallback", NULL),
+        "an unknown NCCLRL_TUNER_ON_ERROR must fail init");
+  unsetenv("NCCLRL_TUNER_ON_ERROR");
+  unsetenv("NCCLRL_TUNER_TABLE");
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s LIB DATA_DIR\n", argv[0]);
@@ -521,12 +678,15 @@ int main(int argc, char** argv) {
   CHECK(nch == 0, "the 1-node row must not apply to 2 nodes");
   v5->finalize(ctx);
 
-  /* no file: NCCL's defaults, no WARN; unexpected arguments: NCCL decides */
-  setenv("NCCLRL_TUNER_TABLE", "/nonexistent/ncclrl.csv", 1);
+  /* no file named, none in the working folder: NCCL's defaults, no WARN; unexpected arguments: NCCL decides
+   * (a named file that is missing fails init: check_deployment) */
+  unsetenv("NCCLRL_TUNER_TABLE");
   nmsgs = 0;
   ctx = NULL;
+  CHECK(access("nccl_tuner.conf", F_OK) != 0, "the harness needs a working folder without nccl_tuner.conf");
   CHECK(v5->init(&ctx, 45, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS, "init without a file");
-  CHECK(count_level(NCCLRL_LOG_WARN) == 0 && find_msg(NCCLRL_LOG_INFO, "no table", NULL), "missing file logs INFO");
+  CHECK(count_level(NCCLRL_LOG_WARN) == 0 && find_msg(NCCLRL_LOG_INFO, "no table at nccl_tuner.conf", NULL),
+        "no file anywhere logs INFO");
   fill_table(t);
   nch = 0;
   v5->getCollInfo(ctx, NCCLRL_ALLREDUCE, 100, 1, (float**)t, 7, 3, 0, &nch);
@@ -663,6 +823,11 @@ int main(int argc, char** argv) {
     setenv("NCCLRL_TUNER_TABLE_DATA", huge, 1);
     nmsgs = 0;
     ctx = NULL;
+    CHECK(v5->init(&ctx, 71, 4, 1, logger, &nvl, &constants) != NCCLRL_SUCCESS && !ctx, "a huge table fails init");
+    CHECK(find_msg(NCCLRL_LOG_WARN, "NCCLRL_TUNER_TABLE_DATA is larger than", "init fails"), "17 MiB table: WARN");
+    setenv("NCCLRL_TUNER_ON_ERROR", "fallback", 1);
+    nmsgs = 0;
+    ctx = NULL;
     CHECK(v5->init(&ctx, 71, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS && ctx, "init with a huge table");
     CHECK(find_msg(NCCLRL_LOG_WARN, "NCCLRL_TUNER_TABLE_DATA is larger than", "NCCL's own decisions"),
           "17 MiB table: WARN");
@@ -683,7 +848,7 @@ int main(int argc, char** argv) {
       setenv("NCCLRL_TUNER_TABLE", tmp, 1);
       nmsgs = 0;
       ctx = NULL;
-      v5->init(&ctx, 72, 4, 1, logger, &nvl, &constants);
+      CHECK(v5->init(&ctx, 72, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS, "fallback: init succeeds");
       CHECK(find_msg(NCCLRL_LOG_WARN, "is larger than", tmp), "17 MiB file: WARN");
       fill_table(t);
       nch = 0;
@@ -692,6 +857,7 @@ int main(int argc, char** argv) {
       v5->finalize(ctx);
       unlink(tmp);
     }
+    unsetenv("NCCLRL_TUNER_ON_ERROR");
     free(huge);
   }
   free(basic);
@@ -758,6 +924,7 @@ int main(int argc, char** argv) {
   unsetenv("NCCLRL_TUNER_REQUEST_LOG_MAX");
 
   check_not_tables(v5);
+  check_deployment(lib, v5);
   check_v2_refusals(v2);
   check_filter_limit(v5);
   check_threads(v5, argv[2]);
