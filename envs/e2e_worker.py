@@ -82,7 +82,7 @@ def build_model(torch, job: dict):
     return TinyLM()
 
 
-def train(torch, dist, job: dict, mode: str, dev, rank: int, local: int, sync, out: Out) -> list[float]:
+def train(torch, dist, job: dict, mode: str, dev, rank: int, sync, out: Out) -> list[float]:
     """``warmup + steps`` training steps of a fresh model wrapped in DDP or FSDP; the time of each
     timed step on this rank, in milliseconds."""
     dtype = getattr(torch, job["dtype"])
@@ -91,7 +91,7 @@ def train(torch, dist, job: dict, mode: str, dev, rank: int, local: int, sync, o
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        model = DistributedDataParallel(model, device_ids=[local] if dev.type == "cuda" else None)
+        model = DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     else:
         from torch.distributed.fsdp import fully_shard
 
@@ -176,7 +176,7 @@ def main() -> int:
             pass
 
     for mode in job["modes"]:  # the same order on every rank and in every job
-        step_time_ms = train(torch, dist, job, mode, dev, rank, local, sync, out)
+        step_time_ms = train(torch, dist, job, mode, dev, rank, sync, out)
         slowest = torch.tensor(step_time_ms, dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=timing_group)  # the slowest rank's, per step
         if rank == 0:
