@@ -72,10 +72,9 @@ class LaunchConfig:
     :param python: the Python that runs the workers on every node (empty: this one's path)
     :param grace_s: after a timeout, seconds between SIGTERM and SIGKILL to the job's processes
     :param mpi: srun: the ``--mpi=`` plugin for MPI programs (nccl-tests built with MPI=1)
-    :param share_gpu: emulated nodes only (every node on this host): every rank on this host's
-        first GPU, so a job of several nodes runs on one GPU (two processes on one GPU, each with
-        its own ``NCCL_HOSTID``, are two NCCL nodes over sockets). It exists to test the whole live
-        chain on a one-GPU machine: the GPU time-slices the ranks, so its times are not a cluster's
+    :param share_gpu: emulated nodes only: every rank on this host's first GPU, each its own NCCL
+        node (``NCCL_HOSTID``), to test the live chain on one GPU; the GPU time-slices the ranks,
+        so its times are not a cluster's
     """
 
     kind: str = "local"
