@@ -18,7 +18,7 @@ Records (``NCCLRL|rank|kind|payload``): ``hello``, ``log``, ``progress`` (rank 0
 ``error``, ``done``. The job (``NCCLRL_JOB``) holds ``modes`` (``ddp``, ``fsdp``, in running order),
 the model (``layers``, ``d_model``, ``heads``, ``seq_len``, ``batch``, ``vocab``, ``dtype``),
 ``steps``, ``warmup``, ``seed``, ``device`` (cuda or cpu: gloo stands in for NCCL), ``timeout_s``,
-``nranks``, ``gpus_per_node``, ``local_world`` (ranks on this host), ``emulate_nodes``.
+``nranks``, ``gpus_per_node``, ``local_world`` (ranks on this host), ``emulate_nodes``, ``share_gpu``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 from datetime import timedelta
 
 from ncclrl.costmodel.table import CONF_KEYS, fingerprint
-from ncclrl.envs.launch import JOB_ENV, TABLE_ENV, decode, first_node, rank_env, run_worker
+from ncclrl.envs.launch import JOB_ENV, TABLE_ENV, decode, first_node, rank_env, rank_gpu, run_worker
 from ncclrl.envs.worker import Out
 
 EXIT_WATCHDOG = 124
@@ -82,7 +82,7 @@ def build_model(torch, job: dict):
     return TinyLM()
 
 
-def train(torch, dist, job: dict, mode: str, dev, rank: int, local: int, sync, out: Out) -> list[float]:
+def train(torch, dist, job: dict, mode: str, dev, rank: int, sync, out: Out) -> list[float]:
     """``warmup + steps`` training steps of a fresh model wrapped in DDP or FSDP; the time of each
     timed step on this rank, in milliseconds."""
     dtype = getattr(torch, job["dtype"])
@@ -91,7 +91,7 @@ def train(torch, dist, job: dict, mode: str, dev, rank: int, local: int, sync, o
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        model = DistributedDataParallel(model, device_ids=[local] if dev.type == "cuda" else None)
+        model = DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     else:
         from torch.distributed.fsdp import fully_shard
 
@@ -153,12 +153,13 @@ def main() -> int:
         return 2
     timeout = timedelta(seconds=float(job["timeout_s"]) + 60)
     if device == "cuda":
-        if not torch.cuda.is_available() or local >= torch.cuda.device_count():
-            n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            out("error", f"local rank {local} needs GPU {local}; {socket.gethostname()} has {n} visible")
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        gpu = rank_gpu(rank, local, n, bool(job.get("emulate_nodes")), bool(job.get("share_gpu")))
+        if gpu >= n:
+            out("error", f"rank {rank} (local rank {local}) needs GPU {gpu}; {socket.gethostname()} has {n} visible")
             return 2
-        torch.cuda.set_device(local)
-        dev = torch.device("cuda", local)
+        torch.cuda.set_device(gpu)
+        dev = torch.device("cuda", gpu)
         dist.init_process_group("nccl", init_method="env://", rank=rank, world_size=world, timeout=timeout,
                                 device_id=dev)
         timing_group = dist.new_group(backend="gloo")
@@ -175,7 +176,7 @@ def main() -> int:
             pass
 
     for mode in job["modes"]:  # the same order on every rank and in every job
-        step_time_ms = train(torch, dist, job, mode, dev, rank, local, sync, out)
+        step_time_ms = train(torch, dist, job, mode, dev, rank, sync, out)
         slowest = torch.tensor(step_time_ms, dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=timing_group)  # the slowest rank's, per step
         if rank == 0:

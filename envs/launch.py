@@ -89,6 +89,9 @@ class LaunchConfig:
     :param python: the Python that runs the workers on every node (empty: this one's path)
     :param grace_s: after a timeout, seconds between SIGTERM and SIGKILL to the job's processes
     :param mpi: srun: the ``--mpi=`` plugin for MPI programs (nccl-tests built with MPI=1)
+    :param share_gpu: emulated nodes only: every rank on this host's first GPU, each its own NCCL
+        node (``NCCL_HOSTID``), to test the live chain on one GPU; the GPU time-slices the ranks,
+        so its times are not a cluster's
     """
 
     kind: str = "local"
@@ -101,6 +104,7 @@ class LaunchConfig:
     python: str = ""
     grace_s: float = 10.0
     mpi: str = "pmix"
+    share_gpu: bool = False
 
     def check(self) -> None:
         if self.kind not in KINDS:
@@ -114,6 +118,11 @@ class LaunchConfig:
                 any(h not in LOCAL_HOSTS for h in self.hosts[1:]):
             raise ConfigError("launcher.remote", f"must contain {{host}} to start agents on other hosts, got "
                               f"{self.remote!r}")
+        if not isinstance(self.share_gpu, bool):
+            raise ConfigError("launcher.share_gpu", f"must be true or false, got {self.share_gpu!r}")
+        if self.share_gpu and not self.emulated:
+            raise ConfigError("launcher.share_gpu", "true needs every node emulated on this host (launcher=local, "
+                              "or torchrun/mpirun with no other hosts)")
         if self.grace_s < 0:
             raise ConfigError("launcher.grace_s", f"must be >= 0, got {self.grace_s}")
         try:
@@ -141,6 +150,21 @@ class LaunchConfig:
     def emulated(self) -> bool:
         """Every node of the job on this host (distinct ``NCCL_HOSTID`` per node, sockets on lo)."""
         return self.kind == "local" or (self.kind != "srun" and all(h in LOCAL_HOSTS for h in self.hosts))
+
+    def gpus_needed(self, nranks: int) -> int:
+        """The GPUs this host must have for a job of ``nranks`` ranks started here: one per rank, or
+        one for all of them with ``share_gpu``."""
+        return 1 if self.share_gpu else nranks
+
+
+def rank_gpu(rank: int, local_rank: int, visible: int, emulated: bool = False, share_gpu: bool = False) -> int:
+    """The GPU a rank takes among the ``visible`` GPUs of its host: the first with ``share_gpu``
+    or where a task sees one GPU only (a site's per-task binding); where every node is emulated on
+    this host, the GPU of its global rank (one GPU per rank: the nodes' local ranks repeat); else
+    its local rank."""
+    if share_gpu or visible == 1:
+        return 0
+    return rank if emulated else local_rank
 
 
 RANK_VARS_BY_KIND = {

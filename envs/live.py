@@ -53,14 +53,16 @@ def is_hang(error: str | None) -> bool:
 
 
 def require_gpus(nranks: int) -> None:
-    """Fail early, in one line, when this machine cannot start ``nranks`` GPU workers (one per GPU):
-    no CUDA build of PyTorch, no GPU visible, or fewer GPUs than the topology's ranks."""
+    """Fail early, in one line, when this machine has fewer than ``nranks`` GPUs for a job's workers
+    (one per rank, or one for all with ``launcher.share_gpu``): no CUDA build of PyTorch, no GPU
+    visible, or too few."""
     import torch
 
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if have < nranks:
         why = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
-        raise ConfigError("backend", f"live measurement needs {nranks} CUDA GPUs (one per rank of the topology); "
+        raise ConfigError("backend", f"live measurement needs {nranks} CUDA GPUs (one per rank started here; one "
+                          "for all with launcher.share_gpu=true on emulated nodes); "
                           f"PyTorch {torch.__version__} ({why}) sees {have} here: run it on the GPU machine, or "
                           "use backend=replay with a recorded sweep")
 

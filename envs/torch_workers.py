@@ -135,7 +135,7 @@ class TableWorkers(Backend):
             raise ConfigError("topology", f"{nranks} ranks do not spread evenly over {nodes} nodes")
         self.launcher = LaunchConfig.of(launcher)
         if self.launcher.kind == "local" and device == "cuda":
-            require_gpus(nranks)
+            require_gpus(self.launcher.gpus_needed(nranks))
         super().__init__()
         self.launch, self.timing, self.nvls, self.device = launch, timing, nvls, device
         self.load, self.load_n = load, int(load_n)
@@ -159,6 +159,7 @@ class TableWorkers(Backend):
                "samples": samples, "budget_us": budget_us, "timing": self.timing, "launch": self.launch,
                "device": self.device, "timeout_s": self.timeout_s, "nranks": self.nranks, "kind": self.launcher.kind,
                "gpus_per_node": self.nranks // self.nodes, "emulate_nodes": self.launcher.emulated and self.nodes > 1,
+               "share_gpu": self.launcher.share_gpu,
                "load": {"kind": self.load, "n": self.load_n} if self.load != "none" else None}
         # the user's NCCL (and ncclrl) environment reaches every rank, whatever the launcher forwards
         word = encode(job)

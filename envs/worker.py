@@ -35,7 +35,7 @@ import time
 from datetime import timedelta
 
 from ncclrl.costmodel.table import fingerprint
-from ncclrl.envs.launch import JOB_ENV, MARK, TABLE_ENV, decode, first_node, rank_env, run_worker
+from ncclrl.envs.launch import JOB_ENV, MARK, TABLE_ENV, decode, first_node, rank_env, rank_gpu, run_worker
 
 MAX_REPS = 50  # repetitions per sample: enough that an 8 B call's launch cost is amortized
 EXIT_MISMATCH = 3
@@ -164,10 +164,10 @@ def _watchdog(out: Out, limit_s: float) -> None:
                 os._exit(EXIT_WATCHDOG)
 
 
-def _gpu_facts(torch, local_rank: int) -> dict:
+def _gpu_facts(torch, gpu: int) -> dict:
     facts = {"gpu": "cpu", "cuda": torch.version.cuda or "", "driver": ""}
-    if torch.cuda.is_available() and local_rank < torch.cuda.device_count():
-        facts["gpu"] = torch.cuda.get_device_name(local_rank)
+    if torch.cuda.is_available() and gpu < torch.cuda.device_count():
+        facts["gpu"] = torch.cuda.get_device_name(gpu)
     try:
         with open("/proc/driver/nvidia/version") as f:
             first = f.readline()
@@ -227,13 +227,15 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
     plugin = os.environ.get("NCCL_TUNER_PLUGIN", "")
     plugin_ok = bool(plugin) and (plugin == "none" or os.path.isfile(plugin))
     nccl = ".".join(map(str, torch.cuda.nccl.version())) if device == "cuda" and torch.cuda.is_available() else ""
+    seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpu = rank_gpu(rank, local, seen, bool(job.get("emulate_nodes")), bool(job.get("share_gpu")))
     decides = {k: os.environ[k] for k in sorted(DECIDING) if k in os.environ}
     hello = {"host": socket.gethostname(), "pid": os.getpid(), "local_rank": local, "world": world,
              "table": fingerprint(table), "plugin": plugin if plugin_ok else f"missing: {plugin}",
              "plugin_bytes": fingerprint(_read(plugin)) if plugin_ok and plugin != "none" else "", "nccl": nccl,
              "decides": fingerprint(json.dumps(decides, sort_keys=True)),
              "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_") and k != "NCCL_TUNER_PLUGIN"},
-             **_gpu_facts(torch, local)}
+             **_gpu_facts(torch, gpu)}
     out("hello", hello)
 
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
@@ -269,11 +271,8 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
         return EXIT_MISMATCH
 
     if device == "cuda":
-        seen = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        # a task that sees one GPU only (a site's per-task binding) takes that one
-        gpu = 0 if seen == 1 else local
         if gpu >= seen:
-            out("error", f"local rank {local} needs GPU {local}; {hello['host']} has {seen} visible")
+            out("error", f"rank {rank} (local rank {local}) needs GPU {gpu}; {hello['host']} has {seen} visible")
             return 2
         torch.cuda.set_device(gpu)
         dev = torch.device("cuda", gpu)

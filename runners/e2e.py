@@ -230,7 +230,7 @@ class E2E:
         self.topo = load_topology(cfg.topology)
         self.launcher = cfg.launcher
         if self.launcher.kind == "local" and cfg.device == "cuda":
-            require_gpus(self.topo.nranks)
+            require_gpus(self.launcher.gpus_needed(self.topo.nranks))
         self.table_text = Path(cfg.table).read_text()
         try:
             parse_example_rows(self.table_text)
@@ -260,7 +260,7 @@ class E2E:
                 "seq_len": c.seq_len, "batch": c.batch, "vocab": c.vocab, "dtype": c.dtype, "steps": c.steps,
                 "warmup": c.warmup, "seed": c.seed, "device": c.device, "timeout_s": c.timeout_s,
                 "nranks": t.nranks, "gpus_per_node": t.gpus_per_node, "kind": self.launcher.kind,
-                "emulate_nodes": self.launcher.emulated and t.nodes > 1,
+                "emulate_nodes": self.launcher.emulated and t.nodes > 1, "share_gpu": self.launcher.share_gpu,
                 "local_world": t.nranks if self.launcher.emulated else t.gpus_per_node}
 
     def run_job(self, modes: list[str], side: str, log_dir: Path) -> dict[str, Any]:

@@ -4,7 +4,10 @@ Runs one short NCCL job (PyTorch, one process per GPU) with our tuner plugin loa
 ``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING``, calls each collective at sizes inside every row
 (its first byte, a middle size and its last byte, up to ``--max-bytes``) and at sizes the table
 leaves uncovered, reads rank 0's NCCL log and reports per row whether NCCL's logged
-``Algo/proto/channel`` is the table's decision. Expected channels are the row's count as NCCL's
+``Algo/proto/channel`` is the table's decision. The plugin's own line in that log must show the
+table it was handed (the same fingerprint) with every row applicable to this communicator accepted
+and none rejected; a row the job did not call (it starts beyond ``max_bytes``) fails the check:
+every row is confirmed or the verdict is no. Expected channels are the row's count as NCCL's
 scheduler spreads it (cells of >= 16 KiB of traffic, as :mod:`ncclrl.costmodel.replica` computes);
 rows NCCL cannot run (an algorithm it disabled) and uncovered sizes must keep NCCL's own choice.
 A second run without the plugin times the uncovered sizes, which must keep NCCL's speed.
@@ -28,7 +31,7 @@ from omegaconf import OmegaConf
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.replica import default_decisions, eligible_mask, scheduled_channels
-from ncclrl.costmodel.table import parse_example_rows
+from ncclrl.costmodel.table import fingerprint, parse_example_rows
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.envs.launch import TABLE_ENV, LaunchConfig, encode, launch_commands, payload_json, run_to_end
@@ -39,6 +42,9 @@ from ncclrl.runners.config import Command, register
 LOG_LINE = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): (\d+) Bytes -> Algo (\w+) proto (\w+) "
                       r"channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
 LOG_NAME = {v: k for k, v in N.COLL_LOG_NAMES.items()}
+# the plugin's INFO line when a communicator loads a table (plugin/ncclrl_tuner.c)
+PLUGIN_LINE = re.compile(r"TUNER/ncclrl: table from (.+?) \((\d+) bytes, (\d+) rows, fingerprint ([0-9a-f]{16})\): "
+                         r"(\d+) for this communicator \((\d+) ranks, (\d+) nodes\), (\d+) rejected")
 MARKER_BYTES = 1357  # a Broadcast of this many bytes marks where the verifier's own calls start
 END_MARKER_BYTES = 2468  # ... and this one where its decision calls end
 
@@ -115,7 +121,8 @@ def run_job(cases: list[dict], env: dict, topo, iters: int, out: Path, tag: str,
     job = {"mode": "verify", "cases": [dict(c, i=i) for i, c in enumerate(cases)], "iters": iters,
            "marker_bytes": MARKER_BYTES, "end_marker_bytes": END_MARKER_BYTES, "device": device,
            "timeout_s": timeout_s, "nranks": topo.nranks, "gpus_per_node": topo.gpus_per_node, "kind": launcher.kind,
-           "emulate_nodes": launcher.emulated and topo.nodes > 1, "launch": "torch", "timing": "eager", "items": []}
+           "emulate_nodes": launcher.emulated and topo.nodes > 1, "share_gpu": launcher.share_gpu, "launch": "torch",
+           "timing": "eager", "items": []}
     full = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "NCCLRL_")) and k != "NCCLRL_TUNER_TABLE"}
     full.update(env, NCCLRL_JOB=encode(job))
     base = {k: v for k, v in os.environ.items() if k not in RANK_VARS and k != "NCCLRL_TUNER_TABLE"}
@@ -159,24 +166,56 @@ def match_log(log: str, cases: list[dict], nranks: int) -> list[tuple[str, str, 
     return out
 
 
+def plugin_loads(log: str) -> dict | None:
+    """What the plugin said when the table's communicator loaded it (the first such line in the log):
+    its source, rows, fingerprint, rows for this communicator and rows rejected; ``None`` if silent."""
+    m = PLUGIN_LINE.search(log)
+    if m is None:
+        return None
+    return {"source": m.group(1), "nbytes": int(m.group(2)), "rows": int(m.group(3)), "fingerprint": m.group(4),
+            "applicable": int(m.group(5)), "ranks": int(m.group(6)), "nodes": int(m.group(7)),
+            "rejected": int(m.group(8))}
+
+
+def load_problems(loaded: dict | None, text: str, nrows: int, topo) -> list[str]:
+    """Why the plugin's own line does not show ``text`` loaded whole for this communicator (``nrows``
+    rows apply to it); empty when it does."""
+    if loaded is None:
+        return ["the plugin logged no table (not loaded, or NCCL_DEBUG_SUBSYS lacks TUNING)"]
+    out = []
+    if loaded["fingerprint"] != fingerprint(text):
+        out.append(f"the plugin read fingerprint {loaded['fingerprint']}, the table is {fingerprint(text)}")
+    if loaded["rejected"]:
+        out.append(f"the plugin rejected {loaded['rejected']} rows (its WARN lines in the log say which)")
+    if loaded["applicable"] != nrows:
+        out.append(f"the plugin applies {loaded['applicable']} rows to this communicator, the table has {nrows}")
+    if (loaded["ranks"], loaded["nodes"]) != (topo.nranks, topo.nodes):
+        out.append(f"the communicator has {loaded['ranks']} ranks on {loaded['nodes']} nodes, the topology "
+                   f"{topo.nranks} on {topo.nodes}")
+    return out
+
+
 def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters: int = 20,
            plugin: str | None = None, launcher: LaunchConfig | None = None, device: str = "cuda") -> int:
     topo = load_topology(topology)
     launcher = LaunchConfig.of(launcher)
     if launcher.kind == "local" and device == "cuda":
-        require_gpus(topo.nranks)  # a one-line error (ConfigError), not a traceback from a worker
-    rows = [r for r in parse_example_rows(Path(table).read_text())
+        require_gpus(launcher.gpus_needed(topo.nranks))  # a one-line error (ConfigError), not a traceback from a worker
+    text = Path(table).read_text()
+    rows = [r for r in parse_example_rows(text)
             if r["nNodes"] in (-1, topo.nodes) and r["nRanks"] in (-1, topo.nranks)]
     lib = plugin_library(plugin)
     out.mkdir(parents=True, exist_ok=True)
     cases = plan_cases(rows, topo, max_bytes)
     for case in cases:
         case["timed"] = case["row"] is None
-    env = {"NCCL_TUNER_PLUGIN": str(lib.resolve()), TABLE_ENV: Path(table).read_text()}
+    env = {"NCCL_TUNER_PLUGIN": str(lib.resolve()), TABLE_ENV: text}
     t0 = time.time()
     with_plugin = run_job(cases, env, topo, iters, out, "plugin", launcher, device=device)
     without = run_job([dict(c, timed=False) for c in cases], {"NCCL_TUNER_PLUGIN": "none"}, topo, 0, out,
                       "default", launcher, device=device)
+    loaded = plugin_loads(with_plugin["log"])
+    problems = load_problems(loaded, text, len(rows), topo)
     logged = match_log(with_plugin["log"], cases, topo.nranks)
     nccl_own = match_log(without["log"], cases, topo.nranks)
     report, ok_all = [], True
@@ -186,6 +225,9 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
         ok = got == want
         entry = {"row": case["row"], "collective": N.COLLECTIVES[case["coll"]], "nbytes": case["nbytes"],
                  "expected": "/".join(map(str, want)), "nccl_logged": "/".join(map(str, got)) if got else "missing"}
+        if case["row"] is not None:
+            r = rows[case["row"]]
+            entry["as_written"] = r["algo"] == "-1" or want[:2] == (r["algo"], r["proto"])
         entry["nccl_without_plugin"] = "/".join(map(str, own)) if own else "missing"
         if case["row"] is None:
             entry.update(time_us=t, default_time_us=base)
@@ -195,21 +237,32 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
         entry["ok"] = bool(ok)
         ok_all &= ok
         report.append(entry)
-    (out / "verify.json").write_text(json.dumps({"table": table, "topology": topo.name, "cases": report,
+    untested = [i for i in range(len(rows)) if not any(e["row"] == i for e in report)]
+    ok_all &= not problems and not untested
+    (out / "verify.json").write_text(json.dumps({"table": table, "topology": topo.name, "plugin_loaded": loaded,
+                                                 "load_problems": problems, "rows": len(rows),
+                                                 "rows_untested": [i + 1 for i in untested], "cases": report,
                                                  "nccl_log": with_plugin["log_path"]}, indent=1))
     print(f"# {table} on {topo.name}: NCCL's logged decision per table row (plugin {lib.name}); "
           f"{time.time() - t0:.0f} s")
+    if problems:
+        print("❌ the plugin's own line: " + "; ".join(problems))
+    else:
+        print(f"✅ the plugin loaded the table whole: {loaded['applicable']} rows for this communicator "
+              f"({loaded['ranks']} ranks, {loaded['nodes']} nodes), 0 rejected, fingerprint {loaded['fingerprint']}")
     for i, r in enumerate(rows):
         mine = [e for e in report if e["row"] == i]
         if not mine:
-            print(f"   row {i + 1}: {r['collective']} {r['min_bytes']}-{r['max_bytes']}: not tested "
-                  f"(beyond --max-bytes)")
+            print(f"❌ row {i + 1}: {r['collective']} {r['min_bytes']}-{r['max_bytes']}: not called (it starts "
+                  f"beyond max_bytes={max_bytes}; raise it to check this row)")
             continue
         good = all(e["ok"] for e in mine)
         detail = "; ".join(f"{e['nbytes']} B {e['nccl_logged']}" + ("" if e["ok"] else f" (want {e['expected']})")
                            for e in mine)
+        cannot = "" if all(e["as_written"] for e in mine) else \
+            " (NCCL cannot run it here at some of these sizes: NCCL's own choice there, as the plugin must leave it)"
         print(f"{'✅' if good else '❌'} row {i + 1}: {r['collective']} {r['min_bytes']}-{r['max_bytes']} "
-              f"{r['algo']}/{r['proto']}/{r['channels']}: {detail}")
+              f"{r['algo']}/{r['proto']}/{r['channels']}: {detail}{cannot}")
     unc = [e for e in report if e["row"] is None]
     if unc:
         good = all(e["ok"] for e in unc)
@@ -220,7 +273,8 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
             if not e["ok"]:
                 print(f"   ❌ {e['collective']} {e['nbytes']} B: {e['nccl_logged']} (want {e['expected']}), "
                       f"ratio {e.get('time_ratio', float('nan')):.2f}")
-    print(f"{sum(e['ok'] for e in report)} passed, {sum(not e['ok'] for e in report)} failed")
+    print(f"{sum(e['ok'] for e in report)} passed, {sum(not e['ok'] for e in report)} failed; "
+          f"{len(rows) - len(untested)} of {len(rows)} rows called")
     return 0 if ok_all else 1
 
 

@@ -179,7 +179,7 @@ def check_launch(args: DictConfig, topo: Topology) -> None:
     per node when hosts are named."""
     launcher = launcher_of(args)
     if launcher.kind == "local":
-        require_gpus(topo.nranks)
+        require_gpus(launcher.gpus_needed(topo.nranks))
     elif launcher.hosts and len(launcher.hosts) != topo.nodes:
         raise ConfigError("launcher.hosts", f"{topo.name} has {topo.nodes} nodes, {len(launcher.hosts)} hosts given")
 

@@ -472,3 +472,52 @@ def test_a_job_that_hands_its_table_gets_no_deployment_variables(tmp_path, monke
     for job_env, want in (({TABLE_ENV: ""}, ""), ({}, ",".join(sorted(OTHER_TABLE_ENV)))):
         records, _ = run_to_end([([sys.executable, "-c", show], job_env)], dict(os.environ), tmp_path, timeout_s=30)
         assert [r.payload for r in records if r.kind == "done"] == [want]
+
+
+@pytest.mark.parametrize("rank,local,visible,emulated,share,gpu", [
+    (1, 1, 8, False, False, 1),   # one host's ranks: the local rank
+    (3, 1, 4, True, False, 3),    # every node emulated here (local ranks repeat per node): the global rank
+    (1, 0, 1, True, False, 0),    # a task that sees one GPU takes it
+    (1, 0, 8, True, True, 0),     # share_gpu: every rank on the first GPU
+    (5, 5, 8, True, True, 0),
+])
+def test_each_rank_takes_its_gpu(rank, local, visible, emulated, share, gpu):
+    from ncclrl.envs.launch import rank_gpu
+
+    assert rank_gpu(rank, local, visible, emulated, share) == gpu
+
+
+def test_share_gpu_needs_every_node_on_this_host():
+    for cfg in (LaunchConfig(kind="local", share_gpu=True), LaunchConfig(kind="torchrun", share_gpu=True),
+                LaunchConfig(kind="mpirun", hosts=["localhost", "127.0.0.1"], share_gpu=True)):
+        cfg.check()
+        assert cfg.gpus_needed(2) == 1
+    assert LaunchConfig(kind="local").gpus_needed(2) == 2
+    for cfg in (LaunchConfig(kind="srun", share_gpu=True), LaunchConfig(kind="local", share_gpu="yes"),
+                LaunchConfig(kind="mpirun", hosts=["a", "b"], share_gpu=True)):
+        with pytest.raises(ConfigError, match="launcher.share_gpu"):
+            cfg.check()
+
+
+def test_a_two_node_job_on_one_gpu_starts_with_share_gpu(plugin, monkeypatch):
+    """The loopback preset on a machine of one GPU: refused without share_gpu (one GPU per rank),
+    accepted with it; its two ranks are two nodes (their own NCCL_HOSTID) handed share_gpu."""
+    import torch
+
+    from ncclrl.envs.launch import JOB_ENV, decode
+    from ncclrl.runners.sweep import check_launch, parse_args
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    topo = load_topology("h100-2x1-loopback")
+    assert (topo.nodes, topo.gpus_per_node) == (2, 1)
+    with pytest.raises(ConfigError, match="needs 2 CUDA GPUs"):
+        check_launch(parse_args([f"topology={topo.name}"]), topo)
+    args = parse_args([f"topology={topo.name}", "launcher.share_gpu=true"])
+    check_launch(args, topo)
+    w = TableWorkers(topo.nranks, topo.nodes, plugin=str(plugin), launcher=LaunchConfig(kind="local", share_gpu=True),
+                     device="cuda")
+    job = decode(w.job_env([], [], 1, 100.0)[JOB_ENV])
+    assert job["share_gpu"] is True and job["emulate_nodes"] is True and job["gpus_per_node"] == 1
+    cmds = launch_commands(w.launcher, topo.nodes, topo.gpus_per_node, {})
+    assert [(e["RANK"], e["GROUP_RANK"], e["LOCAL_RANK"]) for _c, e in cmds] == [("0", "0", "0"), ("1", "1", "0")]

@@ -51,3 +51,67 @@ def test_match_log_reads_decisions_in_call_order():
     wrong = list(answers)
     wrong[3] = ("tree", "simple", 1)
     assert match_log(fake_log(cases, wrong, topo.nranks), cases, topo.nranks)[3] == ("tree", "simple", 1)
+
+
+def plugin_line(text, applicable, rejected=0, ranks=4, nodes=1):
+    from ncclrl.costmodel.table import fingerprint
+
+    rows = sum(1 for line in text.splitlines() if line.strip() and not line.startswith("#"))
+    return (f"vm:1:1 [0] NCCL INFO TUNER/ncclrl: table from NCCLRL_TUNER_TABLE_DATA ({len(text.encode())} bytes, "
+            f"{rows} rows, fingerprint {fingerprint(text)}): {applicable} for this communicator ({ranks} ranks, "
+            f"{nodes} nodes), {rejected} rejected; tuner ABI v5")
+
+
+def run_verify(tmp_path, monkeypatch, text, max_bytes, line=None, wrong=None):
+    """verify() end to end with NCCL's side faked: the job's log holds the plugin's line and, per
+    case, the decision expected of it (or ``wrong`` at the case of that index)."""
+    import ncclrl.runners.plugin_verify as pv
+
+    topo = load_topology("h200-1x4")
+    table = tmp_path / "t.csv"
+    table.write_text(text)
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"")
+    rows = parse_example_rows(text)
+
+    def fake_job(cases, env, topo_, iters, out, tag, launcher, device="cuda"):
+        answers = [expected(c, rows, topo, None) for c in cases]
+        if wrong is not None and tag == "plugin":
+            answers[wrong] = ("tree", "simple", 1)
+        log = fake_log(cases, answers, topo.nranks)
+        if tag == "plugin":
+            log = (line if line is not None else plugin_line(text, len(rows))) + "\n" + log
+        return {"times_us": [None] * len(cases), "base_times_us": [None] * len(cases), "log": log, "log_path": "x"}
+
+    monkeypatch.setattr(pv, "run_job", fake_job)
+    rc = pv.verify(str(table), "h200-1x4", tmp_path / "pv", max_bytes=max_bytes, plugin=str(lib), device="cpu")
+    import json
+
+    return rc, json.loads((tmp_path / "pv" / "verify.json").read_text())
+
+
+TABLE = "allreduce,0,8191,tree,ll,1,1,4\nallreduce,16777216,268435455,ring,simple,8,1,4\n"
+
+
+def test_verify_passes_only_when_every_row_ran_as_written(tmp_path, monkeypatch, capsys):
+    rc, report = run_verify(tmp_path, monkeypatch, TABLE, 1 << 30)
+    assert rc == 0 and report["rows_untested"] == [] and report["load_problems"] == []
+    assert all(c["ok"] for c in report["cases"]) and report["plugin_loaded"]["applicable"] == 2
+    assert "2 of 2 rows called" in capsys.readouterr().out
+    rc, report = run_verify(tmp_path, monkeypatch, TABLE, 1 << 30, wrong=0)  # one call NCCL ran otherwise
+    assert rc == 1 and not report["cases"][0]["ok"]
+
+
+def test_a_row_beyond_max_bytes_fails_the_verdict(tmp_path, monkeypatch, capsys):
+    rc, report = run_verify(tmp_path, monkeypatch, TABLE, 1 << 20)
+    assert rc == 1 and report["rows_untested"] == [2]
+    assert "row 2: allreduce 16777216-268435455: not called" in capsys.readouterr().out
+
+
+def test_the_plugin_must_say_it_loaded_the_whole_table(tmp_path, monkeypatch):
+    for line, why in ((plugin_line(TABLE, 1, rejected=1), "rejected 1 rows"),
+                      (plugin_line(TABLE + "\n", 2), "fingerprint"),
+                      (plugin_line(TABLE, 2, ranks=2, nodes=2), "2 ranks on 2 nodes"),
+                      ("", "logged no table")):
+        rc, report = run_verify(tmp_path, monkeypatch, TABLE, 1 << 30, line=line)
+        assert rc == 1 and any(why in p for p in report["load_problems"]), (why, report["load_problems"])
