@@ -400,7 +400,7 @@ def test_d1_written_tables_get_the_mode_of_any_new_file(tmp_path, umask):
 
     old = os.umask(umask)
     try:
-        t = Table(None, [Row("allreduce", 0, 1023, "ring", "ll", 2)], conf={"NCCL_BUFFSIZE": 4194304})
+        t = Table(None, [Row("allreduce", 0, 4294967295, "ring", "ll", 2)], conf={"NCCL_BUFFSIZE": 4194304})
         t.write(tmp_path / "t")
         write_unit(tmp_path / "u", {"a.txt": "x\n"})
     finally:
@@ -416,7 +416,7 @@ def test_d3_a_table_write_names_the_fingerprint_to_deploy(tmp_path, caplog):
     from ncclrl.costmodel.table import MANIFEST, Row, Table, fingerprint
 
     caplog.set_level("INFO", logger="ncclrl.costmodel.table")
-    paths = Table(None, [Row("allreduce", 0, 1023, "ring", "ll", 2)]).write(tmp_path / "t")
+    paths = Table(None, [Row("allreduce", 0, 4294967295, "ring", "ll", 2)]).write(tmp_path / "t")
     fp = fingerprint(paths["csv"].read_bytes())
     assert json.loads((tmp_path / "t" / MANIFEST).read_text())["fingerprint"] == fp
     assert [r.getMessage() for r in caplog.records if f"NCCLRL_TUNER_TABLE_FINGERPRINT={fp} " in r.getMessage()]
