@@ -156,3 +156,60 @@ def test_zero_shot_on_a_public_grid_is_not_below_nccls_default(monkeypatch):
     csp = Space(cp)
     t = zero_shot_within(csp, CALIBRATED_MARGIN)
     assert o.score(csp.decision(t.knob, t.rows)).speedup >= 1.0
+
+
+def test_export_counts_a_given_calibration_and_bad_keys_are_one_line(tmp_path, capsys):
+    """export.calibration=FILE runs the target on that calibrated YAML's sim block with the calibrated
+    margin; a missing file, or a YAML without a sim block, is refused in one line naming the key."""
+    import json
+
+    from ncclrl.costmodel.topology import dump_topology
+    from ncclrl.runners.cli import main
+
+    cal = tmp_path / "a100-cal.yaml"
+    topo = load_topology("a100-2x4-sock")
+    dump_topology(topo.with_sim({"launch_us": 12.0}, name="a100-cal"), cal)
+    out = tmp_path / "run"
+    assert main(["export", "topology=a100-2x4-sock", f"export.calibration={cal}", "export.tune_conf=false",
+                 "export.shapes=[[2,8]]", f"run_dir={out}"]) == 0
+    assert "more than 51.3% (the simulator calibrated for a100-2x4-sock" in capsys.readouterr().out
+    prov = json.loads((out / "table" / "nccl_tuner.json").read_text())["provenance"]
+    assert prov["margin"] == CALIBRATED_MARGIN and prov["simulator_calibrated"] is True
+    from omegaconf import OmegaConf
+
+    from ncclrl.runners.pretrain import export_margin
+
+    cal_sim = Simulator(topo.with_sim({"launch_us": 12.0}))
+    for value, margin in (("auto", CALIBRATED_MARGIN), ("none", UNCALIBRATED_MARGIN)):
+        cfg = OmegaConf.create({"export": {"margin": None, "calibration": value}})
+        assert export_margin(cfg, cal_sim) == (margin, value == "auto")
+    cfg = OmegaConf.create({"export": {"margin": 0.05, "calibration": "auto"}})
+    assert export_margin(cfg, Simulator(topo)) == (0.05, False)
+    plain = tmp_path / "plain.yaml"
+    dump_topology(topo, plain)
+    for value in (str(tmp_path / "nope.yaml"), str(plain)):
+        assert main(["export", f"export.calibration={value}", f"run_dir={tmp_path / 'bad'}"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "error: export.calibration: " in err, err
+    assert not (tmp_path / "bad").exists()
+
+
+def test_finetune_calibrate_key(tmp_path):
+    from ncclrl.runners.finetune import parse_args
+
+    with pytest.raises(ConfigError, match="^calibrate"):
+        parse_args(["topology=h200-1x4", "calibrate=yes"])
+
+
+@pytest.mark.skipif(_public() is None, reason="no public-grids in NCCLRL_SHARED_DATA or ../shared/data")
+def test_finetune_on_a_public_grid_calibrates_first(tmp_path, monkeypatch):
+    import json
+
+    from ncclrl.runners.finetune import parse_args, run_finetune
+
+    monkeypatch.setenv("NCCLRL_SHARED_DATA", str(_public()))
+    args = parse_args(["backend=replay", "topology=a100-2x4-sock", "grid=a100-2x4-step", "budget=0.5sweep",
+                       f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'out'}"])
+    run_finetune(args)
+    cal = json.loads((tmp_path / "out" / "finetune.json").read_text())["evidence"]["calibration"]
+    assert cal["points"] == 6 and cal["median_log_err_after"] < cal["median_log_err_before"]
