@@ -116,9 +116,10 @@ class FinetuneCommand(TunedLiveConfig):
         collectives' times under compute (stored under tag finetune+gemmN with the products' slowdown;
         backend=torch)
     :param load_n: load=gemm: the products' size (load_n x load_n, bfloat16); size it like your model's
-    :param calibrate: auto (the default): on a platform the prior was not calibrated for (the topology
-        carries no fitted sim block), the first job measures NCCL's defaults at every size and the prior
-        is calibrated on it before the search; on: always; off: the prior as given
+    :param calibrate: off (the default): the prior as given; auto: on a platform the prior was not
+        calibrated for (the topology carries no fitted sim block), the first job measures NCCL's defaults at
+        every size and the prior is calibrated on it before the search; on: always (on the public grids it
+        lowered the run's result: docs/results/calibration.md)
     """
 
     budget: str = "0.5sweep"
@@ -128,7 +129,7 @@ class FinetuneCommand(TunedLiveConfig):
     profile: str = ""
     load: str = "none"
     load_n: int = 4096
-    calibrate: str = "auto"
+    calibrate: str = "off"
 
     def check(self) -> None:
         TunedLiveConfig.check(self)
@@ -415,7 +416,7 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
                        tag=load_tag(args, "finetune"), wall_s=float(args["wall_s"]) or None)
         ev.on_job = bar.advance
         res, run = finetune(problem, ev, controller, cfg, log=logger.info,
-                            calibrate=str(args.get("calibrate", "auto")))
+                            calibrate=str(args.get("calibrate", "off")))
     wall = time.time() - t0
     out_dir = Path(args["out"])
     prov = {"strategy": str(spath), "strategy_sha256": file_sha256(spath),

@@ -209,7 +209,7 @@ def test_finetune_on_a_public_grid_calibrates_first(tmp_path, monkeypatch):
 
     monkeypatch.setenv("NCCLRL_SHARED_DATA", str(_public()))
     args = parse_args(["backend=replay", "topology=a100-2x4-sock", "grid=a100-2x4-step", "budget=0.5sweep",
-                       f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'out'}"])
+                       "calibrate=auto", f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'out'}"])
     run_finetune(args)
     cal = json.loads((tmp_path / "out" / "finetune.json").read_text())["evidence"]["calibration"]
     assert cal["points"] == 6 and cal["median_log_err_after"] < cal["median_log_err_before"]
