@@ -4,6 +4,7 @@ H200 sweeps, judged on the public grids it never saw (docs/results/calibration.m
     NCCLRL_SHARED_DATA=/path/to/shared/data python docs/results/scripts/calibration.py
     NCCLRL_SHARED_DATA=/path/to/shared/data python docs/results/scripts/calibration.py --finetune
     NCCLRL_SHARED_DATA=/path/to/shared/data python docs/results/scripts/calibration.py --four-nodes
+    python docs/results/scripts/calibration.py --knobs
 
 1. **Error** of the prior against measurements: per measured point the |log error| of its time and,
    where NCCL's choice was measured at the same size under the same knob setting, of its predicted
@@ -29,6 +30,9 @@ than 0.01 (median over seeds, any grid and budget); else the default becomes ``o
 ``--four-nodes`` (a description, after the judging): the p5en simulator calibrated on every forced
 configuration the nightly grid measured at 4 nodes (a grid none of the six problems uses), then the
 2-, 16- and 128-node grids' errors and zero-shot tables under it, with margins 0, 0.274 and 0.513.
+
+``--knobs``: on the recorded H200 sweeps, the error of a knob setting's predicted gain (NCCL's choice
+under it against NCCL's defaults, geometric mean over sizes), the default simulator's and the preset's.
 """
 
 from __future__ import annotations
@@ -232,6 +236,36 @@ def finetune_runs(budgets: tuple[float, ...] = (0.25, 0.5)) -> None:
           f"({'keep auto' if worst <= 0.01 else 'default becomes off'}; {time.time() - t0:.0f} s)")
 
 
+def knobs() -> None:
+    from dataclasses import replace
+
+    from ncclrl.agents.calibration import predicted
+    from ncclrl.costmodel.simulator import Simulator
+
+    print("| sweep | prior | knob settings | |log err| of the predicted gain: median, max | predicted > 0.5% "
+          "faster but slower |")
+    print("| --- | --- | --- | --- | --- |")
+    for store, preset, launch in CHOOSE:
+        inst = replayed(store, preset, launch, "allreduce")
+        truth = truth_of(inst)
+        for which in ("default simulator", "preset"):
+            p = inst.problem if which != "preset" else replace(inst.problem, prior=Simulator(inst.problem.topo, seed=0))
+            base, c = p.base.knobs, p.colls[0]
+            err, wrong = [], 0
+            for k in p.knobs[1:]:
+                sizes = [s for s in p.sizes[c] if (k.knobs, c, s, DEFAULT) in truth and (base, c, s, DEFAULT) in truth]
+                if not sizes:
+                    continue
+                pk = predicted(p, [(k.knobs, c, s, DEFAULT) for s in sizes])
+                pb = predicted(p, [(base, c, s, DEFAULT) for s in sizes])
+                tk = np.array([truth[(k.knobs, c, s, DEFAULT)] for s in sizes])
+                tb = np.array([truth[(base, c, s, DEFAULT)] for s in sizes])
+                pg, tg = float(np.mean(np.log(pb / pk))), float(np.mean(np.log(tb / tk)))
+                err.append(abs(pg - tg))
+                wrong += pg > 0.005 and tg < 0
+            print(f"| {preset} | {which} | {len(err)} | {np.median(err):.3f}, {max(err):.3f} | {wrong} |")
+
+
 def four_nodes() -> None:
     from dataclasses import replace
 
@@ -266,4 +300,6 @@ def four_nodes() -> None:
 if __name__ == "__main__":
     if "--four-nodes" in sys.argv:
         sys.exit(four_nodes())
+    if "--knobs" in sys.argv:
+        sys.exit(knobs())
     sys.exit(finetune_runs() if "--finetune" in sys.argv else main())
