@@ -5,6 +5,7 @@ H200 sweeps, judged on the public grids it never saw (docs/results/calibration.m
     NCCLRL_SHARED_DATA=/path/to/shared/data python docs/results/scripts/calibration.py --finetune
     NCCLRL_SHARED_DATA=/path/to/shared/data python docs/results/scripts/calibration.py --four-nodes
     python docs/results/scripts/calibration.py --knobs
+    NCCLRL_SHARED_DATA=/path/to/shared/data python docs/results/scripts/calibration.py --fit-checks
 
 1. **Error** of the prior against measurements: per measured point the |log error| of its time and,
    where NCCL's choice was measured at the same size under the same knob setting, of its predicted
@@ -30,6 +31,10 @@ than 0.01 (median over seeds, any grid and budget); else the default becomes ``o
 ``--four-nodes`` (a description, after the judging): the p5en simulator calibrated on every forced
 configuration the nightly grid measured at 4 nodes (a grid none of the six problems uses), then the
 2-, 16- and 128-node grids' errors and zero-shot tables under it, with margins 0, 0.274 and 0.513.
+
+``--fit-checks`` (a description, after the judging): per problem, the prior's |log error| on the
+S-curve it is fitted on (seed 0) before and after the fit; on the H200 sweeps, the calibrated gain
+error (held-out points, median, seeds 0-1) at the fit's prior weights 0.2 (the default), 1 and 5.
 
 ``--knobs``: on the recorded H200 sweeps, the error of a knob setting's predicted gain (NCCL's choice
 under it against NCCL's defaults, geometric mean over sizes), the default simulator's and the preset's.
@@ -236,6 +241,36 @@ def finetune_runs(budgets: tuple[float, ...] = (0.25, 0.5)) -> None:
           f"({'keep auto' if worst <= 0.01 else 'default becomes off'}; {time.time() - t0:.0f} s)")
 
 
+def fit_checks() -> None:
+    from dataclasses import replace
+
+    from ncclrl.agents.calibration import fit_frame
+    from ncclrl.costmodel.calibrate import fit
+    from ncclrl.costmodel.simulator import Simulator
+
+    choosing = [(p, replayed(s, p, launch, "allreduce")) for s, p, launch in CHOOSE]
+    print("| problem | S-curve |log err| before the fit: median, max | after: median, p90, max |")
+    print("| --- | --- | --- |")
+    for name, inst in [*choosing, *((n, public_gridded(n)) for n in PUBLIC_GRIDS)]:
+        curve = measure_s_curve(inst, 0)
+        e0 = prior_errors(inst.problem, curve)["log_err"]
+        e = prior_errors(calibrate(inst.problem, curve), curve)["log_err"]
+        print(f"| {name} | {e0.median():.3f}, {e0.max():.3f} | {e.median():.3f}, {e.quantile(0.9):.3f}, "
+              f"{e.max():.3f} |")
+    print("\n| sweep | prior weight | calibrated gain |log err| on held-out points, median (seeds 0, 1) |")
+    print("| --- | --- | --- |")
+    for name, inst in choosing:
+        p, truth = inst.problem, truth_of(inst)
+        for w in (0.2, 1.0, 5.0):
+            g = []
+            for seed in (0, 1):
+                curve = measure_s_curve(inst, seed)
+                res = fit(p.topo, fit_frame(p, curve), p.prior.params, prior_weight=w)
+                e = prior_errors(replace(p, prior=Simulator(p.topo, res.params, seed=0)), truth)
+                g.append(float(e[np.array([x not in curve for x in truth])]["gain_err"].dropna().median()))
+            print(f"| {name} | {w} | {g[0]:.3f}, {g[1]:.3f} |")
+
+
 def knobs() -> None:
     from dataclasses import replace
 
@@ -302,4 +337,6 @@ if __name__ == "__main__":
         sys.exit(four_nodes())
     if "--knobs" in sys.argv:
         sys.exit(knobs())
+    if "--fit-checks" in sys.argv:
+        sys.exit(fit_checks())
     sys.exit(finetune_runs() if "--finetune" in sys.argv else main())
