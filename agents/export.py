@@ -22,7 +22,11 @@ equal decisions merge. Outputs:
   has one setting for all its communicators), else nothing.
 
 A row keeps NCCL's own decision unless the simulator predicts the fastest configuration faster by
-more than ``margin`` (a table never carries a decision the model does not support).
+more than ``margin`` (a table never carries a decision the model does not support), and
+``nccl.conf`` keeps NCCL's defaults unless the knobs are predicted to gain more than it (at least
+0.5%) per row. The margin is the simulator's measured error (docs/results/calibration.md):
+:data:`UNCALIBRATED_MARGIN` on a platform its simulator was never calibrated for,
+:data:`CALIBRATED_MARGIN` where it was (:func:`margin_for`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,29 @@ from ncclrl.costmodel.workload import Choice, Key, Target, Workload, choose, ste
 from ncclrl.envs import spaces as S
 
 EXPORT_SIZES = 1 << np.arange(0, 32, dtype=np.int64)  # 1 B .. 2 GiB; the last row runs to 4 GiB - 1
+
+#: the margin rule (docs/results/calibration.md, chosen on the recorded H200 sweeps, judged on the
+#: public grids): a row leaves NCCL's decision only when predicted faster by more than this share.
+#: Uncalibrated: the median error of the default simulator's predicted gain over NCCL's choice
+#: (|log error| 0.321) on the H200 sweeps; calibrated on one S-curve: its 75th percentile (0.720)
+UNCALIBRATED_MARGIN = 0.274
+CALIBRATED_MARGIN = 0.513
+
+
+def simulator_is_calibrated(sim: Simulator) -> bool:
+    """Whether ``sim`` runs on a calibration for its platform: the topology carries a fitted ``sim``
+    block (``ncclrl calibrate output=`` writes one; the shipped H200 presets carry their machine's
+    fit) and ``sim`` runs on exactly those parameters."""
+    if not sim.topo.sim:
+        return False
+    from ncclrl.costmodel.simulator import SimParams
+
+    return sim.params.to_dict() == SimParams.from_topology(sim.topo).to_dict()
+
+
+def margin_for(calibrated: bool) -> float:
+    """The margin rule's margin: :data:`CALIBRATED_MARGIN` or :data:`UNCALIBRATED_MARGIN`."""
+    return CALIBRATED_MARGIN if calibrated else UNCALIBRATED_MARGIN
 
 
 def _candidates(topo: Topology, coll: int, n: int) -> np.ndarray:
@@ -154,20 +181,27 @@ def _evaluate(sim: Simulator, per: dict[int, dict[str, np.ndarray]], sizes: np.n
     return out, total
 
 
-def export_table(sim: Simulator, collectives: list[str] | None = None, margin: float = 0.01,
+def export_table(sim: Simulator, collectives: list[str] | None = None, margin: float | None = None,
                  tune_conf: bool = True, provenance: dict[str, Any] | None = None,
                  shapes: Sequence[Sequence[int]] | None = None) -> Table:
     """The zero-shot table of ``sim``'s platform (see the module docstring).
 
     :param sim: the job's simulated platform; each other shape is simulated with its parameters
     :param collectives: collectives to cover (default: all five)
-    :param margin: a row leaves NCCL's decision only if predicted faster by more than this fraction
+    :param margin: a row leaves NCCL's decision only if predicted faster by more than this fraction,
+        and ``nccl.conf`` its defaults only if predicted to gain more than it per row (``None``: the
+        simulator's measured error, :func:`margin_for` whether ``sim`` is calibrated)
     :param tune_conf: also choose per-process knobs (``nccl.conf``)
     :param provenance: recorded in the JSON, with the method's own settings added
     :param shapes: ``[nodes, nranks]`` communicator shapes to write rows for (default:
         :func:`default_shapes`)
     """
     topo = sim.topo
+    calibrated = simulator_is_calibrated(sim)
+    if margin is None:
+        margin = margin_for(calibrated)
+    if not 0 <= margin < 1:
+        raise ConfigError("margin", f"must be in [0, 1), got {margin}")
     colls = [N.parse_name("collective", c, N.COLLECTIVES) for c in (collectives or N.COLLECTIVES)]
     sizes = EXPORT_SIZES
     shape_list = resolve_shapes(topo, shapes)
@@ -185,8 +219,9 @@ def export_table(sim: Simulator, collectives: list[str] | None = None, margin: f
         n = sizes.size * len(colls) * len(sims)
         for conf in _candidate_confs(topo)[1:]:
             res, total = evaluate(conf)
-            # a per-process knob must pay for itself: >= 0.5% geometric-mean gain over all rows of all shapes
-            if total < best_total - n * 0.005:
+            # a per-process knob must pay for itself: more than the margin (and >= 0.5%) geometric-mean
+            # gain over all rows of all shapes
+            if total < best_total - n * max(CONF_GAIN, -np.log1p(-margin)):
                 best, best_total, best_conf = res, total, conf
     rows: list[Row] = []
     for s, per, res in zip(sims, pers, best, strict=True):
@@ -213,7 +248,8 @@ def export_table(sim: Simulator, collectives: list[str] | None = None, margin: f
                 rows.append(row)
     prov = dict(provenance or {})
     prov.update(topology=topo.name, nodes=topo.nodes, nranks=topo.nranks, nccl_version=topo.nccl.version,
-                shapes=[[n, r] for n, r in shape_list], git_revision=_git_revision(), margin=margin)
+                shapes=[[n, r] for n, r in shape_list], git_revision=_git_revision(), margin=margin,
+                simulator_calibrated=calibrated, times="predicted by the simulator")
     # sizes between the powers of two whose decision stayed NCCL's get NCCL's own choice for each size
     return Table(topology=topo, rows=rows, conf=best_conf, provenance=prov, cover=shape_list).complete()
 

@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from ncclrl.agents.calibration import CALIBRATE, calibrate_first, prior_is_calibrated
 from ncclrl.agents.problem import Evaluator, Problem
 from ncclrl.agents.strategy import Controller, Search, SearchConfig
 from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.space import Point, size_grid
 from ncclrl.costmodel.table import MAX_BYTES, Row, Table
 from ncclrl.costmodel.topology import Topology
@@ -46,11 +48,22 @@ def knob_label(k: Point) -> str:
 
 
 def finetune(problem: Problem, ev: Evaluator, controller: Controller, cfg: SearchConfig,
-             log: Callable[[str], None] = lambda _m: None) -> tuple[Outcome, Search]:
+             log: Callable[[str], None] = lambda _m: None, calibrate: str = "off") -> tuple[Outcome, Search]:
     """One tuning run of ``controller`` over ``problem`` through ``ev``; the outcome carries, per
     row, the posterior probability that it is ``delta`` faster than NCCL's choice and both
-    posterior times."""
+    posterior times.
+
+    :param calibrate: on: the first job measures NCCL's defaults at every size and the prior is
+        calibrated on it before the search (:func:`ncclrl.agents.calibration.calibrate_first`);
+        auto: so where the prior is not a calibration for the platform
+        (:func:`ncclrl.agents.calibration.prior_is_calibrated`); off: the prior as given
+    """
+    if calibrate not in CALIBRATE:
+        raise ConfigError("calibrate", f"allowed: {', '.join(CALIBRATE)}; got {calibrate!r}")
     search = Search(problem, ev, controller, cfg, log=log)
+    calibration: dict[str, Any] = {}
+    if calibrate == "on" or (calibrate == "auto" and not prior_is_calibrated(problem)):
+        calibration = calibrate_first(search, log)
     res = search.run()
     sp, m, t = search.space, search.model, res.table
     rows = []
@@ -68,6 +81,8 @@ def finetune(problem: Problem, ev: Evaluator, controller: Controller, cfg: Searc
                               "gain_vs_defaults_posterior": round(math.exp(sp.log_gain(
                                   m.mean[sp.default[: sp.n_cells]], m.mean[zs.final])), 4)},
                 "delta": cfg.decision.delta, "alpha": cfg.decision.alpha, "jobs": ev.calls}
+    if calibration:
+        evidence["calibration"] = calibration
     if problem.weights is not None:
         evidence["step"] = step_saving(search, t)
     out = Outcome(res.decision.conf, rows, res.measured, res.rounds, res.history, res.reason, evidence)

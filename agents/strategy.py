@@ -333,6 +333,44 @@ def zero_shot(space: Space) -> Table:
     return best
 
 
+def zero_shot_within(space: Space, margin: float) -> Table:
+    """:func:`zero_shot` under the margin rule (the simulator's measured error,
+    :mod:`ncclrl.agents.export`): a cell leaves NCCL's choice only where the prior's best point is
+    predicted faster than it by more than ``margin`` (a fraction: the point's time below
+    ``(1 - margin)`` times NCCL's), and a knob setting other than NCCL's defaults is taken only where
+    its table is predicted to gain more than ``margin`` over the table under the defaults.
+
+    :param space: the problem's points with the prior's log times
+    :param margin: fraction in [0, 1); 0 is :func:`zero_shot`'s choice
+    """
+    if not 0 <= margin < 1:
+        raise ConfigError("margin", f"must be in [0, 1), got {margin}")
+    thr = -math.log1p(-margin)
+    nc = space.n_cells
+    plain = space.default[:nc]
+    best, base_gain = None, 0.0
+    for k in range(space.n_knobs):
+        final = np.full(nc, -1, dtype=np.int64)
+        for c in range(nc):
+            mem = space.members[k * nc + c]
+            if not len(mem):
+                continue
+            j = mem[np.argmin(space.prior[mem])]
+            d = space.default[k * nc + c]
+            final[c] = d if d >= 0 and space.prior[j] > space.prior[d] - thr else j
+        if (final < 0).any():
+            continue
+        gain = space.log_gain(space.prior[plain], space.prior[final])
+        if k == 0:
+            base_gain = gain
+        elif gain <= base_gain + thr:
+            continue
+        if best is None or gain > best.gain + 1e-12:
+            rows = {c: int(i) for c, i in enumerate(final) if not space.is_default[i]}
+            best = Table(k, rows, dict.fromkeys(rows, float("nan")), float("nan"), gain, final)
+    return best
+
+
 # -- controllers -------------------------------------------------------------------------------
 
 
@@ -621,6 +659,19 @@ class Search:
         self.model.fit(self.n, ybar)
         self.ev.count_model(self.space.size)
         self.table = decide(self.space, self.model, self.n, self.knob_jobs, self.cfg.decision)
+
+    def recalibrate(self, problem: Problem) -> None:
+        """Go on with ``problem``'s prior (the same problem, its prior calibrated on what was
+        measured: :func:`ncclrl.agents.calibration.calibrate`): the space's prior times, the model
+        and the zero-shot table are rebuilt from it; every measurement is kept and the model refit."""
+        if problem.cells() != self.problem.cells() or problem.knobs != self.problem.knobs:
+            raise ConfigError("problem", "recalibrate takes the same problem with another prior")
+        self.problem = problem
+        self.ev.problem = problem  # its planning figures read the prior too
+        self.space = Space(problem)
+        self.model = Model(self.space, self.cfg.model)
+        self.zs = zero_shot(self.space)
+        self.refit()
 
     # -- what the controller sees ----------------------------------------------------------------
     def observe(self) -> tuple[np.ndarray, np.ndarray]:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from ncclrl.agents.calibration import CALIBRATE
 from ncclrl.agents.finetune import finetune, knob_label, sizes_for, write_outcome
 from ncclrl.agents.problem import Decision, Evaluator, Problem, predicted_sweep_gpu_s
 from ncclrl.agents.strategy import JobController, PolicyController, SearchConfig, strategy_path
@@ -116,6 +117,10 @@ class FinetuneCommand(TunedLiveConfig):
         collectives' times under compute (stored under tag finetune+gemmN with the products' slowdown;
         backend=torch)
     :param load_n: load=gemm: the products' size (load_n x load_n, bfloat16); size it like your model's
+    :param calibrate: off (the default): the prior as given; auto: on a platform the prior was not
+        calibrated for (the topology carries no fitted sim block), the first job measures NCCL's defaults at
+        every size and the prior is calibrated on it before the search; on: always (on the public grids it
+        lowered the run's result: docs/results/calibration.md)
     """
 
     budget: str = "0.5sweep"
@@ -125,9 +130,12 @@ class FinetuneCommand(TunedLiveConfig):
     profile: str = ""
     load: str = "none"
     load_n: int = 4096
+    calibrate: str = "off"
 
     def check(self) -> None:
         TunedLiveConfig.check(self)
+        if self.calibrate not in CALIBRATE:
+            raise ConfigError("calibrate", f"allowed: {', '.join(CALIBRATE)}; got {self.calibrate!r}")
         check_load(self.load, self.load_n, self.backend)
         parse_budget(self.budget, 1.0)
         if self.wall_s < 0:
@@ -409,7 +417,8 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
         ev = Evaluator(problem, measure, budget, samples=int(args["samples"]),
                        tag=load_tag(args, "finetune"), wall_s=float(args["wall_s"]) or None)
         ev.on_job = bar.advance
-        res, run = finetune(problem, ev, controller, cfg, log=logger.info)
+        res, run = finetune(problem, ev, controller, cfg, log=logger.info,
+                            calibrate=str(args.get("calibrate", "off")))
     wall = time.time() - t0
     out_dir = Path(args["out"])
     prov = {"strategy": "jobs" if jobs else str(spath), "strategy_sha256": None if jobs else file_sha256(spath),

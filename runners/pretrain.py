@@ -25,7 +25,16 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.evaluate import band_report, evaluate_table, s_curve_plot, summary
-from ncclrl.agents.export import DOMINANCE, HEADROOM, OBJECTIVES, export_table, resolve_shapes, workload_table
+from ncclrl.agents.export import (
+    DOMINANCE,
+    HEADROOM,
+    OBJECTIVES,
+    export_table,
+    margin_for,
+    resolve_shapes,
+    simulator_is_calibrated,
+    workload_table,
+)
 from ncclrl.agents.problem import Evaluator, Oracle, Problem, platform_measure
 from ncclrl.agents.strategy import (
     PolicyController,
@@ -64,20 +73,34 @@ class ExportSettings:
     """How the target's zero-shot table is built.
 
     :param margin: a row leaves NCCL's default only if the simulator predicts it faster by more than this
+        share (and nccl.conf its defaults only if predicted to gain more per row); null (the default): the
+        simulator's measured error, 0.274 uncalibrated, 0.513 calibrated (docs/results/calibration.md)
+    :param calibration: whether the simulator is calibrated for the target: auto (it is when the topology
+        YAML carries a fitted sim block, as ncclrl calibrate output= writes), none (it is not, whatever the
+        YAML says), or the path of a calibrated topology YAML (ncclrl calibrate output=) whose sim block the
+        target's simulator runs on
     :param tune_conf: also choose per-process knobs (nccl.conf)
     :param shapes: communicator shapes [nodes, ranks] (NCCL's nNodes, nRanks) to write rows for, e.g.
         [[1,8],[16,16]]; empty: the whole job, plus on several nodes one node of all its GPUs and one rank on
         every node
     """
 
-    margin: float = 0.01
+    margin: float | None = None
+    calibration: str = "auto"
     tune_conf: bool = True
     shapes: list[Any] = field(default_factory=list)  # [nodes, nranks] pairs, checked in check()
 
     def check(self, topo: Topology | None = None) -> None:
         """:param topo: the job's platform the shapes must fit (not checked without it)"""
-        if not 0 <= self.margin < 1:
-            raise ConfigError("export.margin", f"must be in [0, 1), got {self.margin}")
+        if self.margin is not None and not 0 <= self.margin < 1:
+            raise ConfigError("export.margin", f"must be in [0, 1) or null (the measured error), got {self.margin}")
+        if self.calibration not in ("auto", "none"):
+            p = Path(self.calibration)
+            if not p.is_file():
+                raise ConfigError("export.calibration", f"auto, none or a calibrated topology YAML (ncclrl calibrate "
+                                  f"output=); no file {self.calibration!r}")
+            if not load_topology(p).sim:
+                raise ConfigError("export.calibration", f"{self.calibration} has no sim block: not a calibration")
         if topo is not None:
             try:
                 resolve_shapes(topo, self.shapes)
@@ -243,7 +266,19 @@ def compose(overrides: list[str]) -> DictConfig:
 
 
 def target_topology(cfg: DictConfig) -> Topology:
-    return load_topology(cfg.topology)
+    """The target; with ``export.calibration=FILE`` its simulator runs on that calibration's parameters."""
+    topo = load_topology(cfg.topology)
+    cal = str(cfg.get("export", {}).get("calibration", "auto") or "auto")
+    if cal not in ("auto", "none"):
+        topo = topo.with_sim(load_topology(cal).sim)
+    return topo
+
+
+def export_margin(cfg: DictConfig, sim: Simulator) -> tuple[float, bool]:
+    """The export's margin and whether it counts the simulator as calibrated (``export.margin`` when set)."""
+    calibrated = simulator_is_calibrated(sim) and str(cfg.export.get("calibration", "auto")) != "none"
+    m = cfg.export.get("margin")
+    return (margin_for(calibrated) if m is None else float(m)), calibrated
 
 
 def agent_config(cfg: DictConfig) -> AgentConfig:
@@ -338,8 +373,10 @@ def export_and_report(target: Topology, run_dir: Path, cfg: DictConfig) -> dict[
     sim = Simulator(target)
     t0 = time.perf_counter()
     shapes = [list(x) for x in cfg.export.get("shapes") or []]
-    table = export_table(sim, margin=float(cfg.export.margin), tune_conf=bool(cfg.export.tune_conf),
-                         provenance={"method": "zero-shot"}, shapes=shapes)
+    margin, calibrated = export_margin(cfg, sim)
+    table = export_table(sim, margin=margin, tune_conf=bool(cfg.export.tune_conf),
+                         provenance={"method": "zero-shot",
+                                     "margin_rule": "calibrated" if calibrated else "uncalibrated"}, shapes=shapes)
     paths = table.write(run_dir / "table")
     export_s = time.perf_counter() - t0
     frames, per_shape = [], {}
@@ -356,8 +393,11 @@ def export_and_report(target: Topology, run_dir: Path, cfg: DictConfig) -> dict[
     s = summary(first)
     bands = band_report(first)
     plot = s_curve_plot(first, first_sim, run_dir / "s_curve.png")
+    rule = (f"margin rule: a row leaves NCCL's choice only where predicted faster by more than {100 * margin:.1f}% "
+            f"(the simulator {'calibrated' if calibrated else 'uncalibrated'} for {target.name}"
+            f"{'' if cfg.export.get('margin') is not None else ': its measured error'})")
     report = _format_report(first_sim.topo, bands, s, table.conf, paths, plot, export_s, per_shape,
-                            len(table.rows))
+                            len(table.rows), rule)
     (run_dir / "report.txt").write_text(report)
     print(report)
     return {"summary": s, "shapes": per_shape, "export_seconds": export_s, "nccl_conf": table.conf,
@@ -366,10 +406,10 @@ def export_and_report(target: Topology, run_dir: Path, cfg: DictConfig) -> dict[
 
 def _format_report(target: Topology, bands: pd.DataFrame, s: dict[str, float], conf: dict[str, int],
                    paths: dict[str, Path], plot: Path, export_s: float, per_shape: dict[str, dict[str, float]],
-                   nrows: int) -> str:
+                   nrows: int, rule: str = "") -> str:
     knobs = " ".join(f"{k}={v}" for k, v in sorted(conf.items())) or "(nothing: NCCL's defaults are best)"
     lines = [f"ncclrl: table for {target.name} ({target.nodes} nodes x {target.gpus_per_node} GPUs), predicted by "
-             "the simulator", f"nccl.conf: {knobs}",
+             "the simulator", *([rule] if rule else []), f"nccl.conf: {knobs}",
              "speedup: table + nccl.conf over NCCL's defaults; regret: against the exhaustive per-call optimum "
              "under the same nccl.conf", ""]
     lines.append(f"{'collective':<14} {'sizes':<16} {'NCCL default':<18} {'ncclrl':<18} {'speedup':>8} {'regret':>7}")
@@ -417,7 +457,8 @@ def export_for_job(cfg: DictConfig) -> dict[str, Any]:
     choose_seeds = list(range(int(cfg.choose_draws))) if objective == "step" else []
     judge_seeds = list(range(JUDGE_SEED0, JUDGE_SEED0 + int(cfg.judge_draws)))
     chosen_on = draws(str(cfg.topology), choose_seeds, True, stream=CHOOSE_STREAM)
-    res = workload_table(sim, work, objective, margin=float(cfg.export.margin), tune_conf=bool(cfg.export.tune_conf),
+    margin, _calibrated = export_margin(cfg, sim)
+    res = workload_table(sim, work, objective, margin=margin, tune_conf=bool(cfg.export.tune_conf),
                          choose_on=chosen_on,
                          provenance={"method": f"workload-{objective}", "profile": str(cfg.profile)},
                          headroom=float(cfg.headroom), dominance=bool(cfg.dominance))
@@ -456,7 +497,7 @@ def export_for_job(cfg: DictConfig) -> dict[str, Any]:
                          "row": res.table.lookup(k[0], k[3], k[1], k[2]).line()})
     export_s = time.perf_counter() - t0
     settings = {"topology": target.name, "profile": str(cfg.profile), "objective": objective,
-                "margin": float(cfg.export.margin), "tune_conf": bool(cfg.export.tune_conf),
+                "margin": margin, "tune_conf": bool(cfg.export.tune_conf),
                 "compute_us_per_call": cfg.compute_us_per_call, "compute_ratio": cfg.compute_ratio,
                 "mem_frac": float(cfg.mem_frac), "unknown_overlap": float(cfg.unknown_overlap),
                 "headroom": float(cfg.headroom), "dominance": bool(cfg.dominance),
