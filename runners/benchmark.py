@@ -14,8 +14,8 @@ the fraction of the optimum (the best a table plus one ``nccl.conf`` reaches in 
 ``results.csv`` (one row per problem, seed, method and budget, with the GPU-time it spent, its
 points and jobs, model evaluations and wall time), ``summary.csv`` (per set, method and budget: the
 mean over problems of the median over
-seeds, with a 95% bootstrap interval over problems; ncclrl's paired difference to it with its
-interval; wins and losses over problems) and ``benchmark.png`` into ``out``. Each finished
+seeds, with a 95% bootstrap interval over problems; the reference method's (``ref``) paired
+difference to it with its interval; wins and losses over problems) and ``benchmark.png`` into ``out``. Each finished
 (problem, seed) is appended to ``out/partial.csv`` at once, and a rerun of the same configuration
 resumes from it. The strategies a set
 needs are trained into ``strategies`` first (or read from there). The same configuration gives
@@ -127,6 +127,7 @@ class BenchmarkConfig:
     :param samples: repetitions per evaluation (their median is what a tuner sees)
     :param workers: processes; results do not depend on it
     :param out: the results folder (default: runs/benchmark/<suite name>)
+    :param ref: the method every other is compared with, paired by problem (finetune's default: jobs)
     """
 
     defaults: list[Any] = field(default_factory=lambda: ["_self_", {"suite": "full"}])
@@ -135,6 +136,7 @@ class BenchmarkConfig:
     samples: int = 5
     workers: int = 2
     out: str | None = None
+    ref: str = "jobs"
 
     def check(self) -> None:
         check(self)
@@ -182,6 +184,8 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError("suite.strategy_steps", f"must be >= 1, got {s.strategy_steps}")
     if not 0 < parse_bytes(s.min_bytes, "suite.min_bytes") <= parse_bytes(s.max_bytes, "suite.max_bytes"):
         raise ConfigError("suite.min_bytes", f"need 0 < min_bytes <= max_bytes, got {s.min_bytes}, {s.max_bytes}")
+    if str(cfg.get("ref", "jobs")) not in METHODS:
+        raise ConfigError("ref", f"unknown method {cfg.ref!r}; allowed: {', '.join(METHODS)}")
     if int(cfg.workers) < 1:
         raise ConfigError("workers", f"must be >= 1, got {cfg.workers}")
     if int(cfg.samples) < 1:
@@ -323,7 +327,7 @@ def _boot(x: np.ndarray, rng: np.random.Generator, n: int = 2000) -> tuple[float
     return float(np.quantile(m, 0.025)), float(np.quantile(m, 0.975))
 
 
-def summarize(df: pd.DataFrame, ref: str = "ncclrl") -> pd.DataFrame:
+def summarize(df: pd.DataFrame, ref: str = "jobs") -> pd.DataFrame:
     """Per set, method and budget: the mean over problems of the median over seeds of the fraction
     of the optimum with its 95% bootstrap interval over problems; ``ref`` minus the method, paired
     by problem, with its interval; the problems ``ref`` wins and loses by more than 0.1 point;
@@ -358,7 +362,7 @@ def summarize(df: pd.DataFrame, ref: str = "ncclrl") -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def plot(s: pd.DataFrame, path: Path, ref: str = "ncclrl") -> Path:
+def plot(s: pd.DataFrame, path: Path, ref: str = "jobs") -> Path:
     """Per set (a column each): the fraction of the optimum against the GPU-minutes budgeted (mean
     over the set's problems, log scale), every method with its 95% interval over problems (top), and
     ``ref`` minus each method paired by problem with its 95% interval, a line at 0 (bottom; only when
@@ -475,26 +479,26 @@ def benchmark(cfg: DictConfig) -> pd.DataFrame:
     if df.empty:
         log.info("# no results: the suite's sets posed no problem here")
         return df
-    s = summarize(df)
+    s = summarize(df, str(cfg.ref))
     s.to_csv(out / "summary.csv", index=False, float_format="%.6g")
-    plot(s, out / "benchmark.png")
+    plot(s, out / "benchmark.png", str(cfg.ref))
     OmegaConf.save(cfg, out / "config.yaml")
-    print_summary(s, step=bool(_profile(cfg.suite)))
+    print_summary(s, step=bool(_profile(cfg.suite)), ref=str(cfg.ref))
     log.info("# %d results in %.0f s -> %s/results.csv, summary.csv, benchmark.png", len(df), time.time() - t0, out)
     return df
 
 
-def print_summary(s: pd.DataFrame, step: bool = False) -> None:
+def print_summary(s: pd.DataFrame, step: bool = False, ref: str = "jobs") -> None:
     """The summary as text; ``step``: the problems are a job's (the objective is its communication
     time per step, and saved_% is the share of it saved against NCCL's defaults)."""
     what = "the job's communication time per step" if step else "time, geometric mean over sizes"
     print("# fraction of the optimum: mean over problems of the median over seeds [95% interval];")
     print(f"# saved_%: {what} saved against NCCL's defaults, the same mean [95% interval];")
-    print("# ncclrl minus the method, paired by problem [95% interval], problems won/lost by ncclrl")
+    print(f"# {ref} minus the method, paired by problem [95% interval], problems won/lost by {ref}")
     print("# slower: the most sizes one run left more than 1% slower than NCCL's default (any problem, seed);")
     print("# worst: the worst per-size speedup over NCCL's default of any run")
     print(f"{'set':>12} {'method':>10} {'budget':>9} {'GPU-min':>8} {'points':>7} {'jobs':>5} {'fraction':>22} "
-          f"{'saved_%':>22} {'ncclrl - method':>24} {'w/l':>6} {'slower':>6} {'worst':>6} {'wall_s':>6}")
+          f"{'saved_%':>22} {ref + ' - method':>24} {'w/l':>6} {'slower':>6} {'worst':>6} {'wall_s':>6}")
     for r in s.itertuples(index=False):
         diff = "" if pd.isna(getattr(r, "diff", np.nan)) else f"{r.diff:+.3f} [{r.diff_lo:+.3f}, {r.diff_hi:+.3f}]"
         wl = "" if pd.isna(getattr(r, "wins", np.nan)) else f"{int(r.wins)}/{int(r.losses)}"
