@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from sb3_contrib import MaskablePPO
 from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 from torch import nn
 
@@ -197,9 +198,11 @@ def to_controller(model: MaskablePPO, meta: dict[str, Any]) -> PolicyController:
 
 
 def train(agent: AgentConfig, experiment: ExperimentConfig, search: SearchConfig | None = None,
-          init: PolicyController | None = None, log=print) -> PolicyController:
+          init: PolicyController | None = None, log=print, tensorboard_dir: str | None = None) -> PolicyController:
     """Train a strategy on ``experiment``'s platforms, from scratch or, with ``init``, from its
-    weights (the same architecture); returns it (save with :meth:`PolicyController.save`)."""
+    weights (the same architecture); returns it (save with :meth:`PolicyController.save`).
+    ``tensorboard_dir``: SB3's training curves (episode return and length, losses, entropy) are
+    written there as TensorBoard event files (``tensorboard --logdir DIR``)."""
     agent.check()
     experiment.check()
     torch.set_num_threads(1)
@@ -207,7 +210,7 @@ def train(agent: AgentConfig, experiment: ExperimentConfig, search: SearchConfig
 
     def make(rank: int):
         def _f():
-            env = StrategyEnv(experiment, search)
+            env = Monitor(StrategyEnv(experiment, search))  # episode returns and lengths for the training curves
             env.reset(seed=agent.seed * 1000 + rank)
             return env
         return _f
@@ -216,11 +219,11 @@ def train(agent: AgentConfig, experiment: ExperimentConfig, search: SearchConfig
     hidden = agent.hidden if init is None else int(init.layers[0][0].shape[1])
     model = MaskablePPO(RowPolicy, env, n_steps=agent.n_steps, batch_size=agent.batch_size,
                         learning_rate=agent.learning_rate, ent_coef=agent.ent_coef, gamma=agent.gamma, seed=agent.seed,
-                        device="cpu", verbose=0, policy_kwargs={"hidden": hidden})
+                        device="cpu", verbose=0, policy_kwargs={"hidden": hidden}, tensorboard_log=tensorboard_dir)
     if init is not None:
         load_layers(model, init)
     t0 = time.time()
-    model.learn(total_timesteps=agent.total_timesteps)
+    model.learn(total_timesteps=agent.total_timesteps, tb_log_name="strategy")
     log(f"# trained {agent.total_timesteps} picks in {time.time() - t0:.0f} s")
     meta = {"trained": {"agent": asdict(agent), "experiment": asdict(experiment)}, "search": asdict(search),
             "train_s": round(time.time() - t0, 1)}

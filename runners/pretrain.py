@@ -342,7 +342,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     exp = experiment_config(cfg)
     from ncclrl.agents.strategy_train import train as train_strategy  # PyTorch, only when training
 
-    strategy = train_strategy(agent_config(cfg), exp, init=init, log=lambda _m: None)
+    strategy = train_strategy(agent_config(cfg), exp, init=init, log=lambda _m: None,
+                              tensorboard_dir=str(run_dir / "tensorboard"))
     train_s = time.perf_counter() - t0
     path = strategy.save(run_dir / "strategy.json")
     if cfg.profile:

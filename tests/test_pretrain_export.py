@@ -43,6 +43,17 @@ def test_pretrain_smoke_leaves_a_complete_run_folder(smoke_run):
     assert ctl.meta["trained"]["agent"]["total_timesteps"] == 512
 
 
+def test_pretrain_writes_its_training_curves_for_tensorboard(smoke_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = sorted((smoke_run / "tensorboard").rglob("events.out.tfevents.*"))
+    assert events, "no TensorBoard event file under run_dir/tensorboard"
+    acc = EventAccumulator(str(events[0].parent))
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert "rollout/ep_rew_mean" in tags and "train/loss" in tags, tags
+
+
 def test_pretrain_continues_a_strategy(tmp_path, smoke_run):
     """``init=``: training starts from the given strategy's weights (no training: the same scores)."""
     from ncclrl.agents.strategy_train import AgentConfig, ExperimentConfig, load_layers, to_controller, train
