@@ -897,7 +897,7 @@ def fit_free_fields(topo: Topology, facts: LogFacts, filled: dict[str, str]) -> 
     best agreement with NCCL's logged decisions, then its tuning table; returns the best topology,
     its agreement and a sentence saying what was searched ("" when nothing changed)."""
     best, best_ag = topo, agreement(topo, facts)
-    if best_ag.points == best_ag.algo_proto and best_ag.table_entries == best_ag.table_match \
+    if best_ag.points == best_ag.replica_algo_proto and best_ag.table_entries == best_ag.table_match \
             and best_ag.grid_points == best_ag.grid_match:
         return best, best_ag, ""
     fields = ["intra.channel_bw_gbps"] + (["net.channel_bw_gbps"] if topo.nodes > 2 else [])

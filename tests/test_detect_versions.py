@@ -185,3 +185,25 @@ def test_scheduler_cells_from_229():
     new = scheduled_channels(N.ALLREDUCE, sizes, simple, np.full(sizes.shape, 24), 24, 4, "2.29.2")
     assert tuple(old) == (2, 22) and tuple(new) == (1, 22)
     assert tuple(scheduled_channels(N.ALLREDUCE, sizes, simple, np.full(sizes.shape, 24), 24, 4)) == tuple(old)
+
+
+def test_search_fits_the_replica_when_nccls_table_already_agrees():
+    """NCCL's table reproduces every decision whatever the topology; the search of the free
+    per-channel bandwidth still runs for the replica's own table (started 4x off, it gets back)."""
+    f = parse_logs([H100_229[6]])
+    from ncclrl.costmodel.detect import apply_facts, fit_free_fields, nearest_preset
+
+    topo, filled = apply_facts(load_topology(nearest_preset(f)[0]), f, "x")
+    off = _with(topo, intra={"channel_bw_gbps": 60.0})
+    best, ag, searched = fit_free_fields(off, f, filled)
+    assert searched and ag.replica_algo_proto == 6 and ag.table_match == ag.table_entries
+    assert best.intra.channel_bw_gbps != 60.0
+
+
+def test_nvls_bandwidth_of_227():
+    """2.27: NVLS AllReduce ``nChannels * min(bwIntra, bwInter) * 5/6``, AllGather without the ratio."""
+    det = detect([H100_229[4]], name="x", search=False)
+    t = replace(det.topology, nccl=replace(det.topology.nccl, version="2.27.7"))
+    m = build_model(t)
+    assert m.bandwidths[N.ALLREDUCE, N.NVLS, N.SIMPLE] == pytest.approx(4 * 60.0 * 5 / 6)
+    assert m.bandwidths[N.ALLGATHER, N.NVLS, N.SIMPLE] == pytest.approx(4 * min(60.0 * 3 / 4, 60.0 * 0.9))
