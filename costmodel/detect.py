@@ -9,7 +9,9 @@ its NICs, rings and trees, the graph search's per-channel bandwidths, socket kno
 :func:`detect` turns those facts into a :class:`~ncclrl.costmodel.topology.Topology`: it starts
 from the nearest shipped preset, sets every field the log determines, fits the per-channel
 bandwidths the log leaves free to NCCL's own tuning table and logged decisions, and measures how
-many of NCCL's logged decisions the replica (:mod:`ncclrl.costmodel.replica`) reproduces.
+many of NCCL's logged decisions the replica (:mod:`ncclrl.costmodel.replica`) reproduces. When the
+log holds NCCL's tuning table, that table is the communicator's model for the comparison
+(:func:`tuning_model`); the replica's own table is measured beside it.
 """
 
 from __future__ import annotations
