@@ -9,7 +9,9 @@ its NICs, rings and trees, the graph search's per-channel bandwidths, socket kno
 :func:`detect` turns those facts into a :class:`~ncclrl.costmodel.topology.Topology`: it starts
 from the nearest shipped preset, sets every field the log determines, fits the per-channel
 bandwidths the log leaves free to NCCL's own tuning table and logged decisions, and measures how
-many of NCCL's logged decisions the replica (:mod:`ncclrl.costmodel.replica`) reproduces.
+many of NCCL's logged decisions the replica (:mod:`ncclrl.costmodel.replica`) reproduces. When the
+log holds NCCL's tuning table, that table is the communicator's model for the comparison
+(:func:`tuning_model`); the replica's own table is measured beside it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,16 @@ import numpy as np
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.replica import NcclModel, build_model, cost_table, default_decisions, pick
+from ncclrl.costmodel.replica import (
+    FIRST_RELEASE,
+    LAST_RELEASE,
+    NcclModel,
+    build_model,
+    cost_table,
+    default_decisions,
+    parse_release,
+    pick,
+)
 from ncclrl.costmodel.topology import Topology, load_topology, preset_names
 
 # -- what NCCL's log lines look like ----------------------------------------------------------------
@@ -59,6 +70,8 @@ _NET_NODE = re.compile(r"^\+ NET\[([\d.]+)\] - NET/")
 _SM = re.compile(r"\bsm[=_ ]\"?(\d{2,3})\b")
 _TUNER = re.compile(r"TUNER/Plugin: Using (\S+)")
 _TABLE_VALUES = re.compile(r"([\d.]+)/\s*([\d.]+)")
+# what may come before a host:pid:tid prefix at the start of a line: [rank0]:, [1,0]<stdout>:, [timestamp]
+_LEAD = re.compile(r"^(?:\s|:|\[[^\]]*\]|<\w+>)*$")
 
 # NCCL_TOPO_PATTERN_*: 1 balanced tree, 2 split tree, 3 tree, 4 ring, 5 NVLS, 6 CollNet direct
 _TREE_PATTERNS = {1: "balanced", 2: "split", 3: "tree"}
@@ -143,6 +156,7 @@ class LogFacts:
     gpu_arch: str | None = None
     gpu_arch_source: str = ""
     hosts: set[str] = field(default_factory=set)
+    glued_hosts: set[str] = field(default_factory=set)  # mid-line prefixes no known host name ends
     nranks: int | None = None
     nnodes: int | None = None
     local_ranks: int | None = None
@@ -212,9 +226,10 @@ def _set_max(cur: int | None, v: int) -> int:
     return v if cur is None else max(cur, v)
 
 
-def _parse_table_row(facts: LogFacts, state: dict, msg: str, ctx: int | None) -> bool:
+def _parse_table_row(facts: LogFacts, state: dict, tstate: dict, msg: str, ctx: int | None) -> bool:
     """One line of the tuning table; True when it was one. The table of the largest communicator
-    (``ctx``: its nRanks) is kept, the first one printed of that size."""
+    (``ctx``: its nRanks) is kept, the first one printed of that size. ``tstate`` is the printing
+    thread's own (other threads' lines may fall between a table's rows)."""
     cells = [c.strip() for c in msg.split("|")]
     if len(cells) < 3:
         return False
@@ -237,12 +252,12 @@ def _parse_table_row(facts: LogFacts, state: dict, msg: str, ctx: int | None) ->
             facts.tuning = TuningTable()
             state["table_rank"] = rank
         keep = rank == state["table_rank"] and not facts.tuning.seen[:, [a for a, _ in cols]].any()
-        state["cols"] = cols if keep else []
+        tstate["cols"] = cols if keep else []
         return True
-    if head in N.COLL_LOG_NAMES and state.get("cols") is not None and facts.tuning is not None:
+    if head in N.COLL_LOG_NAMES and tstate.get("cols") is not None and facts.tuning is not None:
         c = N.COLL_LOG_NAMES[head]
         vals = [_TABLE_VALUES.fullmatch(x.strip()) for x in cells[1:] if x.strip()]
-        for (a, p), m in zip(state["cols"], vals, strict=False):
+        for (a, p), m in zip(tstate["cols"], vals, strict=False):
             if m is None:
                 continue
             facts.tuning.lat_us[c, a, p] = float(m.group(1))
@@ -256,8 +271,25 @@ _ALGO_ALIASES = {"collnet": "collnet_direct", "collnetdirect": "collnet_direct",
                  "nvlstree": "nvls_tree"}
 
 
+def _host_of(facts: LogFacts, token: str, at_line_start: bool) -> str:
+    """The host name of a ``host:pid:tid [dev] NCCL`` prefix. At the start of a line the token is the
+    host; a prefix in mid-line follows output another writer left without its newline (nccl-tests'
+    ``root`` column ``-1`` or ``#wrong`` ``0`` glued to ``38dcf168f605``), so its token is the
+    longest host name already seen that ends it, or, when none is, the token as read (kept apart
+    until the end of the log, see ``_conclude``)."""
+    if at_line_start:
+        facts.hosts.add(token)
+        return token
+    known = [h for h in facts.hosts if token.endswith(h)]
+    if known:
+        return max(known, key=len)
+    facts.glued_hosts.add(token)
+    return token
+
+
 def _parse_text(facts: LogFacts, text: str, source: str) -> None:
     state: dict = {}
+    threads: dict[str, dict] = {}
     comm_nranks: dict[str, int] = {}
     gpu_nvl: dict[str, float] = {}
     cur_gpu: str | None = None
@@ -277,14 +309,21 @@ def _parse_text(facts: LogFacts, text: str, source: str) -> None:
             continue
         facts.nccl_lines += 1
         pm = _PROC.search(line)
-        proc = f"{source}:{pm.group(1)}:{pm.group(2)}" if pm else source
+        proc, thread = source, source
         if pm:
-            facts.hosts.add(pm.group(1))
+            host = _host_of(facts, pm.group(1), _LEAD.match(line[:pm.start()]) is not None)
+            proc = f"{source}:{host}:{pm.group(2)}"
+            thread = f"{proc}:{pm.group(3)}"
+        else:
+            rm = _RANK_PREFIX.match(line)
+            if rm:
+                thread = f"{source}:[{rm.group(1)}]"
+        tstate = threads.setdefault(thread, {})
         msg = _strip_prefix(line)
         stripped = msg.strip()
-        if "|" in msg and _parse_table_row(facts, state, stripped, comm_nranks.get(proc)):
+        if "|" in msg and _parse_table_row(facts, state, tstate, stripped, comm_nranks.get(proc)):
             continue
-        state["cols"] = None
+        tstate["cols"] = None
         if (m := _COMM.search(msg)) is not None:
             nr, nn, lr = int(m.group(3)), int(m.group(4)), int(m.group(5))
             comm_nranks[proc] = nr
@@ -427,6 +466,13 @@ def _conclude(facts: LogFacts) -> None:
         if len(counts) > 1:
             facts.notes.append(f"communicators logged different channel counts {sorted(counts)}; "
                                f"took {facts.channels} (the most frequent)")
+    # a mid-line prefix whose token no host seen at a line start ends: keep it, without the
+    # characters no host name starts with
+    for tok in sorted(facts.glued_hosts):
+        if not any(tok.endswith(h) for h in facts.hosts):
+            facts.hosts.add(tok.lstrip("-."))
+            facts.notes.append(f"host name {tok.lstrip('-.')!r} read from a line another writer had not ended; "
+                               "it may carry that writer's last characters")
     if facts.nnodes is None and facts.nranks:
         if facts.hosts and facts.nranks % len(facts.hosts) == 0:
             facts.nnodes = len(facts.hosts)
@@ -465,9 +511,12 @@ def _conclude(facts: LogFacts) -> None:
         facts.socket_nthreads = _int_or_none(facts.env["NCCL_SOCKET_NTHREADS"])
     if facts.nsocks_perthread is None and "NCCL_NSOCKS_PERTHREAD" in facts.env:
         facts.nsocks_perthread = _int_or_none(facts.env["NCCL_NSOCKS_PERTHREAD"])
-    if facts.nccl_version and not facts.nccl_version.startswith("2.28."):
-        facts.notes.append(f"NCCL {facts.nccl_version}: the replica implements NCCL 2.28's cost model, so its "
-                           "agreement with this version's decisions need not be exact")
+    if facts.nccl_version:
+        rel = parse_release(facts.nccl_version)
+        if not FIRST_RELEASE <= rel <= LAST_RELEASE:
+            end = ".".join(map(str, (FIRST_RELEASE if rel < FIRST_RELEASE else LAST_RELEASE)[:2]))
+            facts.notes.append(f"NCCL {facts.nccl_version}: the replica follows NCCL 2.27 to 2.30; this version is "
+                               f"modelled as {end}, so its agreement need not be exact")
     unnamed = sum(1 for d in facts.decisions if d.coll < 0)
     if unnamed:
         facts.notes.append(f"{unnamed} decision line(s) do not name their collective (NCCL < 2.20 format); "
@@ -557,6 +606,11 @@ class Agreement:
     :param table_match: of them, those the replica's cost model matches to the log's rounding
     :param grid_points: (collective, size) points of 8 B .. 1 GiB where NCCL's table implies a choice
     :param grid_match: of them, those the replica picks the same algorithm and protocol for
+    :param model: the latency/bandwidth table ``algo_proto`` and ``channels`` were computed with:
+        ``"tuning table"`` (NCCL's own, printed in the log) or ``"replica"`` (built from the topology)
+    :param replica_algo_proto: decisions reproduced with the replica's own table (= ``algo_proto``
+        when ``model`` is ``"replica"``)
+    :param replica_channels: channel counts reproduced with the replica's own table
     """
 
     points: int = 0
@@ -569,6 +623,9 @@ class Agreement:
     table_match: int = 0
     grid_points: int = 0
     grid_match: int = 0
+    model: str = "replica"
+    replica_algo_proto: int = 0
+    replica_channels: int = 0
 
     @property
     def algo_proto_frac(self) -> float | None:
@@ -579,7 +636,8 @@ class Agreement:
         return self.channels / self.channel_points if self.channel_points else None
 
     def score(self) -> tuple[int, int, int, int]:
-        return (self.algo_proto, self.grid_match, self.channels, self.table_match)
+        """What the search of the free per-channel bandwidths maximizes: the replica's own agreement."""
+        return (self.replica_algo_proto, self.grid_match, self.replica_channels, self.table_match)
 
 
 def _allowed_mask(facts: LogFacts) -> np.ndarray | None:
@@ -623,25 +681,38 @@ def agreement(topo: Topology, facts: LogFacts) -> Agreement:
     by_coll: dict[int, list[LoggedDecision]] = {}
     for (c, _), d in sorted(seen.items()):
         by_coll.setdefault(c, []).append(d)
-    for c, rows in by_coll.items():
-        nbytes = np.array([d.log_nbytes * (topo.nranks if c in (N.ALLGATHER, N.REDUCESCATTER) else 1)
-                           for d in rows], dtype=np.int64)
-        nbytes = np.maximum(nbytes, 1)
-        dec = default_decisions(topo, c, nbytes, allowed=allowed)
-        for i, d in enumerate(rows):
-            ok = (int(dec.algo[i]), int(dec.proto[i])) == (d.algo, d.proto)
-            ag.points += 1
-            ag.algo_proto += ok
-            ch_ok = True
-            if d.channels:
-                ag.channel_points += 1
-                ch_ok = int(dec.channels[i]) == d.channels
-                ag.channels += ch_ok
-            if not (ok and ch_ok):
-                ag.mismatches.append(
-                    f"{N.COLLECTIVES[c]} {d.log_nbytes} B: NCCL {N.ALGOS[d.algo]}/{N.PROTOS[d.proto]}"
-                    + (f"/{d.channels}ch" if d.channels else "")
-                    + f", replica {N.ALGOS[dec.algo[i]]}/{N.PROTOS[dec.proto[i]]}/{int(dec.channels[i])}ch")
+    logged = tuning_model(topo, facts)
+    for label, model in (("replica", None), ("tuning table", logged)):
+        if label == "tuning table" and model is None:
+            continue
+        points = ap = ch_points = ch = 0
+        misses = []
+        for c, rows in by_coll.items():
+            nbytes = np.array([d.log_nbytes * (topo.nranks if c in (N.ALLGATHER, N.REDUCESCATTER) else 1)
+                               for d in rows], dtype=np.int64)
+            nbytes = np.maximum(nbytes, 1)
+            dec = default_decisions(topo, c, nbytes, allowed=allowed, model=model)
+            for i, d in enumerate(rows):
+                ok = (int(dec.algo[i]), int(dec.proto[i])) == (d.algo, d.proto)
+                points += 1
+                ap += ok
+                ch_ok = True
+                if d.channels:
+                    ch_points += 1
+                    ch_ok = int(dec.channels[i]) == d.channels
+                    ch += ch_ok
+                if not (ok and ch_ok):
+                    misses.append(
+                        f"{N.COLLECTIVES[c]} {d.log_nbytes} B: NCCL {N.ALGOS[d.algo]}/{N.PROTOS[d.proto]}"
+                        + (f"/{d.channels}ch" if d.channels else "")
+                        + f", {label} {N.ALGOS[dec.algo[i]]}/{N.PROTOS[dec.proto[i]]}/{int(dec.channels[i])}ch")
+        ag.points, ag.channel_points = points, ch_points
+        ag.algo_proto, ag.channels, ag.model = ap, ch, label
+        if label == "replica":
+            ag.replica_algo_proto, ag.replica_channels = ap, ch
+            ag.mismatches = misses
+        else:
+            ag.mismatches = misses + ag.mismatches
     if facts.tuning is not None:
         rep = build_model(topo)
         log_bw, log_lat = facts.tuning.bw_gbps, facts.tuning.lat_us
@@ -659,8 +730,7 @@ def agreement(topo: Topology, facts: LogFacts) -> Agreement:
                     ag.table_entries += 1
                     ag.table_match += bool(lon and ron and abs(rep_bw[c, a, p] - log_bw[c, a, p]) <= 0.051 + 1e-3 *
                                            log_bw[c, a, p] and abs(rep.latencies[c, a, p] - log_lat[c, a, p]) <= 0.051)
-        logged = NcclModel(topo=topo, bandwidths=log_bw, latencies=log_lat, max_threads=rep.max_threads,
-                           thread_thresholds=rep.thread_thresholds)
+        logged = tuning_model(topo, facts)
         for c in range(5):
             if not facts.tuning.seen[c].any() or not (log_bw[c] > 0).any():
                 continue
@@ -669,6 +739,18 @@ def agreement(topo: Topology, facts: LogFacts) -> Agreement:
             ag.grid_points += _GRID.size
             ag.grid_match += int(np.sum((ta == dec.algo) & (tp == dec.proto)))
     return ag
+
+
+def tuning_model(topo: Topology, facts: LogFacts) -> NcclModel | None:
+    """NCCL's own latency/bandwidth table for ``topo``'s communicator, from the log's
+    ``NCCL_DEBUG_SUBSYS=TUNING`` print (threads and thresholds from the replica); ``None`` when the
+    log has no complete table. With it, the replica's per-call choice reproduces NCCL's predicted
+    times for that communicator (to the print's 0.1 rounding)."""
+    if facts.tuning is None:
+        return None
+    rep = build_model(topo)
+    return NcclModel(topo=topo, bandwidths=facts.tuning.bw_gbps.copy(), latencies=facts.tuning.lat_us.copy(),
+                     max_threads=rep.max_threads, thread_thresholds=rep.thread_thresholds)
 
 
 def _with(topo: Topology, **kw: dict) -> Topology:
@@ -817,7 +899,7 @@ def fit_free_fields(topo: Topology, facts: LogFacts, filled: dict[str, str]) -> 
     best agreement with NCCL's logged decisions, then its tuning table; returns the best topology,
     its agreement and a sentence saying what was searched ("" when nothing changed)."""
     best, best_ag = topo, agreement(topo, facts)
-    if best_ag.points == best_ag.algo_proto and best_ag.table_entries == best_ag.table_match \
+    if best_ag.points == best_ag.replica_algo_proto and best_ag.table_entries == best_ag.table_match \
             and best_ag.grid_points == best_ag.grid_match:
         return best, best_ag, ""
     fields = ["intra.channel_bw_gbps"] + (["net.channel_bw_gbps"] if topo.nodes > 2 else [])
@@ -899,8 +981,11 @@ def _description(facts: LogFacts, preset: str, ag: Agreement, searched: str) -> 
              f"{facts.net_kind or 'no'} network, {facts.channels or '?'} coll channels",
              f"started from preset {preset}"]
     if ag.points:
-        parts.append(f"replica reproduces {_frac(ag.algo_proto, ag.points)} of NCCL's logged algo+proto "
-                     f"decisions, channels {_frac(ag.channels, ag.channel_points)}")
+        parts.append(f"replica reproduces {_frac(ag.replica_algo_proto, ag.points)} of NCCL's logged algo+proto "
+                     f"decisions, channels {_frac(ag.replica_channels, ag.channel_points)}")
+        if ag.model == "tuning table":
+            parts.append(f"with NCCL's own tuning table from the log: {_frac(ag.algo_proto, ag.points)}, "
+                         f"channels {_frac(ag.channels, ag.channel_points)}")
     if ag.grid_points:
         parts.append(f"{_frac(ag.grid_match, ag.grid_points)} of the choices NCCL's tuning table implies")
     if searched:
@@ -957,8 +1042,13 @@ def report(det: Detected) -> list[str]:
     out.append(f"#   kept from the preset (the log does not fix them): {', '.join(kept)}")
     if det.searched:
         out.append(f"# {det.searched}")
-    out.append(f"agreement algo+proto: {_frac(ag.algo_proto, ag.points)} distinct (collective, size) decisions")
+    src = "NCCL's own tuning table from the log" if ag.model == "tuning table" else "the replica's table"
+    out.append(f"agreement algo+proto: {_frac(ag.algo_proto, ag.points)} distinct (collective, size) decisions "
+               f"(with {src})")
     out.append(f"agreement channels: {_frac(ag.channels, ag.channel_points)}")
+    if ag.model == "tuning table":
+        out.append(f"agreement with the replica's own table: algo+proto {_frac(ag.replica_algo_proto, ag.points)}, "
+                   f"channels {_frac(ag.replica_channels, ag.channel_points)}")
     if ag.conflicts:
         out.append(f"# {ag.conflicts} logged decision(s) disagree with another for the same (collective, size); "
                    "compared the first")

@@ -1,12 +1,37 @@
-"""A replica of NCCL 2.28's default decision: its cost table and its per-call choice.
+"""A replica of NCCL's default decision (releases 2.27 to 2.30): its cost table and its per-call choice.
 
 ``ncclTopoTuneModel`` builds, once per communicator, a latency (us) and a bandwidth (GB/s) for
 every (collective, algorithm, protocol). Per call, ``ncclTopoGetAlgoTime`` turns them into the
 predicted time ``lat * latCount + nBytes / (1000 * bw)``, the smallest non-negative entry wins
 (ties: lower algorithm, then lower protocol), then ``topoGetAlgoInfo`` picks the channel and
-thread counts, and the scheduler spreads the work over channels in cells of >= 16 KiB of
-traffic. This module reproduces all of it from a :class:`~costmodel.topology.Topology`,
-vectorized over message sizes.
+thread counts, and the scheduler spreads the work over channels in cells of traffic. This module
+reproduces all of it from a :class:`~costmodel.topology.Topology`, vectorized over message sizes.
+
+Which release: the topology's ``nccl.version`` selects the constants and rules that differ
+between the releases followed (:func:`release_model`); 2.28.9 is the reference, and a version
+outside 2.27-2.30 follows the nearest end. What differs:
+
+- 2.27: NVLS bandwidth ``min(bwIntra, bwInter)`` (AllReduce) or ``min(bwIntra (ppn-1)/ppn,
+  0.9 bwInter)`` (AllGather/ReduceScatter), NVLS/NVLS Tree bus-to-algorithm ratio 5/6, NVLS Tree
+  ``min(bwIntra, bwInter or bwInter/2 beyond 2 nodes)`` with no per-channel cap, NVLS Tree's
+  network latency 14 us, and Blackwell's Tree/LL128 caps at twice Hopper's.
+- 2.28: NVLS bandwidth ``bwIntra * nvlsEfficiency * (n-1)/n`` (x2 for AllReduce, x(ppn-1)/ppn
+  otherwise) capped by ``bwInter``, ratio nRanks/nSteps, per-channel NVLS Tree cap, NVLS Tree
+  network latency 20.9 us; Blackwell's Ring/LL128 cap 73.4/34.6/73.4 GB/s (2.28.3: 73.4 x 3)
+  and NVLS Tree cap 43.8 beyond 2 nodes (2.28.3: 43.1).
+- 2.29: Blackwell's Ring/LL128 cap 34.5/34.6/34.5 (2.29.7: 40 x 3), NVLS Tree AllReduce on
+  Blackwell with x86 CPUs takes the Tree correction factors, the Blackwell intra-node search
+  speeds gain 45 GB/s, and the scheduler's minimum traffic per channel is 32 KiB (16 KiB before)
+  with the per-channel traffic no longer raised to it.
+- 2.30: Blackwell's NVLS Tree cap beyond 2 nodes is 80 GB/s.
+
+Hopper and older GPUs get the same table from 2.28 to 2.30; the per-call choice
+(``updateCollCostTable``, ``topoGetAlgoInfo``) is the same from 2.28 to 2.30.
+
+The NVLS graph of one node is NCCL's search result, not the ring's: one channel per GPU (at most
+32), each GPU heads one channel (twice the traffic) and joins the others, so the search settles on
+the fastest speed ``s`` of its table with ``(nGPUs + 1) * s`` within the GPU's NVLink bandwidth,
+then raises ``bwInter`` step by step while it is below ``2 * bwIntra``.
 
 Sizes (``nbytes``) follow the tuner's convention: the larger of the send and receive buffers,
 i.e. the total for AllGather/ReduceScatter, as in nccl-tests' ``size`` column.
@@ -22,6 +47,123 @@ import numpy as np
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.topology import Topology
+
+
+@dataclass(frozen=True)
+class ReleaseModel:
+    """The constants and rules of NCCL's model that differ between the releases the replica follows.
+
+    :param release: the release followed, ``(major, minor, patch)``
+    :param per_ch_max_ring_ll128_bw: ``[compcap][nodes index]`` Ring/LL128 per-channel cap, GB/s
+    :param per_ch_max_tree_ll128_bw: ``[compcap][nodes index]`` Tree/LL128 per-channel cap, GB/s
+    :param per_ch_max_tree_bw: ``[compcap][nodes index]`` Tree AllReduce per-channel cap, GB/s
+    :param per_ch_max_nvls_tree_bw: ``[compcap][nodes index]`` NVLS Tree per-channel cap, GB/s
+    :param nvls_efficiency_model: 2.28+: NVLS bandwidth through ``nvlsEfficiency``; 2.27: ``min(bwIntra, bwInter)``
+    :param nvls_tree_net_lat_us: NVLS Tree's network latency (``hwLat[NET][NVLS_TREE][SIMPLE]``), us
+    :param nvls_tree_correction: NVLS Tree AllReduce takes the Tree correction on Blackwell with x86 CPUs
+    :param min_traffic_per_channel: the scheduler's minimum traffic per channel, bytes
+    :param traffic_floor_per_channel: the scheduler raises a channel's traffic to that minimum (before 2.29)
+    :param sm100_intra_speeds: the Blackwell intra-node search speeds, GB/s
+    """
+
+    release: tuple[int, int, int]
+    per_ch_max_ring_ll128_bw: np.ndarray
+    per_ch_max_tree_ll128_bw: np.ndarray
+    per_ch_max_tree_bw: np.ndarray
+    per_ch_max_nvls_tree_bw: np.ndarray
+    nvls_efficiency_model: bool
+    nvls_tree_net_lat_us: float
+    nvls_tree_correction: bool
+    min_traffic_per_channel: int
+    traffic_floor_per_channel: bool
+    sm100_intra_speeds: tuple[float, ...]
+
+
+FIRST_RELEASE, LAST_RELEASE = (2, 27, 0), (2, 30, 99)
+# NCCL's intra-node graph-search speeds (search.cc), GB/s
+_SM90_INTRA_SPEEDS = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)
+_SM100_INTRA_SPEEDS = (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)
+_SM100_INTRA_SPEEDS_229 = (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)
+NVLS_MAX_ARITY = 32
+
+
+def _with_row(table: np.ndarray, row: int, values: tuple[float, float, float]) -> np.ndarray:
+    out = np.array(table, dtype=float)
+    out[row] = values
+    out.setflags(write=False)
+    return out
+
+
+def parse_release(version: str) -> tuple[int, int, int]:
+    """``"2.29.2"`` (or ``"2.29.2+cuda12.8"``, ``"2.29"``) -> ``(2, 29, 2)``; one-line error otherwise."""
+    head = str(version).split("+")[0].strip()
+    parts = head.split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts):
+        raise ConfigError("nccl.version", f"must look like 2.28.9, got {version!r}")
+    major, minor = int(parts[0]), int(parts[1])
+    patch = int(parts[2]) if len(parts) == 3 else 0
+    return major, minor, patch
+
+
+@lru_cache(maxsize=32)
+def release_model(version: str) -> ReleaseModel:
+    """The model of the NCCL release ``version``; versions before 2.27 follow 2.27, after 2.30 follow 2.30."""
+    rel = min(max(parse_release(version), FIRST_RELEASE), LAST_RELEASE)
+    bw = N.COMPCAP_ROWS["blackwell"]
+    ring_ll128 = N.PER_CH_MAX_RING_LL128_BW
+    tree_ll128 = N.PER_CH_MAX_TREE_LL128_BW
+    tree = N.PER_CH_MAX_TREE_BW
+    nvls_tree = N.PER_CH_MAX_NVLS_TREE_BW
+    if rel < (2, 28, 0):
+        ring_ll128 = _with_row(ring_ll128, bw, (2 * 36.7,) * 3)
+        tree_ll128 = _with_row(tree_ll128, bw, (2 * 36.7, 2 * 36.7, 2 * 29.0))
+        tree = _with_row(tree, bw, (2 * 38.7, 2 * 41.4, 2 * 36.0))
+    elif rel < (2, 28, 7):
+        ring_ll128 = _with_row(ring_ll128, bw, (2 * 36.7,) * 3)
+        nvls_tree = _with_row(nvls_tree, bw, (0.0, 96.0, 43.1))
+    elif rel < (2, 29, 0):
+        pass  # 2.28.7 and 2.28.9: NCCL's constants as nccl.py holds them
+    elif rel < (2, 29, 7):
+        ring_ll128 = _with_row(ring_ll128, bw, (34.5, 34.6, 34.5))
+    else:
+        ring_ll128 = _with_row(ring_ll128, bw, (40.0, 40.0, 40.0))
+        if rel >= (2, 30, 0):
+            nvls_tree = _with_row(nvls_tree, bw, (0.0, 96.0, 80.0))
+    new = rel >= (2, 29, 0)
+    return ReleaseModel(
+        release=rel, per_ch_max_ring_ll128_bw=ring_ll128, per_ch_max_tree_ll128_bw=tree_ll128,
+        per_ch_max_tree_bw=tree, per_ch_max_nvls_tree_bw=nvls_tree, nvls_efficiency_model=rel >= (2, 28, 0),
+        nvls_tree_net_lat_us=14.0 if rel < (2, 28, 0) else float(N.HW_LAT_US[N.HW_NET, N.NVLS_TREE, N.SIMPLE]),
+        nvls_tree_correction=new, min_traffic_per_channel=(32 << 10) if new else N.MIN_TRAFFIC_PER_CHANNEL,
+        traffic_floor_per_channel=not new, sm100_intra_speeds=_SM100_INTRA_SPEEDS_229 if new else _SM100_INTRA_SPEEDS)
+
+
+def nvls_graph(topo: Topology) -> tuple[int, float, float]:
+    """NCCL's NVLS graph on one node: ``(channels, bwIntra, bwInter)``; ``(0, 0, 0)`` when the search finds none.
+
+    One channel per GPU (at most 32); each GPU pulls from and pushes to the NVSwitch once per
+    channel and twice for the channel it heads, so a speed ``s`` fits when ``(nGPUs + 1) * s`` is
+    within the GPU's NVLink bandwidth. ``bwInter`` is then raised while below ``2 * bwIntra``.
+    """
+    ngpus = topo.gpus_per_node
+    if ngpus < 2 or topo.gpu_arch not in ("hopper", "blackwell"):
+        return 0, 0.0, 0.0
+    speeds = _SM90_INTRA_SPEEDS if topo.gpu_arch == "hopper" else release_model(topo.nccl.version).sm100_intra_speeds
+    nch = min(ngpus, NVLS_MAX_ARITY)
+    link = topo.intra.links_per_gpu * topo.intra.link_bw_gbps
+    total = link * ngpus / (ngpus - 1)
+    i = 0
+    while i < len(speeds) - 1 and (speeds[i] > link or speeds[i] * nch > total):
+        i += 1
+    while i < len(speeds) and (ngpus + 1) * speeds[i] > link + 1e-9:
+        i += 1
+    if i == len(speeds):
+        return 0, 0.0, 0.0
+    bw_intra = bw_inter = speeds[i]
+    while i > 0 and bw_inter < 2 * bw_intra:
+        i -= 1
+        bw_inter = speeds[i]
+    return nch, bw_intra, bw_inter
 
 
 @dataclass(frozen=True)
@@ -130,14 +272,18 @@ def build_model(topo: Topology) -> NcclModel:
     else:
         idx1 = 1 if topo.cpu_vendor in ("amd", "mixed") else 0
     ll_max_bw = N.LL_MAX_BW[idx1, idx2]
-    per_ch_tree = N.PER_CH_MAX_TREE_BW[cc, idx2]
-    per_ch_ring_ll128 = N.PER_CH_MAX_RING_LL128_BW[cc, idx2]
-    per_ch_tree_ll128 = N.PER_CH_MAX_TREE_LL128_BW[cc, idx2]
-    per_ch_nvls_tree = N.PER_CH_MAX_NVLS_TREE_BW[cc, idx2]
+    rm = release_model(topo.nccl.version)
+    per_ch_tree = rm.per_ch_max_tree_bw[cc, idx2]
+    per_ch_ring_ll128 = rm.per_ch_max_ring_ll128_bw[cc, idx2]
+    per_ch_tree_ll128 = rm.per_ch_max_tree_ll128_bw[cc, idx2]
+    per_ch_nvls_tree = rm.per_ch_max_nvls_tree_bw[cc, idx2]
     intra_hw = N.HW_NVLINK if topo.intra.fabric in ("nvswitch", "nvlink") else N.HW_PCI
     hw = intra_hw if nn == 1 else N.HW_NET
     nch = topo.nccl.channels
     bw_intra, bw_inter = topo.intra.channel_bw_gbps, topo.net.channel_bw_gbps
+    # one node: NVLS runs on its own graph (one channel per GPU, the search's speeds)
+    nvls_nch, nvls_bw_intra, nvls_bw_inter = nvls_graph(topo) if nn == 1 else (topo.nccl.nvls_channels, bw_intra,
+                                                                                bw_inter)
     lat_inter_graph = topo.net.latency_us
 
     bws = np.zeros((5, N.NUM_ALGOS, N.NUM_PROTOS))
@@ -146,7 +292,7 @@ def build_model(topo: Topology) -> NcclModel:
         nsteps = 2 * (nr - 1) if coll == N.ALLREDUCE else (nr - 1 if coll in (N.ALLGATHER, N.REDUCESCATTER)
                                                            else nr)
         for a in range(N.NUM_ALGOS):
-            g_nch = topo.nccl.nvls_channels if a in (N.NVLS, N.NVLS_TREE) else nch
+            g_nch = nvls_nch if a in (N.NVLS, N.NVLS_TREE) else nch
             for p in range(N.NUM_PROTOS):
                 if not _eligible(topo, coll, a, p):
                     continue
@@ -155,13 +301,19 @@ def build_model(topo: Topology) -> NcclModel:
                 if a in (N.NVLS, N.NVLS_TREE):
                     if g_nch < 2:
                         continue
-                    intra_bw = bw_intra * N.NVLS_EFFICIENCY[cc] * (g_nch - 1) / g_nch
-                    intra_bw *= 2.0 if coll == N.ALLREDUCE else (ppn - 1) / ppn
-                    inter_bw = bw_inter * (2 if (nn <= 2 and a == N.NVLS_TREE) else 1)
-                    cands = [intra_bw, inter_bw if nn > 1 else intra_bw]
-                    if a == N.NVLS_TREE:
-                        cands.append(per_ch_nvls_tree)
-                    bw = min(cands)
+                    if rm.nvls_efficiency_model:
+                        intra_bw = nvls_bw_intra * N.NVLS_EFFICIENCY[cc] * (g_nch - 1) / g_nch
+                        intra_bw *= 2.0 if coll == N.ALLREDUCE else (ppn - 1) / ppn
+                        inter_bw = nvls_bw_inter * (2 if (nn <= 2 and a == N.NVLS_TREE) else 1)
+                        cands = [intra_bw, inter_bw]
+                        if a == N.NVLS_TREE:
+                            cands.append(per_ch_nvls_tree)
+                        bw = min(cands)
+                    elif a == N.NVLS:
+                        bw = (min(nvls_bw_intra, nvls_bw_inter) if coll == N.ALLREDUCE
+                              else min(nvls_bw_intra * (ppn - 1) / ppn, nvls_bw_inter * 0.9))
+                    else:
+                        bw = min(nvls_bw_intra, nvls_bw_inter if nn <= 2 else nvls_bw_inter / 2)
                 bus = g_nch * bw
                 if a == N.RING and p == N.LL:
                     bus = min(ll_max_bw, bus * 0.5)
@@ -187,8 +339,10 @@ def build_model(topo: Topology) -> NcclModel:
                         if topo.gpu_arch in ("hopper", "blackwell"):
                             bus *= 0.85
                 if not (a != N.RING and coll in (N.ALLGATHER, N.REDUCESCATTER)):
-                    if a in (N.RING, N.NVLS, N.NVLS_TREE):
+                    if a == N.RING or (a in (N.NVLS, N.NVLS_TREE) and rm.nvls_efficiency_model):
                         bus *= nr / nsteps
+                    elif a in (N.NVLS, N.NVLS_TREE):
+                        bus *= 5.0 / 6.0
                     else:
                         bus *= 0.5
                 bws[coll, a, p] = bus
@@ -196,6 +350,8 @@ def build_model(topo: Topology) -> NcclModel:
                 lat = N.BASE_LAT_US[a, p]
                 intra_lat = N.HW_LAT_US[intra_hw, a, p]
                 inter_lat = N.HW_LAT_US[N.HW_NET, N.TREE if ppn == 1 else a, p] + lat_inter_graph
+                if a == N.NVLS_TREE and ppn != 1:
+                    inter_lat += rm.nvls_tree_net_lat_us - N.HW_LAT_US[N.HW_NET, a, p]
                 if p == N.SIMPLE:
                     inter_lat += lat_inter_graph
                 if a == N.RING:
@@ -278,6 +434,14 @@ def cost_table(model: NcclModel, coll: int, nbytes: np.ndarray | int, num_pipe_o
         corr[ok] = N.TREE_CORRECTION[:, log_size[ok]].T
         bw[:, N.TREE, :] *= corr
         topo = model.topo
+        if (release_model(topo.nccl.version).nvls_tree_correction and topo.gpu_arch == "blackwell"
+                and topo.cpu_arch == "x86"):
+            # 2.29+: NVLS Tree takes the Tree factors too, over 24 sizes (the 24th: 1.0, 1.0, 0.9)
+            ok24 = (log_size >= 0) & (log_size < 24)
+            corr24 = np.ones((sizes.size, N.NUM_PROTOS))
+            table24 = np.concatenate([N.TREE_CORRECTION, N.TREE_CORRECTION[:, -1:]], axis=1)
+            corr24[ok24] = table24[:, log_size[ok24]].T
+            bw[:, N.NVLS_TREE, :] *= corr24
         if topo.nodes > 1:
             plateau = sizes // (model.channels * topo.nranks) >= 64
             factor = 1.9 if topo.gpu_arch == "volta" else 1.4
@@ -321,9 +485,14 @@ def data_bytes(coll: np.ndarray | int, nbytes: np.ndarray, nranks: int) -> np.nd
 
 
 def scheduled_channels(coll: np.ndarray | int, nbytes: np.ndarray, proto: np.ndarray, max_channels: np.ndarray,
-                       comm_channels: np.ndarray | int, nranks: int) -> np.ndarray:
+                       comm_channels: np.ndarray | int, nranks: int, version: str = "") -> np.ndarray:
     """Channels a single collective actually runs on after NCCL's scheduler spreads its traffic
-    over channels in cells of >= 16 KiB (``scheduleCollTasksToPlan``)."""
+    over channels in cells of >= 16 KiB (32 KiB from 2.29; ``scheduleCollTasksToPlan``).
+
+    :param version: the NCCL release whose scheduler to follow; empty: 2.28
+    """
+    rm = release_model(version or "2.28.9")
+    min_traffic = rm.min_traffic_per_channel
     coll = np.asarray(coll, dtype=np.int64)
     nbytes = np.asarray(nbytes, dtype=np.int64)
     proto = np.asarray(proto, dtype=np.int64)
@@ -334,8 +503,11 @@ def scheduled_channels(coll: np.ndarray | int, nbytes: np.ndarray, proto: np.nda
                    np.where((coll == N.ALLGATHER) | (coll == N.REDUCESCATTER), nranks, 1)).astype(np.int64)
     tpb = np.where(proto == N.LL, tpb * 4, tpb)
     traffic = dbytes * tpb
-    tpc = np.maximum(N.MIN_TRAFFIC_PER_CHANNEL, traffic // np.maximum(maxc, 1))
-    cell = _ceil_div(_ceil_div(N.MIN_TRAFFIC_PER_CHANNEL, tpb), 16) * 16
+    if rm.traffic_floor_per_channel:
+        tpc = np.maximum(min_traffic, traffic // np.maximum(maxc, 1))
+    else:
+        tpc = _ceil_div(np.maximum(min_traffic, traffic) // np.maximum(maxc, 1), 16) * 16
+    cell = _ceil_div(_ceil_div(min_traffic, tpb), 16) * 16
     cells = _ceil_div(dbytes, cell)
     per_cell = cell * tpb
     cpc = np.maximum(np.minimum(cells, _ceil_div(tpc, per_cell)), 1)
@@ -411,26 +583,31 @@ def chunk_bytes(topo: Topology, coll: np.ndarray | int, algo: np.ndarray, proto:
 
 def default_decisions(topo: Topology, coll: int | str, nbytes: np.ndarray | int | list,
                       num_pipe_ops: int = 1, allowed: np.ndarray | None = None,
-                      comm_channels: int = 0) -> Decisions:
+                      comm_channels: int = 0, model: NcclModel | None = None) -> Decisions:
     """NCCL's default (algorithm, protocol, channels, threads, chunk) for each size.
 
     :param allowed: optional ``[algo][proto]`` mask, what ``NCCL_ALGO``/``NCCL_PROTO`` leave enabled
     :param comm_channels: the communicator's channel count when forced (``NCCL_MIN/MAX_NCHANNELS``);
         0 keeps the topology's
+    :param model: the communicator's latency/bandwidth table when known (NCCL's own, from its
+        ``NCCL_DEBUG_SUBSYS=TUNING`` log); ``None`` builds it from the topology
     """
     if isinstance(coll, str):
         coll = N.parse_name("collective", coll, N.COLLECTIVES)
     if num_pipe_ops < 1:
         raise ConfigError("num_pipe_ops", f"must be >= 1, got {num_pipe_ops}")
     sizes = _as_sizes(nbytes)
-    model = build_model(topo)
+    if model is None:
+        model = build_model(topo)
+    elif model.topo != topo:
+        raise ConfigError("model", f"the given model is of topology {model.topo.name}, not {topo.name}")
     table = cost_table(model, coll, sizes, num_pipe_ops)
     if allowed is not None:
         table[:, ~np.asarray(allowed, dtype=bool)] = -1.0
     algo, proto = pick(table)
     comm_ch = comm_channels if comm_channels > 0 else model.channels
     maxc, nt = auto_channels(model, sizes, algo, proto, comm_ch)
-    nch = scheduled_channels(coll, sizes, proto, maxc, comm_ch, topo.nranks)
+    nch = scheduled_channels(coll, sizes, proto, maxc, comm_ch, topo.nranks, topo.nccl.version)
     per_ch = sizes // np.maximum(nch, 1)
     chunk = chunk_bytes(topo, coll, algo, proto, per_ch)
     t = table[np.arange(sizes.size), algo, proto]
