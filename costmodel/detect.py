@@ -560,6 +560,10 @@ def nearest_preset(facts: LogFacts) -> tuple[str, str]:
             score, parts = score + 1, parts + ["GPUs per node"]
         if facts.channels and t.nccl.channels == facts.channels:
             score, parts = score + 0.5, parts + ["channels"]
+        if facts.gpu_model and t.gpu_model and t.gpu_model.lower() in facts.gpu_model.lower():
+            score, parts = score + 0.5, parts + [f"GPU {t.gpu_model}"]
+        if "test bed" in (t.description or ""):  # a preset for testing ncclrl itself, never a cluster's nearest
+            score -= 0.25
         if score > best_score:
             best, best_score, why = name, score, ", ".join(parts) or "no field in common"
     return best, why

@@ -184,7 +184,7 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError("suite.strategy_steps", f"must be >= 1, got {s.strategy_steps}")
     if not 0 < parse_bytes(s.min_bytes, "suite.min_bytes") <= parse_bytes(s.max_bytes, "suite.max_bytes"):
         raise ConfigError("suite.min_bytes", f"need 0 < min_bytes <= max_bytes, got {s.min_bytes}, {s.max_bytes}")
-    if str(cfg.get("ref", "jobs")) not in METHODS:
+    if str(getattr(cfg, "ref", "jobs")) not in METHODS:
         raise ConfigError("ref", f"unknown method {cfg.ref!r}; allowed: {', '.join(METHODS)}")
     if int(cfg.workers) < 1:
         raise ConfigError("workers", f"must be >= 1, got {cfg.workers}")
