@@ -1,11 +1,12 @@
-"""``ncclrl finetune``: a tuning run of the shipped search strategy on a live platform under a
-measurement budget, exporting the table the measurements support (keys: :class:`FinetuneCommand`;
+"""``ncclrl finetune``: a tuning run on a live platform under a GPU-time budget, in whole jobs
+(``strategy=jobs``, the default) or with a learned per-point strategy, exporting the table the
+measurements support (keys: :class:`FinetuneCommand`;
 the method: :mod:`ncclrl.agents.finetune`, :mod:`ncclrl.agents.strategy`).
 
-    ncclrl finetune backend=torch topology=h200-2x2-sock budget=250 out=runs/ft
+    ncclrl finetune backend=torch topology=h200-2x2-sock budget=0.5sweep out=runs/ft
 
-``backend=torch`` measures on the GPUs of this machine (one job per knob setting and round, our
-plugin selecting each configuration); ``backend=replay replay_store=SWEEP.sqlite`` answers every
+``backend=torch`` measures on the GPUs of this machine (each job one knob setting, our plugin
+selecting each configuration); ``backend=replay replay_store=SWEEP.sqlite`` answers every
 measurement from an earlier exhaustive sweep instead (the same points, counted the same way; the
 sweep measured with ``launch``), which compares fine-tuning with the sweep on its own data;
 ``backend=replay grid=FILE`` (or ``grid=[FILE,...]``) answers from a measured grid given as files
@@ -125,7 +126,7 @@ class FinetuneCommand(TunedLiveConfig):
 
     budget: str = "0.5sweep"
     wall_s: float = 0.0
-    strategy: str = "shipped"
+    strategy: str = "jobs"
     search: SearchConfig = field(default_factory=SearchConfig)
     profile: str = ""
     load: str = "none"
@@ -461,6 +462,6 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
 
 
 COMMAND = Command("finetune", FinetuneCommand, main_finetune,
-                  "tune on live (or replayed) measurements with the shipped search strategy, export the table",
+                  "tune on live (or replayed) measurements under a GPU-time budget, export the table",
                   out_key="out")
 register(COMMAND)
