@@ -440,7 +440,8 @@ def benchmark(cfg: DictConfig) -> pd.DataFrame:
     todo = tasks(cfg)
     # each finished task is appended to partial.csv at once; a rerun with the same configuration skips them
     part = out / "partial.csv"
-    stamp = OmegaConf.to_yaml(cfg)
+    stamp = OmegaConf.to_yaml({k: v for k, v in OmegaConf.to_container(cfg).items() if k != "workers"})  # results
+    # do not depend on workers: a rerun with more of them resumes
     if (out / "partial.yaml").is_file() and (out / "partial.yaml").read_text() != stamp:
         part.unlink(missing_ok=True)
     (out / "partial.yaml").write_text(stamp)

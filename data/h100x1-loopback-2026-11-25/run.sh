@@ -9,6 +9,8 @@
 #   PART=3: ncclrl plugin verify of both tables, decisions only (iters=0: rooted collectives' times
 #           are bimodal on this bed, see README.md); ncclrl e2e with a model whose DDP bucket
 #           (~7 MiB) falls in a row of the table; the full-grid sweep resumed ($STORE: the store so far)
+#   PART=4: the current method: ncclrl finetune with its defaults under a GPU-time budget, ncclrl
+#           validate of its table (rounds=3), ncclrl plugin verify of it (iters=0)
 # Run from the repository root: OUT=out PART=1 bash data/h100x1-loopback-2026-11-25/run.sh
 # PART=2 reads the fine-tuned table from $FT (default: part1/finetuned/ in this folder).
 # .whl/deps holds the Python packages the GPU image lacks (hydra-core, omegaconf,
@@ -52,6 +54,16 @@ if [ "$PART" = 1 ]; then
   run 190 python3 -m ncclrl finetune $T min_bytes=8 max_bytes=64M budget=100 wall_s=140 samples=3 \
     timeout_s=60 $S out="$OUT/finetuned"
   run 30 cat "$OUT/finetuned/nccl_tuner.csv" "$OUT/finetuned/nccl.conf"
+elif [ "$PART" = 4 ]; then
+  # the current method: finetune's defaults (whole jobs, a GPU-time budget: GPU-s = wall x ranks, both
+  # ranks on the one GPU here), the fine-tuned table validated afresh, and NCCL's log checked for each row
+  run 240 python3 -m ncclrl finetune $T min_bytes=8 max_bytes=64M budget=6min wall_s=200 samples=3 \
+    timeout_s=60 $S out="$OUT/finetuned"
+  run 30 cat "$OUT/finetuned/nccl_tuner.csv" "$OUT/finetuned/nccl.conf" "$OUT/finetuned/summary.json"
+  run 200 python3 -m ncclrl validate "$OUT/finetuned/nccl_tuner.csv" conf="$OUT/finetuned/nccl.conf" $T \
+    min_bytes=8 max_bytes=64M rounds=3 samples=3 timeout_s=60 $S out="$OUT/validate.csv"
+  run 90 python3 -m ncclrl plugin verify "$OUT/finetuned/nccl_tuner.csv" $T max_bytes=64M iters=0 \
+    out="$OUT/verify-finetuned"
 elif [ "$PART" = 3 ]; then
   cp "${STORE:-$D/part2/store.sqlite}" "$OUT/store.sqlite"
   run 90 python3 -m ncclrl plugin verify "$FT/nccl_tuner.csv" $T max_bytes=64M iters=0 out="$OUT/verify-finetuned"
