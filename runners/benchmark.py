@@ -46,6 +46,7 @@ from ncclrl.costmodel.workload import calls_by_size, load_workload
 from ncclrl.runners.config import Command, compose_config, register
 from ncclrl.runners.pretrain import CONF_DIR  # noqa: F401  (re-exported for the tests)
 from ncclrl.runners.progress import progress
+from ncclrl.runners.tune import check_extra
 
 log = logging.getLogger(__name__)
 RESULT_COLUMNS = ["suite", "set", "problem", "family", "collective", "seed", "method", "budget", "used", "calls",
@@ -81,7 +82,8 @@ class SuiteConfig:
     :param replays: recorded sweeps replayed as truth (their AllReduce)
     :param seeds: seeds of the tuners' randomness and the measurement noise (>= 5 for a report)
     :param budgets: live points per problem, over all its sizes
-    :param methods: default, exhaustive, random, afnfa, tpe, autoccl, zero-shot, bo, rank, ncclrl
+    :param methods: default, exhaustive, random, afnfa, tpe, autoccl, zero-shot, bo, rank, ncclrl (afnfa and
+        tpe need the extra: pip install "ncclrl[baselines]")
     :param strategy_steps: picks each left-out strategy is trained on, when it is not in ``strategies``
     :param profile: a job profile (ncclrl profile): each simulated problem has the job's sizes of its
         collective and is judged on the job's communication time per step (calls x time), every call
@@ -147,8 +149,8 @@ def check(cfg: DictConfig) -> None:
             raise ConfigError("suite.families", f"unknown family {f!r}; allowed: {', '.join(FAMILIES)}")
     for r in s.replays:
         load_topology(str(r.topology))
-        if not Path(str(r.store)).is_file():
-            raise ConfigError("suite.replays", f"no store at {r.store}")
+        if "replay" in s.sets:
+            replay_store(str(r.store))
         if r.launch not in ("nccl", "torch"):
             raise ConfigError("suite.replays", f"launch must be nccl or torch, got {r.launch!r}")
     for c in s.collectives:
@@ -156,6 +158,7 @@ def check(cfg: DictConfig) -> None:
     for m in s.methods:
         if m not in METHODS:
             raise ConfigError("suite.methods", f"unknown method {m!r}; allowed: {', '.join(METHODS)}")
+    check_extra(list(s.methods), "suite.methods")
     for b in s.budgets:
         if not isinstance(b, int) or b < 0:
             raise ConfigError("suite.budgets", f"budgets are whole numbers >= 0, got {b!r}")
@@ -174,6 +177,23 @@ def check(cfg: DictConfig) -> None:
         raise ConfigError("workers", f"must be >= 1, got {cfg.workers}")
     if int(cfg.samples) < 1:
         raise ConfigError("samples", f"must be >= 1, got {cfg.samples}")
+
+
+# the package's root: the recorded sweeps a suite names relative to it (docs/data/...) are found from any folder
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def replay_store(path: str) -> Path:
+    """A replayed sweep's store: ``path`` as given (absolute, or relative to the working folder),
+    else relative to the package (the recorded sweeps of a source checkout); absent: one line."""
+    given = Path(path).expanduser()
+    for p in (given, PACKAGE_ROOT / given):
+        if p.is_file():
+            return p
+    where = "" if given.is_absolute() else f" (nor under {PACKAGE_ROOT})"
+    raise ConfigError("suite.replays", f"no store at {path}{where}: the recorded sweeps come with ncclrl's source, "
+                      "not its wheel; name a store (suite.replays=[{store: PATH, topology: PRESET, launch: nccl}]) "
+                      "or leave the replay set out (suite.sets=[lofo,misspecified])")
 
 
 def _profile(suite: Any) -> str:
@@ -245,7 +265,7 @@ def instance(task: dict[str, Any], s: dict[str, Any]) -> Instance:
     if key not in _CACHE:
         if task["set"] == "replay":
             r = task["replay"]
-            _CACHE[key] = replayed(r["store"], r["topology"], r["launch"], task["collective"])
+            _CACHE[key] = replayed(str(replay_store(r["store"])), r["topology"], r["launch"], task["collective"])
         else:
             calls = job_sizes(_profile(s), load_topology(task["preset"]))[task["collective"]] \
                 if _profile(s) else None

@@ -14,6 +14,7 @@ the space is then the points it recorded (the same problem ``ncclrl finetune`` r
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import time
@@ -43,12 +44,29 @@ from ncclrl.runners.progress import progress
 
 log = logging.getLogger(__name__)
 
+# the tuners that need the extra ``ncclrl[baselines]``, and the modules they import
+EXTRA_METHODS = {"afnfa": ("sklearn",), "tpe": ("optuna",)}
+
+
+def check_extra(methods: list[str], key: str) -> None:
+    """The modules the ``methods`` need import, checked before anything is written or trained (one
+    line naming the extra otherwise)."""
+    for m in methods:
+        for module in EXTRA_METHODS.get(str(m), ()):
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                raise ConfigError(key, f"method {m} needs {module}, which is not installed: "
+                                  'pip install "ncclrl[baselines]"; or choose another method') from None
+
+
 @dataclass
 class TuneCommand(TunedLiveConfig):
     """Run one of the benchmark's tuners on a live (or replayed) platform under a measurement
     budget and export its table, as ``ncclrl finetune`` does for ncclrl.
 
     :param method: the tuner: default, exhaustive, random, afnfa, tpe, autoccl, zero-shot, bo, rank, ncclrl
+        (afnfa and tpe need the extra: pip install "ncclrl[baselines]")
     :param budget: measured points allowed
     :param seed: the tuner's seed
     :param wall_s: no new measurement after this many seconds (0: no limit), whatever is left of budget
@@ -67,6 +85,7 @@ class TuneCommand(TunedLiveConfig):
         if self.method not in METHODS:
             raise ConfigError("method", f"unknown value {self.method!r}; allowed: {', '.join(METHODS)}")
         super().check()
+        check_extra([self.method], "method")
         for k in ("budget", "seed", "wall_s"):
             if getattr(self, k) < 0:
                 raise ConfigError(k, f"must be >= 0, got {getattr(self, k)}")
