@@ -580,3 +580,23 @@ def test_u15_an_nccl_conf_with_a_channel_range_keeps_both_bounds(tmp_path):
     conf.write_text("NCCL_MIN_NCHANNELS=4\nNCCL_MAX_NCHANNELS=4\n")
     assert read_conf(conf).comm_channels == 4
 
+
+
+def test_u_calibrate_only_reads_its_store(tmp_path, capsys):
+    import gc
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    args = parse_args(["topology=h200-2x2-sock", "collectives=allreduce", "max_bytes=64K", "grid=default",
+                       f"store={ro / 's.sqlite'}", "samples=3"])
+    run_sweep(args, io.StringIO(), lambda *a: SlowWholeWorkers(*a, per_job=10_000))
+    gc.collect()  # the sweep's store closed: nobody writes it from here on
+    os.utime(ro / "s.sqlite", (1, 1))
+    before = _fingerprint(ro)
+    os.chmod(ro, 0o555)  # a recorded store where the user cannot write (an installed package, a shared folder)
+    try:
+        assert main(["calibrate", f"store={ro / 's.sqlite'}", "topology=h200-2x2-sock", "holdout=false"]) == 0
+    finally:
+        os.chmod(ro, 0o755)
+    assert "final fit on all 14 rows" in capsys.readouterr().out
+    assert _fingerprint(ro) == before  # bytes and mtime, and no file beside it
