@@ -478,10 +478,19 @@ CONF_KEYS = {"NCCL_MIN_NCHANNELS": "comm_channels", "NCCL_MAX_NCHANNELS": "comm_
 
 
 def read_conf_env(path: str | Path) -> dict[str, int]:
-    """An ``nccl.conf`` (KEY=VALUE lines, ``#`` comments) as NCCL variable -> value; a key ncclrl
-    does not set, or a value that is not a whole number >= 1, is a one-line :class:`ConfigError`."""
+    """An ``nccl.conf`` (KEY=VALUE lines, ``#`` comments) as NCCL variable -> value, every variable
+    as written (``NCCL_MIN_NCHANNELS`` and ``NCCL_MAX_NCHANNELS`` each); a file that is not UTF-8
+    text, a key ncclrl does not set, or a value that is not a whole number >= 1, is a one-line
+    :class:`ConfigError` naming the file."""
     env: dict[str, int] = {}
-    for ln, line in enumerate(Path(path).read_text().splitlines(), 1):
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(str(path), f"not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); an "
+                          "nccl.conf holds KEY=VALUE lines in ASCII") from None
+    except OSError as e:
+        raise ConfigError(str(path), f"cannot read: {e.strerror}") from None
+    for ln, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
@@ -496,8 +505,17 @@ def read_conf_env(path: str | Path) -> dict[str, int]:
 
 
 def read_conf(path: str | Path) -> Point:
-    """The per-process knobs of an ``nccl.conf`` as a knob setting."""
-    return Point("allreduce", 1, **{CONF_KEYS[k]: v for k, v in read_conf_env(path).items()})
+    """The per-process knobs of an ``nccl.conf`` as a knob setting. A knob setting holds one channel
+    count per communicator (``NCCL_MIN_NCHANNELS`` = ``NCCL_MAX_NCHANNELS``, what ncclrl writes), so
+    both bounds given and different (a range, within which NCCL picks) is a one-line
+    :class:`ConfigError`; one bound alone is taken as that count."""
+    env = read_conf_env(path)
+    lo, hi = env.get("NCCL_MIN_NCHANNELS"), env.get("NCCL_MAX_NCHANNELS")
+    if lo is not None and hi is not None and lo != hi:
+        raise ConfigError(f"{path}:NCCL_MIN_NCHANNELS", f"NCCL_MIN_NCHANNELS={lo} and NCCL_MAX_NCHANNELS={hi} are a "
+                          "range, within which NCCL picks the channel count; ncclrl measures one count per "
+                          "communicator (both set to it): set both to one value")
+    return Point("allreduce", 1, **{CONF_KEYS[k]: v for k, v in env.items()})
 
 
 # -- tables written whole ----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from ncclrl.costmodel.errors import ConfigError
 
@@ -16,8 +17,8 @@ def parse_bytes(text: str, field: str = "nbytes") -> int:
     if not m or m.group(2).lower() not in _SUFFIX:
         raise ConfigError(field, f"not a size: {text!r}; use a whole number of bytes with an optional "
                           "K, M or G suffix")
-    value = float(m.group(1)) * _SUFFIX[m.group(2).lower()]
-    if value != int(value):
+    value = Fraction(m.group(1)) * _SUFFIX[m.group(2).lower()]  # exact: no rounding past 2^53, as a float would
+    if value.denominator != 1:
         raise ConfigError(field, f"must be a whole number of bytes, got {text!r}")
     if value <= 0:
         raise ConfigError(field, f"must be > 0, got {text!r}")

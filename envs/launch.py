@@ -324,6 +324,34 @@ def payload_json(payload: str):
     return json.JSONDecoder().raw_decode(payload.strip())[0]
 
 
+@contextlib.contextmanager
+def job_folder(prefix: str):
+    """A temporary folder for a job's files, removed when the block ends. The folders live under
+    ``$TMPDIR/ncclrl-<uid>/`` named with their process id, so those of a process that was killed
+    (SIGKILL: no cleanup ran) are removed the next time any ncclrl process makes one."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.gettempdir()) / f"ncclrl-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    for old in root.iterdir():
+        m = re.search(r"-pid(\d+)-", old.name)
+        if m and not _alive(int(m.group(1))):
+            shutil.rmtree(old, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}-pid{os.getpid()}-", dir=root) as tmp:
+        yield Path(tmp)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Job:
     """A running job: its launcher processes, all in one new process group per process, and a
     reader that collects the workers' records as they arrive.

@@ -52,19 +52,20 @@ def is_hang(error: str | None) -> bool:
     return bool(error) and (HANG in error or error.startswith(TIMEOUT))
 
 
-def require_gpus(nranks: int) -> None:
-    """Fail early, in one line, when this machine has fewer than ``nranks`` GPUs for a job's workers
-    (one per rank, or one for all with ``launcher.share_gpu``): no CUDA build of PyTorch, no GPU
-    visible, or too few."""
+def require_gpus(nranks: int, key: str = "backend", instead: str = "use backend=replay with a recorded sweep") -> None:
+    """Fail early, in one line naming ``key``, when this machine has fewer than ``nranks`` GPUs for a
+    job's workers (one per rank, or one for all with ``launcher.share_gpu``): no CUDA build of
+    PyTorch, no GPU visible, or too few. ``instead``: what the command can do without them (empty:
+    nothing)."""
     import torch
 
     have = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if have < nranks:
         why = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
-        raise ConfigError("backend", f"live measurement needs {nranks} CUDA GPUs (one per rank started here; one "
+        raise ConfigError(key, f"live measurement needs {nranks} CUDA GPUs (one per rank started here; one "
                           "for all with launcher.share_gpu=true on emulated nodes); "
-                          f"PyTorch {torch.__version__} ({why}) sees {have} here: run it on the GPU machine, or "
-                          "use backend=replay with a recorded sweep")
+                          f"PyTorch {torch.__version__} ({why}) sees {have} here: run it on the GPU machine"
+                          + (f", or {instead}" if instead else ""))
 
 
 class WorkerError(RuntimeError):

@@ -67,7 +67,6 @@ import math
 import os
 import re
 import shlex
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -93,6 +92,7 @@ from ncclrl.envs.launch import (
     Job,
     LaunchConfig,
     ending_on_sigterm,
+    job_folder,
 )
 from ncclrl.envs.live import SAFE_ENV, TIMEOUT
 
@@ -405,7 +405,7 @@ class NcclTestsBackend(Backend):
         out: list[list[float]] = [[] for _ in points]
         dead: set[tuple] = set()
         job = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        with tempfile.TemporaryDirectory(prefix="ncclrl-nccltests-") as tmp:
+        with job_folder("nccltests") as tmp:
             root = self.log_dir or Path(tmp)
             n = 0
             for _ in range(samples):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from ncclrl.envs.launch import (
     Terminated,
     encode,
     ending_on_sigterm,
+    job_folder,
     launch_commands,
     payload_json,
 )
@@ -184,7 +184,7 @@ class TableWorkers(Backend):
         sizes = shifted_sizes(points, self.nranks)
         env = self.job_env(points, sizes, samples, budget_us)
         base = {k: v for k, v in os.environ.items() if k not in RANK_VARS and k != "NCCLRL_TUNER_TABLE"}
-        with tempfile.TemporaryDirectory(prefix="ncclrl-job-") as tmp:
+        with job_folder("job") as tmp:
             out_dir = Path(self.log_dir or tmp)
             out_dir.mkdir(parents=True, exist_ok=True)
             cmds = launch_commands(self.launcher, self.nodes, self.nranks // self.nodes, env)

@@ -50,6 +50,7 @@ from ncclrl.envs.grids import PUBLIC_GRIDS, public_grid_folder
 from ncclrl.runners.config import Command, compose_config, register
 from ncclrl.runners.pretrain import CONF_DIR  # noqa: F401  (re-exported for the tests)
 from ncclrl.runners.progress import progress
+from ncclrl.runners.tune import check_extra
 
 log = logging.getLogger(__name__)
 RESULT_COLUMNS = ["suite", "set", "problem", "family", "collective", "seed", "method", "budget", "budget_gpu_s",
@@ -90,7 +91,7 @@ class SuiteConfig:
     :param budgets: GPU-time per problem: ``Nsweep`` is N times what one full sweep of the problem costs
         (one job per knob setting, every configuration at every size), else a GPU-time (``600s``, ``10min``)
     :param methods: default, sweep, sweep-race, random, afnfa, tpe, autoccl, zero-shot, bo, ei-per-s,
-        ucb-per-s, rank, ncclrl
+        ucb-per-s, jobs, rank, ncclrl (afnfa and tpe need the extra: pip install "ncclrl[baselines]")
     :param strategy_steps: picks each left-out strategy is trained on, when it is not in ``strategies``
     :param profile: a job profile (ncclrl profile): each simulated problem has the job's sizes of its
         collective and is judged on the job's communication time per step (calls x time), every call
@@ -159,8 +160,8 @@ def check(cfg: DictConfig) -> None:
             raise ConfigError("suite.families", f"unknown family {f!r}; allowed: {', '.join(FAMILIES)}")
     for r in s.replays:
         load_topology(str(r.topology))
-        if not Path(str(r.store)).is_file():
-            raise ConfigError("suite.replays", f"no store at {r.store}")
+        if "replay" in s.sets:
+            replay_store(str(r.store))
         if r.launch not in ("nccl", "torch"):
             raise ConfigError("suite.replays", f"launch must be nccl or torch, got {r.launch!r}")
     for g in getattr(s, "grids", []):
@@ -171,6 +172,7 @@ def check(cfg: DictConfig) -> None:
     for m in s.methods:
         if m not in METHODS:
             raise ConfigError("suite.methods", f"unknown method {m!r}; allowed: {', '.join(METHODS)}")
+    check_extra(list(s.methods), "suite.methods")
     for b in s.budgets:
         budget_gpu_s(str(b), 1.0)
     if _profile(s):
@@ -195,6 +197,23 @@ def check(cfg: DictConfig) -> None:
 def budget_gpu_s(budget: str, sweep_gpu_s: float) -> float:
     """GPU-seconds of a benchmark budget (:func:`ncclrl.costmodel.jobcost.parse_budget`)."""
     return parse_budget(budget, sweep_gpu_s, "suite.budgets")
+
+
+# the package's root: the recorded sweeps a suite names relative to it (docs/data/...) are found from any folder
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def replay_store(path: str) -> Path:
+    """A replayed sweep's store: ``path`` as given (absolute, or relative to the working folder),
+    else relative to the package (the recorded sweeps of a source checkout); absent: one line."""
+    given = Path(path).expanduser()
+    for p in (given, PACKAGE_ROOT / given):
+        if p.is_file():
+            return p
+    where = "" if given.is_absolute() else f" (nor under {PACKAGE_ROOT})"
+    raise ConfigError("suite.replays", f"no store at {path}{where}: the recorded sweeps come with ncclrl's source, "
+                      "not its wheel; name a store (suite.replays=[{store: PATH, topology: PRESET, launch: nccl}]) "
+                      "or leave the replay set out (suite.sets=[lofo,misspecified])")
 
 
 def _profile(suite: Any) -> str:
@@ -278,7 +297,7 @@ def instance(task: dict[str, Any], s: dict[str, Any]) -> Instance:
     if key not in _CACHE:
         if task["set"] == "replay":
             r = task["replay"]
-            _CACHE[key] = replayed(r["store"], r["topology"], r["launch"], task["collective"])
+            _CACHE[key] = replayed(str(replay_store(r["store"])), r["topology"], r["launch"], task["collective"])
         elif task["set"] == "grids":
             _CACHE[key] = public_gridded(task["grid"])
             log.info("# %s: NCCL's default: %s", task["grid"], _CACHE[key].problem.default_source)

@@ -37,7 +37,7 @@ from ncclrl.costmodel.units import parse_bytes
 from ncclrl.envs.live import PLUGIN_DIR, build_plugin
 from ncclrl.envs.store import open_readonly
 from ncclrl.runners import benchmark, e2e, finetune, plugin_verify, pretrain, profile, show, sweep, tune, validate
-from ncclrl.runners.config import Command, command_help, register, run_command
+from ncclrl.runners.config import MAX_BYTES, Command, command_help, register, run_command
 
 
 def _size_grid(lo: int, hi: int) -> np.ndarray:
@@ -136,11 +136,24 @@ def _read_csv_rows(stream: io.TextIOBase) -> tuple[list[str], list[dict[str, str
     return header, rows
 
 
+# the largest channel count or thread count a row may give (NCCL's fields are 32-bit)
+MAX_FIELD = (1 << 31) - 1
+
+
 def _int_field(row: dict[str, str], key: str, line: str) -> int:
     v = row.get(key, "") or "0"
-    if not re.fullmatch(r"\d+", v):
-        raise ConfigError(f"line {line}: {key}", f"must be a whole number >= 0, got {v!r}")
+    top = MAX_BYTES if key.endswith("_bytes") else MAX_FIELD
+    if not re.fullmatch(r"\d+", v) or int(v) > top:
+        raise ConfigError(f"line {line}: {key}", f"must be a whole number from 0 to {top}, got {v!r}")
     return int(v)
+
+
+def _size_field(text: str, field_: str) -> int:
+    n = parse_bytes(text, field_)
+    if n > MAX_BYTES:
+        raise ConfigError(field_, f"{text} is beyond the largest size; allowed: a whole number of bytes from 1 to "
+                          f"2^62 ({MAX_BYTES}), with an optional K, M or G suffix")
+    return n
 
 
 def cmd_predict(cfg) -> int:
@@ -151,7 +164,7 @@ def cmd_predict(cfg) -> int:
     for row in rows:
         line = row["_line"]
         cols["coll"].append(N.parse_name(f"line {line}: collective", row["collective"], N.COLLECTIVES))
-        cols["nbytes"].append(parse_bytes(row["nbytes"], f"line {line}: nbytes"))
+        cols["nbytes"].append(_size_field(row["nbytes"], f"line {line}: nbytes"))
         cols["algo"].append(N.parse_name(f"line {line}: algo", row["algo"], N.ALGOS))
         cols["proto"].append(N.parse_name(f"line {line}: proto", row["proto"], N.PROTOS))
         for key in ("channels", "comm_channels", "buffsize_bytes", "socket_nthreads", "nsocks_perthread"):
@@ -449,6 +462,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = argv[0]
     if name == "plugin":
+        if len(argv) >= 2 and argv[1] in ("-h", "--help", "help"):
+            print("usage: ncclrl plugin build|verify [key=value ...]\n\ncommands:")
+            for c in (BY_NAME["plugin build"], BY_NAME["plugin verify"]):
+                print(f"  {c.name:<15} {c.summary}")
+            print("\nncclrl plugin build --help, ncclrl plugin verify --help list their keys.")
+            return 0
         if len(argv) < 2 or argv[1] not in ("build", "verify"):
             print("ncclrl: error: plugin: allowed: build, verify (ncclrl plugin build | ncclrl plugin verify TABLE "
                   "topology=...)", file=sys.stderr)

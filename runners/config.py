@@ -11,8 +11,10 @@ cartesian product of comma-separated values, one job after another, each in its 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import logging
+import math
 import os
 import re
 import textwrap
@@ -142,7 +144,9 @@ def command_help(cmd: Command) -> str:
             continue
         lines.append(f"  {key + '=' + default:<36} {text}" if len(key + default) < 35 else
                      f"  {key}={default}\n  {'':<36} {text}")
-    lines += ["", "-m runs every combination of comma-separated values (key=a,b), one job after another."]
+    lines += ["", "-m runs every combination of comma-separated values (key=a,b), one job after another.",
+              "A key not listed is refused (with or without +); of Hydra's own settings hydra.verbose=true (debug "
+              "logging) is read."]
     return "\n".join(lines)
 
 
@@ -202,16 +206,22 @@ def compose_config(cmd: Command, overrides: list[str], check: bool = True, setup
         if o.is_sweep_override():
             raise ConfigError(key, f"{o.input_line!r} is several values: run with -m to run each, or quote a value "
                               "with a comma ('key=\"a,b\"'); a list is key=[a,b]")
-        if key.startswith("hydra"):
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+            if key not in HYDRA_KEYS:
+                raise ConfigError(key, "Hydra's own settings are not ncclrl keys; the one every command reads: "
+                                  "hydra.verbose=true (debug logging)")
             continue
+        if o.get_key_element()[:1] == "~":
+            raise ConfigError(key, "a key cannot be removed; set it (key=value), or leave it out for its default")
         if key in groups:
             value = o.value()
             if value not in groups[key]:
                 raise ConfigError(key, f"unknown option {value!r}; allowed: {', '.join(groups[key])}")
             continue
-        if key not in keys and o.get_key_element()[:1] != "+":
-            allowed = ", ".join(k for k in keys if "." not in k or k.split(".")[0] in groups)
-            raise ConfigError(key, f"unknown key; allowed: {allowed}")
+        if key not in keys:  # with a '+' too: a key a command does not read would be ignored silently
+            raise ConfigError(key, unknown_key(cmd, key, keys, groups))
+        if o.get_key_element()[:2] == "+" + key[:1]:  # '+key=' adds a key; every key a command reads is there
+            raise ConfigError(key, f"set it without the +: {key}={o.get_value_element_as_str()}")
     overrides = [_as_list(o, keys) for o in overrides]
     GlobalHydra.instance().clear()
     try:
@@ -227,14 +237,59 @@ def compose_config(cmd: Command, overrides: list[str], check: bool = True, setup
         GlobalHydra.instance().clear()
     with open_dict(cfg):
         hydra_cfg = cfg.pop("hydra")
+    resolve(cfg, keys)
     if setup_logging:
         configure_log(hydra_cfg.job_logging, hydra_cfg.verbose)
     if check:
+        check_numbers(cmd, cfg)
+        check_topologies(cmd, cfg, {o.key_or_group for o in parsed})
         check_sizes(cmd, cfg)
         check_outputs(cmd, cfg)
     if check and hasattr(cmd.schema, "check"):
         OmegaConf.to_object(cfg).check()
     return cfg
+
+
+def resolve(cfg: DictConfig, keys: dict[str, type]) -> None:
+    """Resolve the interpolations (``${key}``, ``${oc.env:VAR}``) once, in place: a loop or a
+    missing variable is one line naming the key."""
+    key = "overrides"
+    try:
+        for key in keys:
+            OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+        key = "overrides"
+        OmegaConf.resolve(cfg)
+    except OmegaConfBaseException as e:
+        raise ConfigError(key, f"cannot resolve the interpolation: {_clean(str(e))}; write the value itself") \
+            from None
+
+
+# Hydra's own settings a command line may set (every other hydra.* override is refused)
+HYDRA_KEYS = ("hydra.verbose",)
+
+
+def unknown_key(cmd: Command, key: str, keys: dict[str, type], groups: dict[str, list[str]]) -> str:
+    """The message for a key ``cmd`` does not have: the valid keys closest to it by spelling (within
+    its group, ``agent.lr``: the ``agent.`` keys; else every key by its last part), else every key
+    of its group, else every top-level key."""
+    name = key.lstrip("+")
+    leaves = [k for k in keys if not dataclasses.is_dataclass(keys[k])]
+    prefix = name.rsplit(".", 1)[0] + "." if "." in name else ""
+    members = [k for k in leaves if prefix and k.startswith(prefix) and "." not in k[len(prefix):]]
+    if members:
+        leaf = name.rsplit(".", 1)[-1]
+        close = [prefix + m for m in difflib.get_close_matches(leaf, [k[len(prefix):] for k in members], n=4,
+                                                               cutoff=0.6)] or members
+    else:
+        by_leaf: dict[str, list[str]] = {}
+        for k in leaves:
+            by_leaf.setdefault(k.rsplit(".", 1)[-1], []).append(k)
+        close = [k for leaf in difflib.get_close_matches(name.rsplit(".", 1)[-1], list(by_leaf), n=4, cutoff=0.6)
+                 for k in by_leaf[leaf]]
+    if close:
+        return f"unknown key; close keys: {', '.join(close[:12])} (all: ncclrl {cmd.name} --help)"
+    allowed = ", ".join(k for k in keys if "." not in k or k.split(".")[0] in groups)
+    return f"unknown key; allowed: {allowed}"
 
 
 # the largest size a key may name: 2^62 bytes, so that a doubled size still fits the store's 64-bit integers
@@ -258,6 +313,51 @@ def check_sizes(cmd: Command, cfg: DictConfig) -> None:
         if n > MAX_BYTES:
             raise ConfigError(key, f"{value} is beyond the largest size; allowed: a whole number of bytes from 1 to "
                               f"2^62 ({MAX_BYTES}), with an optional K, M or G suffix")
+
+
+# the largest magnitude of a whole-number key (counts, seeds, budgets): 2^62, within SQLite's 64-bit integers
+MAX_INT = 1 << 62
+# a job that makes no progress for this long is ended: below a second, every job would end before it starts
+MIN_TIMEOUT_S = 1.0
+
+
+def check_numbers(cmd: Command, cfg: DictConfig) -> None:
+    """Every number a finite one: a float key (and each float of a list) neither NaN nor infinite,
+    a whole-number key within +-2^62, every ``timeout_s`` at least :data:`MIN_TIMEOUT_S` (one line
+    naming the key)."""
+    for key in _keys(cmd.schema):
+        value = OmegaConf.select(cfg, key)
+        values = list(value) if OmegaConf.is_list(value) else [value]
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ConfigError(key, f"must be a finite number, got {v}")
+            if isinstance(v, int) and abs(v) > MAX_INT:
+                raise ConfigError(key, f"{v} is out of range; allowed: whole numbers from -2^62 to 2^62")
+            if key.rsplit(".", 1)[-1] == "timeout_s" and v < MIN_TIMEOUT_S:
+                raise ConfigError(key, f"must be >= {MIN_TIMEOUT_S:g} s (a job is ended after this long without "
+                                  f"progress), got {v}")
+
+
+def check_topologies(cmd: Command, cfg: DictConfig, given: set[str]) -> None:
+    """Every ``topology`` key names something: not a folder, and not empty where the command line
+    set it (``topology=$TOPO`` with ``TOPO`` unset); ``given``: the keys the command line set."""
+    from ncclrl.costmodel.topology import preset_names
+
+    for key in _keys(cmd.schema):
+        if key.rsplit(".", 1)[-1] != "topology":
+            continue
+        value = OmegaConf.select(cfg, key)
+        if not isinstance(value, str):
+            continue
+        allowed = f"allowed: a preset ({', '.join(preset_names())}) or a topology .yaml file"
+        if not value.strip():
+            if key in given:
+                raise ConfigError(key, f"empty (an unset shell variable?); {allowed}")
+            continue  # not given: the command says it is required, or uses its own default
+        if Path(value).expanduser().is_dir():
+            raise ConfigError(key, f"{value} is a folder; {allowed}")
 
 
 def check_outputs(cmd: Command, cfg: DictConfig) -> None:

@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ from ncclrl.envs.launch import (
     TABLE_ENV,
     LaunchConfig,
     encode,
+    job_folder,
     launch_commands,
     payload_json,
     run_to_end,
@@ -70,7 +70,8 @@ class E2EConfig:
     table/default with 95% bootstrap intervals.
 
     :param table: the table (nccl_tuner.csv), handed to every rank of the table's jobs with the plugin
-    :param conf: its nccl.conf (KEY=VALUE knobs set in the table's jobs; empty: none)
+    :param conf: its nccl.conf (KEY=VALUE knobs set as written in the table's jobs, a channel range
+        NCCL_MIN_NCHANNELS < NCCL_MAX_NCHANNELS too; empty: none)
     :param topology: the platform the jobs run on: a preset name or a topology YAML path (its nodes
         and GPUs per node make the job)
     :param plugin: the tuner plugin library (default: the one ncclrl plugin build makes, built if
@@ -88,7 +89,7 @@ class E2EConfig:
     :param rounds: jobs per side (2 or more for an interval of the ratio; more rounds narrow it)
     :param seed: seed of the weights and the data (the same in every job)
     :param out: folder for steps.csv (every timed step of every job) and summary.json
-    :param timeout_s: a job that makes no progress for this long is ended (the command fails)
+    :param timeout_s: a job that makes no progress for this many seconds (>= 1) is ended (the command fails)
     :param device: cuda (NCCL) or cpu (gloo: checks the launch path; the timings say nothing about NCCL)
     :param launcher: how a job's processes start (group launcher=: local, torchrun, srun, mpirun)
     """
@@ -230,7 +231,8 @@ class E2E:
         self.topo = load_topology(cfg.topology)
         self.launcher = cfg.launcher
         if self.launcher.kind == "local" and cfg.device == "cuda":
-            require_gpus(self.launcher.gpus_needed(self.topo.nranks))
+            require_gpus(self.launcher.gpus_needed(self.topo.nranks), "device", "use device=cpu to check the launch "
+                         "path (gloo; its timings say nothing about NCCL)")
         self.table_text = Path(cfg.table).read_text()
         try:
             parse_example_rows(self.table_text)
@@ -319,7 +321,7 @@ def run_e2e(cfg: E2EConfig, out=None) -> dict[str, Any]:
         "steps": cfg.steps, "warmup": cfg.warmup, "rounds": cfg.rounds, "jobs": [], "modes": {}}
     t0 = time.time()
     by_side: dict[str, dict[str, list[list[float]]]] = {s: {m: [] for m in modes} for s in SIDES}
-    with tempfile.TemporaryDirectory(prefix="ncclrl-e2e-") as tmp:
+    with job_folder("e2e") as tmp:
         for n, side in enumerate(job_order(cfg.rounds)):
             log.info("# job %d of %d: %s (%s)", n + 1, 2 * cfg.rounds, side, ", ".join(modes))
             res = e2e.run_job(modes, side, Path(tmp) / f"job{n}")

@@ -200,7 +200,9 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
     topo = load_topology(topology)
     launcher = LaunchConfig.of(launcher)
     if launcher.kind == "local" and device == "cuda":
-        require_gpus(launcher.gpus_needed(topo.nranks))  # a one-line error (ConfigError), not a traceback from a worker
+        # a one-line error (ConfigError), not a traceback from a worker; NCCL's own log needs NCCL on GPUs
+        require_gpus(launcher.gpus_needed(topo.nranks), "launcher",
+                     "start it on the GPU nodes (launcher=srun, mpirun or torchrun)")
     text = Path(table).read_text()
     rows = [r for r in parse_example_rows(text)
             if r["nNodes"] in (-1, topo.nodes) and r["nRanks"] in (-1, topo.nranks)]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,11 +63,29 @@ def _twin_rows(path: Path, manifest: dict | None) -> list[Row] | None:
         return None
 
 
+def check_json_table(path: Path) -> None:
+    """A JSON file that is not a table (finetune's or tune's evidence, anything else) is one line
+    naming the table beside it."""
+    try:
+        doc = json.loads(path.read_text(errors="replace"))
+    except (OSError, ValueError):
+        return  # Table.read names what is wrong with it
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    if isinstance(rows, list) and all(isinstance(r, dict) and "min_bytes" in r for r in rows):
+        return
+    beside = [p.name for p in (path.with_name("nccl_tuner.csv"), path.with_name("nccl_tuner.json")) if p.is_file()]
+    what = ("the evidence of a tuning run (finetune.json: each row's measurements), not a table"
+            if isinstance(rows, list) and "measured" in doc else "not an ncclrl table")
+    hint = f"; the table beside it: {path.with_name(beside[0])}" if beside else ""
+    raise ConfigError("table", f"{path} is {what}; show reads nccl_tuner.csv or nccl_tuner.json{hint}")
+
+
 def plugin_view(path: Path) -> tuple[Table, TableCheck]:
     """A table file as the plugin loads it: a CSV read by the plugin's own code (its accepted rows,
     with the ``nccl.conf`` beside it), a JSON through the CSV its rows write; the files of one write
     checked together first (:func:`check_unit`)."""
     if path.suffix == ".json":
+        check_json_table(path)
         tab = Table.read(path)
         return tab, check_text(tab.csv_text())
     if not path.is_file():

@@ -43,7 +43,8 @@ class LiveConfig:
     :param max_bytes: the largest size
     :param samples: timed calls per point in a job; the job's median is what counts
     :param timing: eager (calls issued one by one) or graph (captured in a CUDA graph)
-    :param timeout_s: a job that makes no progress for this long is stopped, its point recorded as hung
+    :param timeout_s: a job that makes no progress for this many seconds (>= 1) is stopped, its point recorded as
+        hung
     :param store: the SQLite measurement store every measurement goes to (resumable)
     :param launch: how the PyTorch workers issue collectives: nccl (NCCL called directly) or torch
         (torch.distributed)
@@ -192,7 +193,12 @@ def parse_args(argv: list[str]) -> DictConfig:
 def main_sweep(cfg: DictConfig) -> int:
     if cfg["backend"] == "torch":  # no GPUs or the wrong hosts: one line, before the store is touched
         check_launch(cfg, load_topology(cfg["topology"]))
-    run_sweep(cfg)
+    r = run_sweep(cfg)
+    if r["failed"] and not r["measured"]:  # not one point measured: a failed run, whatever was stored
+        print(f"ncclrl: error: sweep: every one of the {r['failed']} points it tried failed, none was measured "
+              f"(the last: {' '.join(r['error'].split())[:300]}); each failure is in the store {cfg['store']}",
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -224,6 +230,7 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
     deadline = time.time() + float(args["wall_s"]) if int(args["wall_s"]) else None
     store = Store(Path(args["store"]))
     measured, skipped, failed, left = 0, 0, 0, 0
+    last_error = ""  # why the last failure failed (for a run where everything failed)
     t0 = time.time()
     plan = []  # (knobs, requests) of every knob setting with something left to measure
     for knobs in knob_grid(topo, grid):
@@ -255,6 +262,7 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
                 job = uuid.uuid4().hex[:12]
             except WorkerError as e:
                 log.warning("# workers failed to start: %s", e)
+                last_error = f"workers failed to start: {e}"
                 failed += n_todo
                 bar.advance(n_todo)
                 continue
@@ -297,7 +305,11 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
         log.warning("# wall_s=%s reached: %d points not measured; run the same command again to measure them",
                     args["wall_s"], left)
     print_tables(store, topo, colls, tag, out, launch)
-    return {"measured": measured, "skipped": skipped, "failed": failed, "left": left}
+    if failed and not measured:
+        stored = store.frame(topology=topo.name, tag=tag, status="failed")
+        if not stored.empty:
+            last_error = str(stored["error"].iloc[-1])
+    return {"measured": measured, "skipped": skipped, "failed": failed, "left": left, "error": last_error}
 
 
 def best_table(store: Store, topo: Topology, coll: str, tag: str = "sweep", launch: str | None = None):

@@ -15,6 +15,7 @@ the space is then the points it recorded (the same problem ``ncclrl finetune`` r
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import time
@@ -48,13 +49,29 @@ from ncclrl.runners.progress import progress
 
 log = logging.getLogger(__name__)
 
+# the tuners that need the extra ``ncclrl[baselines]``, and the modules they import
+EXTRA_METHODS = {"afnfa": ("sklearn",), "tpe": ("optuna",)}
+
+
+def check_extra(methods: list[str], key: str) -> None:
+    """The modules the ``methods`` need import, checked before anything is written or trained (one
+    line naming the extra otherwise)."""
+    for m in methods:
+        for module in EXTRA_METHODS.get(str(m), ()):
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                raise ConfigError(key, f"method {m} needs {module}, which is not installed: "
+                                  'pip install "ncclrl[baselines]"; or choose another method') from None
+
+
 @dataclass
 class TuneCommand(TunedLiveConfig):
     """Run one of the benchmark's tuners on a live (or replayed) platform under a measurement
     budget and export its table, as ``ncclrl finetune`` does for ncclrl.
 
     :param method: the tuner: default, sweep, sweep-race, random, afnfa, tpe, autoccl, zero-shot, bo,
-        ei-per-s, ucb-per-s, rank, ncclrl
+        ei-per-s, ucb-per-s, jobs, rank, ncclrl (afnfa and tpe need the extra: pip install "ncclrl[baselines]")
     :param budget: GPU-time allowed: a GPU-time (``600s``, ``10min``) or ``Nsweep``, N times what one full
         sweep of the space is predicted to cost
     :param seed: the tuner's seed
@@ -74,6 +91,7 @@ class TuneCommand(TunedLiveConfig):
         if self.method not in METHODS:
             raise ConfigError("method", f"unknown value {self.method!r}; allowed: {', '.join(METHODS)}")
         super().check()
+        check_extra([self.method], "method")
         parse_budget(self.budget, 1.0)
         for k in ("seed", "wall_s"):
             if getattr(self, k) < 0:

@@ -18,7 +18,7 @@ spread that the repeated jobs of both sides show (pooled over neighbouring sizes
 ``faster`` (the interval lies above 1), ``slower`` (below 1) or ``same``. With ``rounds=1`` there
 is no between-job spread to estimate and the verdict falls back to within-job intervals, which
 judge NCCL's defaults against themselves "different" at about half the sizes on the H200s: use
-``rounds`` >= 2 (3-4 for small sizes). ``measure=false`` judges the jobs of an earlier validation of
+``rounds`` >= 3 (the default; 3-4 for small sizes). ``measure=false`` judges the jobs of an earlier validation of
 the same table from the store, without a GPU.
 """
 
@@ -57,7 +57,8 @@ class ValidateConfig(LiveConfig):
     between-job spread (``rounds`` >= 3 for small sizes).
 
     :param table: the table to validate (nccl_tuner.csv)
-    :param conf: its nccl.conf (per-process knobs; empty: none)
+    :param conf: its nccl.conf (per-process knobs; empty: none); NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS
+        must be equal (or one alone): the tuned side runs one channel count, not a range
     :param rounds: jobs per side
     :param out: write the per-size report to this CSV (and its S-curves next to it, .png)
     :param measure: true: measure afresh; false: judge an earlier validation of this table from the store (no GPU)
@@ -69,7 +70,7 @@ class ValidateConfig(LiveConfig):
     table: str = ""
     conf: str = ""
     topology: str = ""
-    rounds: int = 2
+    rounds: int = 3
     samples: int = 5
     timing: str = "eager"
     store: str = "runs/validate.sqlite"
@@ -86,6 +87,8 @@ class ValidateConfig(LiveConfig):
                 raise ConfigError(k, f"no such file: {getattr(self, k)}")
         if self.rounds < 1:
             raise ConfigError("rounds", f"must be a whole number >= 1, got {self.rounds}")
+        if self.conf:
+            read_conf(self.conf)  # not text, an unknown setting, a channel range: one line before anything runs
         super().check()
 
 

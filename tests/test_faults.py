@@ -13,6 +13,7 @@ import math
 import os
 import pickle
 import random
+import re
 import shutil
 import signal
 import sqlite3
@@ -112,7 +113,7 @@ def test_p3_a_timeout_is_stored_as_timeout_and_measured_again_next_run(perf, mon
         assert res[0] and s.has(pts[1], backend="nccl-tests", topology="h200-1x4", tag="sweep")
 
 
-@pytest.mark.parametrize("value", ["nan", "0", "-5"])
+@pytest.mark.parametrize("value", ["nan", "0", "-5", "inf"])
 def test_p4_nan_zero_or_negative_times_from_nccl_tests_are_failures(perf, monkeypatch, tmp_path, value):
     monkeypatch.setenv("FAKE_PERF_TIME", value)
     with Store(tmp_path / "s.sqlite") as s:
@@ -547,6 +548,27 @@ def _bad_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ("make-missing", ["plugin", "build", f"out={tmp}/plugin"], "plugin"),
         ("num-pipe-ops-0", ["decisions", "num_pipe_ops=0"], "num_pipe_ops"),
         ("show-missing", ["show", "/nonexistent/t.csv"], "table"),
+        # a key the command does not have, with or without '+': refused, not ignored after spending a budget
+        ("typo-plus", ["finetune", "topology=h200-2x2-sock", "backend=replay", f"replay_store={LIVE}", "+budjet=10",
+                       f"store={tmp}/s4.sqlite", f"out={tmp}/o4"], "budjet"),
+        ("unknown-plus", ["decisions", "+foo=1"], "foo"),
+        ("hydra-key", ["decisions", "hydra.run.dir=x"], "hydra.run.dir"),
+        ("plus-existing", ["decisions", "+num_pipe_ops=2"], "num_pipe_ops"),
+        ("topology-empty", ["decisions", "topology="], "topology"),
+        ("topology-folder", ["export", f"topology={tmp}", f"run_dir={tmp}/e"], "topology"),
+        ("show-finetune-json", ["show", f"{tmp}/finetune.json"], "table"),
+        ("timeout-nan", ["sweep", "timeout_s=nan"], "timeout_s"),
+        ("timeout-inf", ["finetune", "topology=h200-2x2-sock", "backend=replay", f"replay_store={LIVE}",
+                         "timeout_s=inf", f"store={tmp}/s5.sqlite", f"out={tmp}/o5"], "timeout_s"),
+        ("timeout-tiny", ["sweep", "timeout_s=1e-9"], "timeout_s"),
+        ("grace-nan", ["sweep", "launcher.grace_s=nan"], "launcher.grace_s"),
+        ("lr-overflow", ["pretrain", "agent.learning_rate=1e400", f"run_dir={tmp}/r"], "agent.learning_rate"),
+        ("int-overflow", ["decisions", "num_pipe_ops=99999999999999999999999"], "num_pipe_ops"),
+        ("interpolation-loop", ["decisions", "topology=${topology}"], "topology"),
+        ("conf-latin1", ["validate", str(table), "topology=h200-1x4", f"conf={tmp}/latin1.conf"],
+         f"{tmp}/latin1.conf"),
+        ("conf-channel-range", ["validate", str(table), "topology=h200-1x4", f"conf={tmp}/range.conf"],
+         f"{tmp}/range.conf:NCCL_MIN_NCHANNELS"),
     ]
 
 
@@ -559,6 +581,10 @@ def test_b_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, case):
     (tmp_path / "table.csv").write_text(format_row("allreduce", 0, "max", "ring", "simple", 1) + "\n")
     with zipfile.ZipFile(tmp_path / "policy.zip", "w") as z:
         z.writestr("data", pickle.dumps(_Boom()))
+    (tmp_path / "finetune.json").write_text('{"topology": "h200-2x1-sock", "measured": 3, "rows": '
+                                            '[{"collective": "allreduce", "nbytes": 8, "key": "ring/ll/1"}]}')
+    (tmp_path / "latin1.conf").write_bytes("# réglages\nNCCL_MIN_NCHANNELS=4\n".encode("latin-1"))
+    (tmp_path / "range.conf").write_text("NCCL_MIN_NCHANNELS=4\nNCCL_MAX_NCHANNELS=8\n")
     if case == "make-missing":
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     name, argv, key = next(c for c in _bad_cases(tmp_path) if c[0] == case)
@@ -567,7 +593,8 @@ def test_b_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, case):
     text = capsys.readouterr().err
     err = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("# ")]  # '# ': progress notes
     assert rc == 2 and len(err) == 1 and "Traceback" not in text, err
-    assert err[0].startswith(f"ncclrl: error: {key}"), err
+    assert re.match(rf"ncclrl: error: {re.escape(key)}(\[\d+\])?: ", err[0]), err
+    assert "Error:" not in err[0]  # no exception's name (TypeError: ...) in place of what is allowed
     if case != "make-missing":
         assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing half written
 
@@ -579,3 +606,174 @@ def test_b_a_failing_background_thread_prints_no_traceback(perf, monkeypatch, ca
     time.sleep(1.5)
     with contextlib.suppress(Exception):
         assert "Traceback" not in capfd.readouterr().err
+
+
+# ---- U: what a user meets on the command line ----------------------------------------------------
+
+@pytest.mark.parametrize("argv, key, close", [
+    (["finetune", "topology=h200-1x4", "+budjet=10"], "budjet", "budget"),
+    (["pretrain", "+agent.learnin_rate=1"], "agent.learnin_rate", "agent.learning_rate"),
+    (["sweep", "launcher.read_grace_s=1"], "launcher.read_grace_s", "launcher.grace_s"),
+])
+def test_u1_an_unknown_key_is_refused_naming_the_closest_keys(capsys, argv, key, close):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"ncclrl: error: {key}: unknown key; close keys: ") and close in err.split("close keys:")[1]
+
+
+def test_u1_hydra_verbose_is_the_one_hydra_setting_read(capsys):
+    import logging
+
+    level = logging.getLogger().level
+    try:
+        assert main(["decisions", "hydra.verbose=true", "collective=allreduce", "min_bytes=8", "max_bytes=8"]) == 0
+        assert logging.getLogger().level == logging.DEBUG
+    finally:
+        logging.getLogger().setLevel(level)
+    assert capsys.readouterr().out.splitlines()[1].startswith("allreduce,8,")
+    assert main(["decisions", "hydra.job.chdir=true"]) == 2
+    assert "hydra.verbose" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, module, key", [
+    (["tune", "method=tpe"], "optuna", "method"),
+    (["tune", "method=afnfa"], "sklearn", "method"),
+    (["benchmark", "suite=ci", "suite.methods=[default,tpe]"], "optuna", "suite.methods"),
+])
+def test_u2_a_method_without_its_extra_stops_before_anything_is_written(tmp_path, monkeypatch, capsys, argv, module,
+                                                                       key):
+    monkeypatch.setitem(sys.modules, module, None)  # as if the extra were not installed: its import fails
+    monkeypatch.chdir(tmp_path)
+    extra = [f"out={tmp_path}/out"] + ([] if argv[0] == "benchmark" else [
+        "topology=h200-2x2-sock", "backend=replay", f"replay_store={LIVE}", f"store={tmp_path}/s.sqlite"])
+    assert main(argv + extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"ncclrl: error: {key}: ")
+    assert 'pip install "ncclrl[baselines]"' in err[0]
+    assert list(tmp_path.iterdir()) == []  # no store, no partial.yaml, no strategies trained
+
+
+def test_u2_show_names_the_table_beside_a_finetune_json(tmp_path, capsys):
+    (tmp_path / "finetune.json").write_text('{"measured": 3, "rows": [{"collective": "allreduce", "nbytes": 8}]}')
+    (tmp_path / "nccl_tuner.csv").write_text(format_row("allreduce", 0, "max", "ring", "simple", 1) + "\n")
+    assert main(["show", str(tmp_path / "finetune.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "evidence of a tuning run" in err and err.endswith(str(tmp_path / "nccl_tuner.csv"))
+
+
+def test_u3_the_benchmark_finds_its_recorded_sweeps_from_any_folder_or_says_where(tmp_path, monkeypatch, capsys):
+    from ncclrl.runners import benchmark
+
+    monkeypatch.chdir(tmp_path)  # not the checkout: the default replays are relative to the package
+    benchmark.compose(["suite=ci"])
+    monkeypatch.setattr(benchmark, "PACKAGE_ROOT", tmp_path / "site-packages" / "ncclrl")  # a wheel: no docs/data
+    assert main(["benchmark", "suite=ci", f"out={tmp_path}/b"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ncclrl: error: suite.replays: no store at docs/data/") and "suite.sets=" in err
+    assert not (tmp_path / "b").exists()
+    benchmark.compose(["suite=ci", "suite.sets=[lofo]"])  # without the replay set nothing is looked for
+
+
+@pytest.mark.parametrize("cmd", ["tune", "benchmark"])
+def test_u3_help_names_the_extra_of_afnfa_and_tpe(cmd, capsys):
+    assert main([cmd, "--help"]) == 0
+    assert 'afnfa and tpe need the extra: pip install "ncclrl[baselines]"' in capsys.readouterr().out
+
+
+def test_u5_without_gpus_e2e_suggests_its_own_cpu_mode_and_plugin_help_works(tmp_path, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    table = tmp_path / "t.csv"
+    table.write_text(format_row("allreduce", 0, "max", "ring", "simple", 1) + "\n")
+    assert main(["e2e", str(table), "topology=h200-2x1-sock", f"out={tmp_path}/e"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ncclrl: error: device: ") and "device=cpu" in err and "backend=" not in err
+    assert main(["plugin", "verify", str(table), "topology=h200-2x1-sock", f"out={tmp_path}/v"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ncclrl: error: launcher: ") and "backend=" not in err
+    assert main(["plugin", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "plugin build" in out and "plugin verify" in out
+
+
+def test_u7_validate_defaults_to_the_rounds_its_help_asks_for():
+    from ncclrl.runners.validate import COMMAND
+
+    cfg = COMMAND.schema()
+    assert cfg.rounds >= 3 and "rounds`` >= 3" in COMMAND.schema.__doc__
+
+
+def test_u14_sizes_past_2_to_the_53_are_exact(capsys, monkeypatch):
+    from ncclrl.costmodel.units import parse_bytes
+
+    n = (1 << 53) + 1
+    assert parse_bytes(str(n)) == n and parse_bytes("8388609K") == 8388609 << 10
+    assert main(["decisions", "collective=allreduce", f"min_bytes={n}", f"max_bytes={n}"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith(f"allreduce,{n},")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("allreduce,99999999999999999999999,ring,simple,0\n"))
+    assert main(["predict"]) == 2
+    assert capsys.readouterr().err.startswith("ncclrl: error: line 1: nbytes: 99999999999999999999999 is beyond")
+
+
+def test_u15_a_sweep_where_every_launch_failed_exits_non_zero(perf, monkeypatch, tmp_path, capsys):
+    d, plugin = perf
+    monkeypatch.setattr("ncclrl.envs.live.PLUGIN", plugin)
+    monkeypatch.setenv("FAKE_PERF_MODE", "fail")
+    argv = ["sweep", "backend=nccl-tests", f"nccltests_dir={d}", "topology=h200-1x4", "collectives=allreduce",
+            "max_bytes=16", "grid=default", "samples=1", f"store={tmp_path / 's.sqlite'}", "timeout_s=20"]
+    assert main(argv) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("ncclrl: error:")]
+    assert len(err) == 1 and err[0].startswith("ncclrl: error: sweep: every one of the ")
+    with Store(tmp_path / "s.sqlite") as s:  # every failure is kept, with its reason
+        assert set(s.frame().status) == {"failed"}
+
+
+def test_u15_a_process_killed_with_sigkill_leaves_no_job_folder_behind(tmp_path, monkeypatch):
+    from ncclrl.envs.launch import job_folder
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    code = "import time\nfrom ncclrl.envs.launch import job_folder\nwith job_folder('job') as d:\n" \
+           "    print(d, flush=True)\n    time.sleep(60)\n"
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+    left = Path(p.stdout.readline().strip())
+    p.kill()
+    p.wait()
+    assert left.is_dir() and left.parent.parent == tmp_path  # SIGKILL: nothing cleaned up
+    with job_folder("job") as mine:
+        assert mine.is_dir() and not left.exists()  # the next job removes what the dead process left
+    assert not mine.exists()
+
+
+def test_u15_an_nccl_conf_with_a_channel_range_keeps_both_bounds(tmp_path):
+    from ncclrl.costmodel.table import read_conf, read_conf_env
+
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("NCCL_MIN_NCHANNELS=4\nNCCL_MAX_NCHANNELS=8\n")
+    assert read_conf_env(conf) == {"NCCL_MIN_NCHANNELS": 4, "NCCL_MAX_NCHANNELS": 8}
+    with pytest.raises(ConfigError, match="are a range.*set both to one value"):
+        read_conf(conf)
+    conf.write_text("NCCL_MIN_NCHANNELS=4\nNCCL_MAX_NCHANNELS=4\n")
+    assert read_conf(conf).comm_channels == 4
+
+
+
+def test_u_calibrate_only_reads_its_store(tmp_path, capsys):
+    import gc
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    args = parse_args(["topology=h200-2x2-sock", "collectives=allreduce", "max_bytes=64K", "grid=default",
+                       f"store={ro / 's.sqlite'}", "samples=3"])
+    run_sweep(args, io.StringIO(), lambda *a: SlowWholeWorkers(*a, per_job=10_000))
+    gc.collect()  # the sweep's store closed: nobody writes it from here on
+    os.utime(ro / "s.sqlite", (1, 1))
+    before = _fingerprint(ro)
+    os.chmod(ro, 0o555)  # a recorded store where the user cannot write (an installed package, a shared folder)
+    try:
+        assert main(["calibrate", f"store={ro / 's.sqlite'}", "topology=h200-2x2-sock", "holdout=false"]) == 0
+    finally:
+        os.chmod(ro, 0o755)
+    assert "final fit on all 14 rows" in capsys.readouterr().out
+    assert _fingerprint(ro) == before  # bytes and mtime, and no file beside it

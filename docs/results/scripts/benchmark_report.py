@@ -52,8 +52,8 @@ def main(out: Path, folders: list[Path]) -> None:
         g = s[s["set"] == st]
         n = int(g["problems"].max())
         print(f"**{st}** ({n} problem{'s' if n != 1 else ''}; mean over problems of the median over seeds)\n")
-        print("| method | budget | GPU-min | jobs run | fraction of the optimum | " + REF + " minus it | sizes >1% slower "
-              "(most in a run) | worst size |")
+        print("| method | budget | GPU-min | jobs run | fraction of the optimum | " + REF + " minus it | "
+              "sizes >1% slower (most in a run) | worst size |")
         print("| --- | --- | ---: | ---: | --- | --- | ---: | ---: |")
         for m in dict.fromkeys(g["method"]):
             for b in budgets:
