@@ -189,24 +189,48 @@ def test_validate_titles_carry_fresh_or_stored(tmp_path, figures, measure):
     assert "t.csv" in title and (tmp_path / "v.png").stat().st_size > 0
 
 
-def test_benchmark_plot_intervals_budgets_and_paired_differences(tmp_path, figures):
-    from ncclrl.runners.benchmark import plot
+def _results() -> pd.DataFrame:
+    """A benchmark's results: 2 sets x 3 problems x 2 seeds, 3 methods, 2 budgets (a sweep's GPU-time
+    differs per set), ``default`` measuring nothing."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for st, sweep_s in (("lofo", 600.0), ("replay", 6000.0)):
+        for p in range(3):
+            for seed in range(2):
+                for m in ("jobs", "sweep", "default"):
+                    for b, f in (("0.5sweep", 0.5), ("1sweep", 1.0)):
+                        spent = 0.0 if m == "default" else f * sweep_s * 0.98
+                        frac = 0.7 if m == "default" else 0.8 + 0.1 * f + 0.02 * rng.standard_normal()
+                        rows.append({"set": st, "problem": f"p{p}", "seed": seed, "method": m, "budget": b,
+                                     "budget_gpu_s": f * sweep_s, "gpu_s": spent, "points": 100 * (m != "default"),
+                                     "jobs": 5 * (m != "default"), "model_evals": 0, "fraction": frac,
+                                     "speedup": frac * 2, "optimum": 2.0, "worst": 0.9, "slower": 1, "wall_s": 0.1})
+    return pd.DataFrame(rows)
 
-    s = pd.read_csv(REPO / "docs" / "results" / "benchmarks" / "summary.csv")
-    plot(s, tmp_path / "b.png")
+
+def test_benchmark_plot_intervals_budgets_and_paired_differences(tmp_path, figures):
+    """Per set: every method's fraction against the GPU-minutes budgeted (log x, each budget's
+    ticks naming it and its GPU-minutes), the reference's paired differences below, methods at a
+    budget apart, and a legend naming a method that measures nothing."""
+    from ncclrl.runners.benchmark import plot, summarize
+
+    s = summarize(_results(), "jobs")
+    plot(s, tmp_path / "b.png", "jobs")
     (fig,) = figures
     sets, methods = list(dict.fromkeys(s["set"])), list(dict.fromkeys(s["method"]))
     axes = np.array(fig.axes).reshape(2, len(sets))
     for k, st in enumerate(sets):
         top, bot = axes[0][k], axes[1][k]
-        assert top.get_title().startswith(f"{st}: ")
+        assert top.get_title().startswith(f"{st}: ") and top.get_xscale() == "log"
         gids = {c.get_gid() for c in top.collections}
         assert {f"fraction:{m}" for m in methods} <= gids
-        assert {f"diff:{m}" for m in methods if m != "ncclrl"} <= {c.get_gid() for c in bot.collections}
-        assert [t.get_text() for t in bot.get_xticklabels()] == [str(b) for b in sorted(set(s["budget"]))]
+        assert {f"diff:{m}" for m in methods if m != "jobs"} <= {c.get_gid() for c in bot.collections}
+        minutes = {"lofo": (5, 10), "replay": (50, 100)}[st]
+        assert [t.get_text() for t in bot.get_xticklabels()] == [f"0.5sweep\n{minutes[0]:.3g}",
+                                                                  f"1sweep\n{minutes[1]:.3g}"]
         # a budget's methods sit apart: no two error bars on the same x
         xs = [seg[0][0] for c in top.collections if (c.get_gid() or "").startswith("fraction:")
               for seg in c.get_segments()]
         assert len(xs) == len(set(np.round(xs, 6)))
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert len(labels) == len(methods) and any("no live points" in t for t in labels)
+    assert len(labels) == len(methods) and any("measures nothing" in t for t in labels)
