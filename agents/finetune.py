@@ -4,9 +4,10 @@ exports.
 
 The run measures NCCL's defaults and the zero-shot table first, then lets the strategy pick what
 to measure until the budget is spent or it stops; the table keeps a row, and ``nccl.conf`` a knob
-setting, only where the posterior probability that it is at least ``delta`` faster than NCCL's
-choice exceeds ``1 - alpha`` (:func:`ncclrl.agents.strategy.decide`). Every measurement counts
-against the budget, NCCL's defaults included.
+setting, only where the points were measured and the probability, from the measurements alone,
+that it is at least ``delta`` faster than NCCL's choice exceeds ``1 - alpha``
+(:func:`ncclrl.agents.strategy.decide`). Every measurement counts against the budget, NCCL's
+defaults included.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from ncclrl.agents.calibration import CALIBRATE, calibrate_first, prior_is_calibrated
 from ncclrl.agents.problem import Evaluator, Problem
-from ncclrl.agents.strategy import Controller, Search, SearchConfig
+from ncclrl.agents.strategy import Controller, Search, SearchConfig, estimate, measurements
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.space import Point, size_grid
@@ -50,8 +51,10 @@ def knob_label(k: Point) -> str:
 def finetune(problem: Problem, ev: Evaluator, controller: Controller, cfg: SearchConfig,
              log: Callable[[str], None] = lambda _m: None, calibrate: str = "off") -> tuple[Outcome, Search]:
     """One tuning run of ``controller`` over ``problem`` through ``ev``; the outcome carries, per
-    row, the posterior probability that it is ``delta`` faster than NCCL's choice and both
-    posterior times.
+    row, the probability that it is ``delta`` faster than NCCL's choice, both measured times
+    (job shifts taken out: :func:`ncclrl.agents.strategy.estimate`), the jobs that measured both
+    and its speedup over NCCL's plain default with a 95% interval; and the run's fitted noise and
+    worst size (:func:`size_report`).
 
     :param calibrate: on: the first job measures NCCL's defaults at every size and the prior is
         calibrated on it before the search (:func:`ncclrl.agents.calibration.calibrate_first`);
@@ -66,21 +69,25 @@ def finetune(problem: Problem, ev: Evaluator, controller: Controller, cfg: Searc
         calibration = calibrate_first(search, log)
     res = search.run()
     sp, m, t = search.space, search.model, res.table
+    est = estimate(sp, measurements(sp, ev), m.noise)
     rows = []
     for c, i in sorted(t.rows.items()):
         coll, s = sp.cells[c]
         d = sp.default_of[i]
+        paired = sorted(est.jobs[est.at[i]] & est.jobs[est.at[d]]) if d >= 0 and est.measured(d) else []
         rows.append({"collective": N.COLLECTIVES[coll], "nbytes": int(s), "key": sp.keys[i],
-                     "prob": round(float(t.prob[c]), 4), "measured_jobs": int(search.n[i]),
-                     "time_us": round(math.exp(m.mean[i]), 3),
-                     "nccl_time_us": round(math.exp(m.mean[d]), 3) if d >= 0 else None})
+                     "prob": round(float(t.prob[c]), 4), "measured_jobs": int(est.n[est.at[i]]),
+                     "paired_jobs": len(paired), "time_us": round(math.exp(est.mu[est.at[i]]), 3),
+                     "nccl_time_us": round(math.exp(est.mu[est.at[d]]), 3) if d >= 0 else None,
+                     "speedup_vs_nccl_defaults": [round(x, 4) for x in t.speedup(c)]})
     zs = res.zero_shot
     evidence = {"knob_prob": round(float(t.knob_prob), 4),
                 "gain_vs_defaults": round(math.exp(t.gain), 4),
                 "zero_shot": {"conf": problem.knobs[zs.knob].env(), "rows": len(zs.rows),
                               "gain_vs_defaults_posterior": round(math.exp(sp.log_gain(
                                   m.mean[sp.default[: sp.n_cells]], m.mean[zs.final])), 4)},
-                "delta": cfg.decision.delta, "alpha": cfg.decision.alpha, "jobs": ev.calls}
+                "delta": cfg.decision.delta, "alpha": cfg.decision.alpha, "jobs": ev.calls,
+                "noise": m.noise.as_dict(), **size_report(search, t)}
     if calibration:
         evidence["calibration"] = calibration
     if problem.weights is not None:
@@ -89,11 +96,29 @@ def finetune(problem: Problem, ev: Evaluator, controller: Controller, cfg: Searc
     return out, search
 
 
+def size_report(search: Search, table: Any) -> dict[str, Any]:
+    """The exported table's worst size: the (collective, bytes) whose measured speedup over NCCL's
+    plain default is lowest, with its 95% interval, and the sizes slower than NCCL's plain default
+    beyond their interval (upper end below 1; the decision never exports one)."""
+    sp = search.space
+    sizes = []
+    for c in range(sp.n_cells):
+        if not np.isfinite(table.cell_gain[c]):
+            continue
+        coll, s = sp.cells[c]
+        x, lo, hi = table.speedup(c)
+        sizes.append({"collective": N.COLLECTIVES[coll], "nbytes": int(s), "speedup": round(x, 4),
+                      "lo": round(lo, 4), "hi": round(hi, 4)})
+    worst = min(sizes, key=lambda r: r["speedup"]) if sizes else None
+    return {"worst_size": worst, "slower_sizes": [r for r in sizes if r["hi"] < 1],
+            "sizes_unmeasured": sp.n_cells - len(sizes)}
+
+
 def step_saving(search: Search, table: Any, draws: int = 4000, seed: int = 0) -> dict[str, float]:
     """The job's communication time per step (calls x time, us) under NCCL's plain defaults and
     under ``table``, and the time saved, with a 95% interval: ``draws`` draws of every point's log
     time from the run's posterior, plus, when the table's knob setting is not NCCL's, the shift
-    its jobs share (``decision.job_sigma``, as the knob test counts it)."""
+    its jobs share (the run's fitted ``job_sd``)."""
     sp, m = search.space, search.model
     w = sp.weights
     plain, final = sp.default[: sp.n_cells], np.asarray(table.final)
@@ -105,7 +130,7 @@ def step_saving(search: Search, table: Any, draws: int = 4000, seed: int = 0) ->
     shift = np.zeros((draws, 1))
     if table.knob:
         jobs = search.knob_jobs
-        sd = search.cfg.decision.job_sigma * math.sqrt(1 / max(len(jobs[table.knob]), 1) + 1 / max(len(jobs[0]), 1))
+        sd = m.noise.job_sd * math.sqrt(1 / max(len(jobs[table.knob]), 1) + 1 / max(len(jobs[0]), 1))
         shift = rng.standard_normal((draws, 1)) * sd
     base = np.exp(logt[:, plain]) @ w
     tuned = np.exp(logt[:, final] + shift) @ w

@@ -17,9 +17,12 @@ per-call configuration x collective x size). Three parts, each replaceable:
    candidate alike, shipped as weights + JSON); :class:`RankController` ranks by the model's
    predicted gain (the learner removed); :class:`EIController` by expected improvement (Bayesian
    optimization with the same prior and model).
-3. **The decision** (:func:`decide`), one rule for rows and knob settings: a row replaces NCCL's
-   choice, and a knob setting NCCL's defaults, only when the model's posterior probability that
-   it is at least ``delta`` faster exceeds ``1 - alpha`` (:class:`DecisionConfig`).
+3. **The decision** (:func:`decide`), one rule for rows and knob settings, on measured points
+   only: a row replaces NCCL's choice, and a knob setting NCCL's defaults, only where the points
+   are measured and, from the measurements alone (:func:`estimate`: job medians, each job's
+   shift a random effect, within-job pairs compared within their job), the probability that it
+   is at least ``delta`` faster exceeds ``1 - alpha`` (:class:`DecisionConfig`). The noise is the
+   run's own (:func:`fit_noise`: REML over its repeated measurements, with a stated prior).
 
 Points are picked one at a time and measured in rounds of ``round_points`` (one job per knob
 setting in the round), after which the model is refit and the decision redone. The first round is
@@ -159,21 +162,261 @@ class Space:
 
 @dataclass
 class ModelConfig:
-    """The model's prior.
+    """The model's prior, and the prior of the noise the run fits (:func:`fit_noise`).
 
     :param weight_sigma: prior sd of each correction weight (log time)
     :param local_sigma: prior sd of a point's own misfit, beyond what the features explain
-    :param noise_sigma: sd of one job's median of one point (log), the job's common shift included
+    :param noise_sigma: prior guess of the per-point sd (log) of one job's median about the point's
+        mean once its job's shift is taken out (recorded A/A jobs on the H200 hosts: 0.07-0.10)
+    :param job_sigma: prior guess of the sd (log) of the shift all points of one job share (recorded
+        A/A jobs: about 0.10)
+    :param prior_dof: weight of each guess, in degrees of freedom: the fitted variance is pulled
+        towards the guess as if it came from ``prior_dof`` measurements of it; with no repeated
+        measurement the guesses are the noise
+    :param noise_floor: the fitted sds never go below this (log)
     """
 
     weight_sigma: float = 0.15
     local_sigma: float = 0.1
-    noise_sigma: float = 0.05
+    noise_sigma: float = 0.07
+    job_sigma: float = 0.1
+    prior_dof: float = 4.0
+    noise_floor: float = 0.005
 
     def check(self) -> None:
         for name, v in asdict(self).items():
             if not v > 0:
                 raise ConfigError(f"model.{name}", f"must be > 0, got {v}")
+        for name in ("noise_sigma", "job_sigma"):
+            if getattr(self, name) < self.noise_floor:
+                raise ConfigError(f"model.{name}", f"must be >= model.noise_floor ({self.noise_floor}), "
+                                  f"got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The run's noise: one job's median of a point is its mean + the job's shift (sd ``job_sd``,
+    shared by all the job's points) + its own residual (sd ``point_sd``), all in log time.
+
+    :param point_sd: per-point residual sd
+    :param job_sd: sd of a job's shift
+    :param dof: degrees of freedom the fit had (repeated measurements beyond each point's first;
+        0: the prior's guesses alone)
+    :param jobs: jobs that measured a point some other job measured too
+    """
+
+    point_sd: float
+    job_sd: float
+    dof: int = 0
+    jobs: int = 0
+
+    @property
+    def one_job_sd(self) -> float:
+        """sd of one job's median of one point about its mean, the job's shift included."""
+        return math.hypot(self.point_sd, self.job_sd)
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"point_sd": round(self.point_sd, 4), "job_sd": round(self.job_sd, 4), "dof": self.dof,
+                "jobs": self.jobs, "fitted": self.dof > 0}
+
+
+def prior_noise(cfg: ModelConfig) -> Noise:
+    return Noise(cfg.noise_sigma, cfg.job_sigma)
+
+
+@dataclass
+class Measurements:
+    """Every job median of a run: the point (space index), the job's number, the log time."""
+
+    point: np.ndarray
+    job: np.ndarray
+    y: np.ndarray
+
+    @classmethod
+    def empty(cls) -> Measurements:
+        return cls(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0))
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+def _point_index(space: Space) -> dict[tuple, int]:
+    idx = getattr(space, "_point_index", None)
+    if idx is None:
+        knobs = space.problem.knobs
+        idx = {(knobs[space.knob[i]].knobs, *space.cells[space.cell[i]], space.keys[i]): i for i in range(space.size)}
+        space._point_index = idx
+    return idx
+
+
+def measurements(space: Space, ev: Evaluator) -> Measurements:
+    """The run's measurements from the evaluator's record of every job median per point
+    (:attr:`ncclrl.agents.problem.Evaluator.jobs`), points outside ``space`` left out."""
+    at = _point_index(space)
+    pt, job, y = [], [], []
+    for x, runs in ev.jobs.items():
+        i = at.get(x)
+        if i is None:
+            continue
+        for j, m in runs:
+            if m > 0 and math.isfinite(m):
+                pt.append(i)
+                job.append(j)
+                y.append(math.log(m))
+    if not pt:
+        return Measurements.empty()
+    return Measurements(np.asarray(pt, np.int64), np.asarray(job, np.int64), np.asarray(y, float))
+
+
+def same_as_nccl(space: Space) -> np.ndarray:
+    """Per point, whether it runs exactly NCCL's own choice next to it: NCCL's choice itself, or an
+    explicit configuration with the algorithm and protocol the replica says NCCL picks at that size
+    (under the knob setting's channel count) and NCCL's own channel count (0) or the one it would
+    take (:func:`ncclrl.costmodel.replica.default_decisions`). Such a row changes nothing, so it is
+    never one; its measurements stay its own (the replica could be wrong about a machine)."""
+    got = getattr(space, "_same_as_nccl", None)
+    if got is not None:
+        return got
+    from ncclrl.costmodel import nccl as N
+    from ncclrl.costmodel.replica import default_decisions
+
+    pr = space.problem
+    out = space.is_default.copy()
+    comm_of = {ki: k.comm_channels or pr.topo.nccl.channels for ki, k in enumerate(pr.knobs)}
+    cache: dict[tuple[int, int], tuple[str, str, int]] = {}
+    for i, key in enumerate(space.keys):
+        if out[i]:
+            continue
+        ki = int(space.knob[i])
+        coll, s = space.cells[space.cell[i]]
+        kc = (pr.knobs[ki].comm_channels, coll, s)
+        if kc not in cache:
+            d = default_decisions(pr.topo, coll, [s], comm_channels=pr.knobs[ki].comm_channels)
+            cache[kc] = (N.ALGOS[int(d.algo[0])], N.PROTOS[int(d.proto[0])], int(d.max_channels[0]))
+        algo, proto, maxc = cache[kc]
+        same_ap = key[0] == "default" or (key[0], key[1]) == (algo, proto)
+        out[i] = same_ap and (key[2] == 0 or min(key[2], comm_of[ki]) == maxc)
+    space._same_as_nccl = out
+    return out
+
+
+def _contrasts(point: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Orthonormal contrasts (Helmert) within each point's measurements: rows of K with K 1_i = 0
+    for every point, as (row, measurement, coefficient) triplets."""
+    rows, cols, vals = [], [], []
+    r = 0
+    order = np.argsort(point, kind="stable")
+    bounds = np.flatnonzero(np.diff(point[order])) + 1
+    for g in np.split(order, bounds):
+        for k in range(1, len(g)):
+            c = 1.0 / math.sqrt(k * (k + 1))
+            rows += [r] * (k + 1)
+            cols += list(g[: k + 1])
+            vals += [c] * k + [-k * c]
+            r += 1
+    return np.asarray(rows, np.int64), np.asarray(cols, np.int64), np.asarray(vals)
+
+
+def fit_noise(obs: Measurements, cfg: ModelConfig) -> Noise:
+    """The run's noise (:class:`Noise`) by restricted maximum likelihood (REML) of the mixed
+    model ``y = mu_point + b_job + e`` over every point measured in more than one job or twice,
+    each point's mean a free parameter: a point's repeats across jobs inform
+    ``point_sd^2 + job_sd^2``, points measured together in the same jobs separate the two. Each sd
+    has a prior (``cfg.noise_sigma``, ``cfg.job_sigma``) worth ``cfg.prior_dof`` degrees of
+    freedom, and a floor (``cfg.noise_floor``)."""
+    from scipy.optimize import minimize
+
+    prior = prior_noise(cfg)
+    if not len(obs):
+        return prior
+    r, c, v = _contrasts(obs.point)
+    m = int(r.max()) + 1 if len(r) else 0
+    if m == 0:
+        return prior
+    jobs, jj = np.unique(obs.job, return_inverse=True)
+    K = np.zeros((m, len(obs)))
+    K[r, c] = v
+    u = K @ obs.y
+    Z = np.zeros((len(obs), len(jobs)))
+    Z[np.arange(len(obs)), jj] = 1.0
+    W = K @ Z
+    shared = int((np.abs(W) > 1e-12).any(axis=0).sum())
+    U, S, _ = np.linalg.svd(W, full_matrices=False)
+    cc = U.T @ u
+    rest = max(float(u @ u - cc @ cc), 0.0)
+    s2sq = S * S
+    nu = cfg.prior_dof
+    s0, t0 = cfg.noise_sigma ** 2, cfg.job_sigma ** 2
+
+    def loss(x: np.ndarray) -> float:
+        s2, t2 = math.exp(2 * x[0]), math.exp(2 * x[1])
+        d = s2 + t2 * s2sq
+        val = (m - len(S)) * math.log(s2) + float(np.log(d).sum()) + rest / s2 + float((cc * cc / d).sum())
+        val += nu * (math.log(s2) + s0 / s2) + nu * (math.log(t2) + t0 / t2)
+        return 0.5 * val
+
+    lo = math.log(cfg.noise_floor)
+    best = min((minimize(loss, np.array(x0), method="L-BFGS-B", bounds=[(lo, math.log(3.0))] * 2)
+                for x0 in ((math.log(cfg.noise_sigma), math.log(cfg.job_sigma)), (lo + 1, lo + 1))),
+               key=lambda res: res.fun)
+    return Noise(float(math.exp(best.x[0])), float(math.exp(best.x[1])), m, shared)
+
+
+@dataclass
+class Estimate:
+    """Each measured point's mean log time from the run's measurements alone (generalized least
+    squares under the fitted :class:`Noise`, each job's shift a random effect), with the
+    covariance of the estimates. ``at[i]``: row of space point ``i`` (-1: never measured)."""
+
+    at: np.ndarray
+    mu: np.ndarray
+    cov: np.ndarray
+    n: np.ndarray  # measurements per row
+    jobs: list[set[int]]  # the jobs that measured each row
+
+    def measured(self, i: int) -> bool:
+        return i >= 0 and self.at[i] >= 0
+
+    def diff(self, a: int, b: int) -> tuple[float, float]:
+        """``mu[a] - mu[b]`` and its sd (both measured)."""
+        x, y = self.at[a], self.at[b]
+        if x == y:
+            return 0.0, 0.0
+        var = self.cov[x, x] + self.cov[y, y] - 2 * self.cov[x, y]
+        return float(self.mu[x] - self.mu[y]), math.sqrt(max(float(var), 0.0))
+
+    def contrast(self, wts: dict[int, float]) -> tuple[float, float]:
+        """sum of ``w * mu[i]`` over space points ``i`` (all measured) and its sd."""
+        v = np.zeros(len(self.mu))
+        for i, w in wts.items():
+            v[self.at[i]] += w
+        return float(v @ self.mu), math.sqrt(max(float(v @ self.cov @ v), 0.0))
+
+
+def estimate(space: Space, obs: Measurements, noise: Noise) -> Estimate:
+    """The measured points' means and covariance (:class:`Estimate`). Two points measured in the
+    same job are compared within it (their job's shift cancels); across jobs, the shifts are
+    estimated from the points the jobs share, and what is left of them counts as ``job_sd``."""
+    at = np.full(space.size, -1, dtype=np.int64)
+    if not len(obs):
+        return Estimate(at, np.empty(0), np.empty((0, 0)), np.empty(0, np.int64), [])
+    pts, pi = np.unique(obs.point, return_inverse=True)
+    jobs, jj = np.unique(obs.job, return_inverse=True)
+    p, q = len(pts), len(jobs)
+    A = np.zeros((p, q))
+    np.add.at(A, (pi, jj), 1.0)
+    s2, t2 = noise.point_sd ** 2, max(noise.job_sd, 1e-6) ** 2
+    n_i, n_j = A.sum(axis=1), A.sum(axis=0)
+    M = s2 / t2 + n_j
+    P = (np.diag(n_i) - (A / M) @ A.T) / s2
+    C = np.linalg.inv(P)
+    C = (C + C.T) / 2
+    xy = np.bincount(pi, obs.y, minlength=p)
+    zy = np.bincount(jj, obs.y, minlength=q)
+    mu = C @ (xy - A @ (zy / M)) / s2
+    at[pts] = np.arange(p)
+    sets = [set(jobs[A[r] > 0].tolist()) for r in range(p)]
+    return Estimate(at, mu, C, n_i.astype(np.int64), sets)
 
 
 class Model:
@@ -182,6 +425,7 @@ class Model:
     def __init__(self, space: Space, cfg: ModelConfig) -> None:
         cfg.check()
         self.space, self.cfg = space, cfg
+        self.noise = prior_noise(cfg)
         self.mean = space.prior.copy()
         self.std = np.full(space.size, self._prior_sd())
         self.evals = 0  # predictions made (one per point per fit)
@@ -190,16 +434,21 @@ class Model:
         c = self.cfg
         return np.sqrt(c.weight_sigma ** 2 * (self.space.X ** 2).sum(axis=1) + c.local_sigma ** 2)
 
-    def fit(self, n: np.ndarray, ybar: np.ndarray) -> None:
-        """Refit to ``n`` measurements per point with mean log time ``ybar`` (where ``n`` > 0)."""
+    def fit(self, n: np.ndarray, ybar: np.ndarray, noise: Noise | None = None) -> None:
+        """Refit to ``n`` measurements per point with mean log time ``ybar`` (where ``n`` > 0),
+        one job's median having the sd of ``noise`` (:meth:`Noise.one_job_sd`; default: the
+        last fitted, at first the prior's guesses)."""
+        if noise is not None:
+            self.noise = noise
         c, X = self.cfg, self.space.X
+        sd = self.noise.one_job_sd
         m = n > 0
         self.evals += self.space.size
         if not m.any():
             self.mean, self.std = self.space.prior.copy(), self._prior_sd()
             return
         res = ybar[m] - self.space.prior[m]
-        v = c.local_sigma ** 2 + c.noise_sigma ** 2 / n[m]
+        v = c.local_sigma ** 2 + sd ** 2 / n[m]
         Xm = X[m]
         A = np.eye(X.shape[1]) / c.weight_sigma ** 2 + (Xm / v[:, None]).T @ Xm
         L = np.linalg.cholesky(A)
@@ -209,7 +458,7 @@ class Model:
         pv = (Li * Li).sum(axis=0) + c.local_sigma ** 2
         post_v = pv.copy()
         post_m = f.copy()
-        prec = n[m] / c.noise_sigma ** 2
+        prec = n[m] / sd ** 2
         post_v[m] = 1.0 / (1.0 / pv[m] + prec)
         post_m[m] = post_v[m] * (f[m] / pv[m] + prec * res)
         self.mean = self.space.prior + post_m
@@ -218,39 +467,35 @@ class Model:
 
 # -- the decision ------------------------------------------------------------------------------
 
+Z95 = 1.959963984540054  # two-sided 95% intervals
+
 
 @dataclass
 class DecisionConfig:
-    """The one rule that turns measurements into a table.
+    """The one rule that turns measurements into a table: measured points only.
 
     :param delta: smallest gain worth a change (fraction: 0.02 = 2% faster)
-    :param alpha: a row or knob setting is kept when the posterior probability that it is at least
-        ``delta`` faster than NCCL's choice exceeds ``1 - alpha``
-    :param job_sigma: sd (log) of the shift all points of one job share: a knob setting is compared
-        with NCCL's defaults across jobs, so this much does not average out over sizes
-    :param unmeasured: whether a row may be a point not measured itself (its posterior then rests
-        on the measurements of points like it and on the prior); NCCL's choice is replaced only
-        on the same evidence either way
+    :param alpha: a row (or knob setting) is kept when, from the run's measurements alone, the
+        probability that it is at least ``delta`` faster than NCCL's choice (defaults) exceeds
+        ``1 - alpha``
     """
 
     delta: float = 0.01
     alpha: float = 0.2
-    job_sigma: float = 0.03
-    unmeasured: bool = True
 
     def check(self) -> None:
         if not 0 <= self.delta < 1:
             raise ConfigError("decision.delta", f"must be in [0, 1), got {self.delta}")
         if not 0 < self.alpha < 0.5:
             raise ConfigError("decision.alpha", f"must be in (0, 0.5), got {self.alpha}")
-        if self.job_sigma < 0:
-            raise ConfigError("decision.job_sigma", f"must be >= 0, got {self.job_sigma}")
 
 
 @dataclass
 class Table:
     """A decision with its evidence: per cell the chosen point (index into the space) and the
-    probability that it is ``delta`` faster than NCCL's choice; the knob setting's."""
+    probability that it is ``delta`` faster than NCCL's choice; the knob setting's; per cell the
+    measured log speedup of the point the table runs over NCCL's plain default and its sd (0 where
+    it runs NCCL's plain default itself, ``nan`` where that is not measured)."""
 
     knob: int
     rows: dict[int, int]
@@ -258,68 +503,118 @@ class Table:
     knob_prob: float
     gain: float  # posterior mean of the objective's gain over NCCL's plain defaults (log; Space.log_gain)
     final: np.ndarray  # per cell, the point the table runs (its row or NCCL's choice)
+    cell_gain: np.ndarray = field(default_factory=lambda: np.empty(0))  # measured log speedup per cell
+    cell_sd: np.ndarray = field(default_factory=lambda: np.empty(0))
+    noise: Noise | None = None  # the noise the decision was taken under
+
+    def speedup(self, c: int) -> tuple[float, float, float]:
+        """Cell ``c``'s measured speedup over NCCL's plain default, with its 95% interval."""
+        g, s = float(self.cell_gain[c]), float(self.cell_sd[c])
+        return math.exp(g), math.exp(g - Z95 * s), math.exp(g + Z95 * s)
 
 
-def decide(space: Space, model: Model, n: np.ndarray, knob_jobs: list[set[int]], cfg: DecisionConfig) -> Table:
-    """The table the measurements support (the module's docs, point 3): per cell, the fastest
-    predicted point among those at least ``delta`` faster than NCCL's choice with probability
-    above ``1 - alpha``, else NCCL's choice. Rows come from measured points unless
-    ``cfg.unmeasured``; NCCL's choice next to them need not be measured (the model's posterior for
-    it then carries the prior's uncertainty)."""
+def decide(space: Space, model: Model, obs: Measurements, cfg: DecisionConfig) -> Table:
+    """The table the measurements support (the module's docs, point 3), from measured points only
+    (:func:`estimate` under the model's fitted noise). Per knob setting and size, a row is a
+    measured point other than NCCL's own choice (:func:`same_as_nccl`), at least ``delta`` faster
+    than NCCL's choice next to it, itself measured, with probability above ``1 - alpha``; of those
+    the fastest measured, else NCCL's choice stays. NCCL's choice never measured itself but
+    measured as the same configuration made explicit is measured (that configuration's jobs
+    stand for it); under another knob setting, where it was not measured at all, a row must be
+    that much faster than NCCL's plain default. A knob setting other than NCCL's defaults needs
+    the point its table runs at every size measured, its table's gain over the table under NCCL's
+    defaults ``delta`` with the same probability, and no size slower than NCCL's plain default
+    beyond its 95% interval, nor by ``delta`` with probability above ``1 - alpha`` (a setting
+    that wins on the whole but loses at some size is refused); of those that pass, the largest
+    measured gain wins."""
+    est = estimate(space, obs, model.noise)
     thr = math.log1p(cfg.delta)
     nc = space.n_cells
     plain = space.default[:nc]
+    same = same_as_nccl(space)
     tables = []
     for k in range(space.n_knobs):
-        if k and not knob_jobs[k]:
-            continue
         final = np.empty(nc, dtype=np.int64)
+        seen = np.empty(nc, dtype=np.int64)  # per cell, the point whose measurements stand for final's
         rows, prob = {}, {}
         for c in range(nc):
             g = k * nc + c
             d = space.default[g]
             mem = space.members[g]
-            meas = mem[(n[mem] > 0) & ~space.is_default[mem]]
-            if d < 0:  # NCCL's choice cannot run here: the table needs a row
+            meas = mem[(est.at[mem] >= 0) & ~same[mem]]
+            if d >= 0 and not est.measured(d):  # NCCL's choice, measured as the same configuration made explicit
+                twins = mem[same[mem] & (est.at[mem] >= 0)]
+                if len(twins):
+                    d_seen = int(twins[np.argmax(est.n[est.at[twins]])])
+                else:
+                    d_seen = d
+            else:
+                d_seen = d
+            if d < 0:  # NCCL's choice cannot run here: the table needs a row, judged against the plain default
                 if not len(meas):
                     final = None
                     break
-                r = meas[np.argmin(model.mean[meas])]
-                rows[c], prob[c], final[c] = int(r), 1.0, r
+                r = meas[np.argmin(est.mu[est.at[meas]])]
+                pr = float("nan")
+                if est.measured(plain[c]):
+                    g0, s0 = est.diff(plain[c], r)
+                    pr = float(_cdf((g0 - thr) / max(s0, 1e-12)))
+                rows[c], prob[c], final[c], seen[c] = int(r), pr, r, r
                 continue
-            final[c] = d
-            cand = mem[~space.is_default[mem]] if cfg.unmeasured else meas
-            if len(cand):
-                sd = np.hypot(model.std[d], model.std[cand])
-                p = _cdf((model.mean[d] - model.mean[cand] - thr) / sd)
-                ok = p > 1 - cfg.alpha
-                if ok.any():  # the fastest predicted among the rows the evidence supports
-                    j = np.flatnonzero(ok)[np.argmin(model.mean[cand[ok]])]
-                    rows[c], prob[c], final[c] = int(cand[j]), float(p[j]), cand[j]
+            final[c], seen[c] = d, d_seen
+            # against NCCL's choice next to it; under another knob setting, where that was never
+            # measured, against NCCL's plain default (the setting's table must then run the row)
+            ref = d_seen if est.measured(d_seen) else plain[c]
+            if not est.measured(ref) or not len(meas):
+                continue
+            diffs = [est.diff(ref, i) for i in meas]
+            gain = np.array([x for x, _ in diffs])
+            sd = np.array([max(s, 1e-12) for _, s in diffs])
+            p = _cdf((gain - thr) / sd)
+            ok = p > (1 - cfg.alpha) ** (1 / len(meas))  # the best of len(meas) is kept: Sidak
+            if ok.any():  # the fastest measured among the rows the evidence supports
+                j = np.flatnonzero(ok)[np.argmin(est.mu[est.at[meas[ok]]])]
+                rows[c], prob[c], final[c], seen[c] = int(meas[j]), float(p[j]), meas[j], meas[j]
         if final is None:
             continue
-        gain = space.log_gain(model.mean[plain], model.mean[final])
-        tables.append((k, rows, prob, gain, final))
+        cg, cs = np.full(nc, np.nan), np.full(nc, np.nan)
+        for c in range(nc):
+            if final[c] == plain[c]:
+                cg[c], cs[c] = 0.0, 0.0
+            elif est.measured(seen[c]) and est.measured(plain[c]):
+                cg[c], cs[c] = est.diff(plain[c], seen[c])
+        tables.append((k, rows, prob, final, cg, cs, seen))
+    gain_of = {t[0]: space.log_gain(model.mean[plain], model.mean[t[3]]) for t in tables}
     t0 = tables[0]
-    out = Table(0, t0[1], t0[2], 1.0, t0[3], t0[4])
-    a0 = space.sensitivity(model.mean[t0[4]])
-    for k, rows, prob, gain, final in tables[1:]:
-        # against the table under NCCL's defaults: the per-size parts average out, the jobs' shift not
-        a = space.sensitivity(model.mean[final])
-        v = np.sum((a * model.std[final]) ** 2) + np.sum((a0 * model.std[t0[4]]) ** 2)
-        v += cfg.job_sigma ** 2 * (1 / len(knob_jobs[k]) + 1 / max(len(knob_jobs[0]), 1))
-        p = float(_cdf((gain - t0[3] - thr) / math.sqrt(v)))
-        if p > 1 - cfg.alpha and gain > out.gain:
-            out = Table(k, rows, prob, p, gain, final)
+    out = Table(0, t0[1], t0[2], 1.0, gain_of[0], t0[3], t0[4], t0[5], model.noise)
+    seen0 = t0[6]
+    best = 0.0
+    a = space.sensitivity(model.mean[plain])
+    for k, rows, prob, final, cg, cs, seen in tables[1:]:
+        if not (est.at[seen] >= 0).all() or not (est.at[seen0] >= 0).all():
+            continue  # a size this setting would run unmeasured, or a size of NCCL's table unmeasured
+        if (cg + Z95 * cs < 0).any() or (_cdf((-thr - cg) / np.maximum(cs, 1e-12)) > 1 - cfg.alpha).any():
+            continue  # a size slower than NCCL's plain default (beyond its interval, or surely by delta)
+        wts: dict[int, float] = {}
+        for c in range(nc):  # the setting's table against NCCL's table: shares of the objective
+            wts[int(seen0[c])] = wts.get(int(seen0[c]), 0.0) + a[c]
+            wts[int(seen[c])] = wts.get(int(seen[c]), 0.0) - a[c]
+        g, sd = est.contrast(wts)
+        p = float(_cdf((g - thr) / max(sd, 1e-12)))
+        if p > 1 - cfg.alpha and g > best:
+            best = g
+            out = Table(k, rows, prob, p, gain_of[k], final, cg, cs, model.noise)
     return out
 
 
 def zero_shot(space: Space) -> Table:
     """The exact argmin of the prior: the knob setting whose best predicted point per size gains
     most over NCCL's plain defaults in the problem's objective (geometric mean over sizes, or the
-    step's communication time with weights), and per size its best predicted point."""
+    step's communication time with weights), and per size its best predicted point (a point that
+    runs NCCL's own choice is no row)."""
     nc = space.n_cells
     plain = space.default[:nc]
+    same = same_as_nccl(space)
     best = None
     for k in range(space.n_knobs):
         final = np.array([space.members[k * nc + c][np.argmin(space.prior[space.members[k * nc + c]])]
@@ -328,7 +623,7 @@ def zero_shot(space: Space) -> Table:
             continue
         gain = space.log_gain(space.prior[plain], space.prior[final])
         if best is None or gain > best.gain + 1e-12:
-            rows = {c: int(i) for c, i in enumerate(final) if not space.is_default[i]}
+            rows = {c: int(i) for c, i in enumerate(final) if not same[i]}
             best = Table(k, rows, dict.fromkeys(rows, float("nan")), float("nan"), gain, final)
     return best
 
@@ -605,7 +900,7 @@ class Search:
                 self.max_rep[i] = min(cfg.max_repeats, problem.repeats.get(x, 1))
         self.pending: list[int] = []
         self.zs = zero_shot(sp)
-        self.table = decide(sp, self.model, self.n, self.knob_jobs, cfg.decision)
+        self.table = decide(sp, self.model, measurements(sp, ev), cfg.decision)
         self.rounds = 0
         self.history: list[dict[str, Any]] = []
         self._shortlist = np.empty(0, np.int64)
@@ -656,9 +951,10 @@ class Search:
 
     def refit(self) -> None:
         ybar = np.where(self.n > 0, self.ysum / np.maximum(self.n, 1), 0.0)
-        self.model.fit(self.n, ybar)
+        obs = measurements(self.space, self.ev)
+        self.model.fit(self.n, ybar, fit_noise(obs, self.cfg.model))
         self.ev.count_model(self.space.size)
-        self.table = decide(self.space, self.model, self.n, self.knob_jobs, self.cfg.decision)
+        self.table = decide(self.space, self.model, obs, self.cfg.decision)
 
     def recalibrate(self, problem: Problem) -> None:
         """Go on with ``problem``'s prior (the same problem, its prior calibrated on what was

@@ -393,6 +393,24 @@ def grid_reference(inst: Instance, conf: Point, rows: list[dict]) -> dict[str, A
             "fraction": v.fraction, "default_source": p.default_source}
 
 
+#: size bands the table is judged in on a sweep's own data: (name, lowest bytes, highest bytes or None)
+SWEEP_BANDS = (("below 64 KiB", 0, (64 << 10) - 1), ("64 KiB-64 MiB", 64 << 10, (64 << 20) - 1),
+               ("64-256 MiB", 64 << 20, 256 << 20), ("above 256 MiB", (256 << 20) + 1, None))
+
+
+def sizes_on_sweep(ref: dict[str, Any], conf: Point, rows: list[dict], sizes: dict[int, list[int]]) -> list[dict]:
+    """Per size, the speedup the table + conf would have had in the sweep's own data over NCCL's
+    plain default (sizes the sweep lacks left out)."""
+    out = []
+    for c, ss in sizes.items():
+        for s in ss:
+            x = table_speedup_on_sweep(ref, conf, [r for r in rows if (r["collective"], r["nbytes"]) ==
+                                                   (N.COLLECTIVES[c], s)], {c: [s]})
+            if x is not None:
+                out.append({"collective": N.COLLECTIVES[c], "nbytes": int(s), "speedup": round(x, 4)})
+    return out
+
+
 def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     """Run ``ncclrl finetune``; returns (and writes to ``out/summary.json``) what it did."""
     topo = load_topology(args["topology"])
@@ -430,10 +448,25 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
                 "%d rows -> %s", topo.name, ",".join(N.COLLECTIVES[c] for c in colls), res.reason, res.measured,
                 ev.calls, format_gpu_s(ev.gpu_s), format_gpu_s(ev.budget), wall, knob_label(res.conf), len(res.rows),
                 paths["csv"])
+    ev_ = res.evidence
     summary: dict[str, Any] = {"reason": res.reason, "measured": res.measured, "jobs": ev.calls,
                                "gpu_s": round(ev.gpu_s, 1), "budget_gpu_s": round(ev.budget, 1),
                                "wall_s": round(wall, 1), "rows": len(res.rows), "conf": res.conf.env(),
-                               "paths": {k: str(v) for k, v in paths.items()}}
+                               "paths": {k: str(v) for k, v in paths.items()}, "noise": ev_["noise"],
+                               "worst_size": ev_["worst_size"], "slower_sizes": ev_["slower_sizes"]}
+    nz = ev_["noise"]
+    logger.info("# noise fitted on %d repeated measurements over %d jobs: a job's shift sd %.3f, a point's sd %.3f "
+                "(log time)%s", nz["dof"], nz["jobs"], nz["job_sd"], nz["point_sd"],
+                "" if nz["fitted"] else " -- no repeated measurement: the prior's guesses (search.model.job_sigma, "
+                "search.model.noise_sigma)")
+    w = ev_["worst_size"]
+    if w is not None:
+        logger.info("# worst size of this table, measured: %s %d B %.3fx NCCL's defaults [95%% interval %.3f, %.3f]; "
+                    "%d size(s) slower beyond their interval", w["collective"], w["nbytes"], w["speedup"], w["lo"],
+                    w["hi"], len(ev_["slower_sizes"]))
+    if ev_["sizes_unmeasured"]:
+        logger.info("# %d size(s) where NCCL's plain default was never measured: no speedup known there (they keep "
+                    "NCCL's choice)", ev_["sizes_unmeasured"])
     if weights is not None:
         st = res.evidence["step"]
         summary.update(profile=str(args["profile"]), profile_notes=notes, step=st)
@@ -451,12 +484,24 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
                  for c, i in zs.rows.items()]
         zgot = table_speedup_on_sweep(ref, problem.knobs[zs.knob], zrows, problem.sizes)
         big = table_speedup_on_sweep(ref, res.conf, res.rows, problem.sizes, 64 << 20, 256 << 20)
+        bands = {name: table_speedup_on_sweep(ref, res.conf, res.rows, problem.sizes, lo, hi)
+                 for name, lo, hi in SWEEP_BANDS}
+        per_size = sizes_on_sweep(ref, res.conf, res.rows, problem.sizes)
         summary.update(sweep_points=ref["points"], optimum=ref["optimum"], optimum_conf=ref["optimum_conf"],
                        speedup_on_sweep=got, fraction=got / ref["optimum"], zero_shot_fraction=zgot / ref["optimum"],
-                       speedup_on_sweep_64_256MiB=big)
+                       speedup_on_sweep_64_256MiB=big, speedup_on_sweep_bands=bands,
+                       worst_size_on_sweep=min(per_size, key=lambda r: r["speedup"]) if per_size else None,
+                       sizes_slower_on_sweep=sum(r["speedup"] < 1 for r in per_size))
         logger.info("# on the sweep's own data: %.3fx vs the sweep optimum %.3fx (%.1f%%; the zero-shot table "
                     "%.1f%%), with %d of %d measurements (%.1f%%)", got, ref["optimum"], 100 * got / ref["optimum"],
                     100 * zgot / ref["optimum"], res.measured, ref["points"], 100 * res.measured / ref["points"])
+        for name, x in bands.items():
+            if x is not None and x < 1:
+                logger.warning("# SLOWER than NCCL's defaults on the sweep's own data at %s: %.3fx", name, x)
+        if summary["worst_size_on_sweep"] is not None:
+            w = summary["worst_size_on_sweep"]
+            logger.info("# worst size on the sweep's own data: %s %d B %.3fx; %d size(s) slower than NCCL's defaults "
+                        "there", w["collective"], w["nbytes"], w["speedup"], summary["sizes_slower_on_sweep"])
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
 

