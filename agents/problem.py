@@ -412,10 +412,17 @@ class Verdict:
     optimum: float  # the best a table + one knob setting can reach in the space
     worst: float  # the worst per-size speedup
     slower: int = 0  # sizes more than 1% slower than NCCL's plain default
+    #: the best a table reaches that leaves no size more than 1% slower than NCCL's plain default
+    safe_optimum: float = float("nan")
 
     @property
     def fraction(self) -> float:
         return self.speedup / self.optimum
+
+    @property
+    def safe_fraction(self) -> float:
+        """The speedup against the safe optimum (above 1: the table gains by making some size slower)."""
+        return self.speedup / self.safe_optimum
 
 
 class Oracle:
@@ -437,10 +444,15 @@ class Oracle:
                 cfg = point_configs(problem.topo, k, c, np.repeat(sizes, len(keys)), keys * sizes.size)
                 self.times[(k.knobs, c)] = truth.time_us(cfg, validate=False).reshape(sizes.size, len(keys)).T
         self.base = {c: self.times[(problem.base.knobs, c)][0] for c in problem.colls}
-        per_conf = [self._geo({c: self.times[(k.knobs, c)].min(axis=0) for c in problem.colls})
-                    for k in problem.knobs]
+        best = [{c: self.times[(k.knobs, c)].min(axis=0) for c in problem.colls} for k in problem.knobs]
+        per_conf = [self._geo(b) for b in best]
         self.optimum = float(max(per_conf))
         self.optimum_conf = problem.knobs[int(np.argmax(per_conf))]
+        # the best table that leaves no size more than 1% slower than NCCL's plain default: a knob
+        # setting whose best point at some size is slower than that cannot be exported safely
+        safe = [g for g, b in zip(per_conf, best, strict=True)
+                if all((b[c] <= 1.01 * self.base[c]).all() for c in problem.colls)]
+        self.safe_optimum = float(max(safe))
 
     def _geo(self, t: dict[int, np.ndarray]) -> float:
         """Speedup over NCCL's plain defaults: geometric mean over sizes, or of the step's
@@ -460,7 +472,7 @@ class Oracle:
         t = {c: self.time_of(d, c) for c in self.problem.colls}
         worst = min(float((self.base[c] / t[c]).min()) for c in self.problem.colls)
         slower = sum(int((t[c] > 1.01 * self.base[c]).sum()) for c in self.problem.colls)
-        return Verdict(self._geo(t), self.optimum, worst, slower)
+        return Verdict(self._geo(t), self.optimum, worst, slower, self.safe_optimum)
 
     def sweep_gpu_s(self, cost: JobCost, samples: int) -> float:
         """GPU-seconds of one full sweep at the expected times: one job per knob setting, every

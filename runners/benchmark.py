@@ -55,7 +55,7 @@ from ncclrl.runners.tune import check_extra
 log = logging.getLogger(__name__)
 RESULT_COLUMNS = ["suite", "set", "problem", "family", "collective", "seed", "method", "budget", "budget_gpu_s",
                   "sweep_gpu_s", "gpu_s", "points", "jobs", "model_evals", "fraction", "speedup", "optimum", "worst",
-                  "slower", "wall_s"]
+                  "slower", "safe_optimum", "safe_fraction", "wall_s"]
 
 
 @dataclass
@@ -334,7 +334,8 @@ def run_task(task: dict[str, Any], cfg: dict[str, Any]) -> list[dict[str, Any]]:
                          "budget": str(budget), "budget_gpu_s": gpu_s, "sweep_gpu_s": sweep, "gpu_s": ev.gpu_s,
                          "points": ev.points, "jobs": ev.calls, "model_evals": ev.model_evals,
                          "fraction": v.fraction, "speedup": v.speedup, "optimum": v.optimum, "worst": v.worst,
-                         "slower": v.slower, "wall_s": wall})
+                         "slower": v.slower, "safe_optimum": v.safe_optimum, "safe_fraction": v.safe_fraction,
+                         "wall_s": wall})
     return rows
 
 
@@ -348,7 +349,8 @@ def _boot(x: np.ndarray, rng: np.random.Generator, n: int = 2000) -> tuple[float
 
 def summarize(df: pd.DataFrame, ref: str = "jobs") -> pd.DataFrame:
     """Per set, method and budget: the mean over problems of the median over seeds of the fraction
-    of the optimum with its 95% bootstrap interval over problems; ``ref`` minus the method, paired
+    of the optimum with its 95% bootstrap interval over problems (and of the safe optimum's: the
+    best table that leaves no size slower than NCCL's default); ``ref`` minus the method, paired
     by problem, with its interval; the problems ``ref`` wins and loses by more than 0.1 point;
     mean live points, model evaluations and wall time per run."""
     rng = np.random.default_rng(0)
@@ -357,7 +359,8 @@ def summarize(df: pd.DataFrame, ref: str = "jobs") -> pd.DataFrame:
         fraction=("fraction", "median"), saved_pct=("saved_pct", "median"), gpu_s=("gpu_s", "mean"),
         points=("points", "mean"), jobs=("jobs", "mean"), budget_gpu_s=("budget_gpu_s", "mean"),
         model_evals=("model_evals", "mean"), wall_s=("wall_s", "mean"), slower=("slower", "max"),
-        worst=("worst", "min")).reset_index()
+        worst=("worst", "min"), **({"safe_fraction": ("safe_fraction", "median")} if "safe_fraction" in df else {})
+    ).reset_index()
     out = []
     for (st, method, budget), g in per.groupby(["set", "method", "budget"], sort=False):
         g = g.set_index("problem")
@@ -370,6 +373,7 @@ def summarize(df: pd.DataFrame, ref: str = "jobs") -> pd.DataFrame:
                "budget_gpu_min": g["budget_gpu_s"].mean() / 60, "gpu_min": g["gpu_s"].mean() / 60,
                "points": g["points"].mean(), "jobs": g["jobs"].mean(), "model_evals": g["model_evals"].mean(),
                "slower_max": int(g["slower"].max()), "worst": float(g["worst"].min()),
+               "safe_fraction": float(g["safe_fraction"].mean()) if "safe_fraction" in g else float("nan"),
                "wall_s": g["wall_s"].mean()}
         r = per[(per["set"] == st) & (per["method"] == ref) & (per["budget"] == budget)].set_index("problem")
         if len(r) and method != ref:
