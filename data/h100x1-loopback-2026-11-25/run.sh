@@ -57,12 +57,14 @@ if [ "$PART" = 1 ]; then
 elif [ "$PART" = 4 ]; then
   # the current method: finetune's defaults (whole jobs, a GPU-time budget: GPU-s = wall x ranks, both
   # ranks on the one GPU here), the fine-tuned table validated afresh, and NCCL's log checked for each row
-  run 240 python3 -m ncclrl finetune $T min_bytes=8 max_bytes=64M budget=6min wall_s=200 samples=3 \
+  # (STORE: a store an earlier, interrupted call left; finetune resumes from it)
+  [ -n "${STORE:-}" ] && cp "$STORE" "$OUT/store.sqlite" && chmod u+w "$OUT/store.sqlite"
+  run 400 python3 -m ncclrl finetune $T min_bytes=8 max_bytes=64M budget=6min wall_s=330 samples=3 \
     timeout_s=60 $S out="$OUT/finetuned"
   run 30 cat "$OUT/finetuned/nccl_tuner.csv" "$OUT/finetuned/nccl.conf" "$OUT/finetuned/summary.json"
-  run 200 python3 -m ncclrl validate "$OUT/finetuned/nccl_tuner.csv" conf="$OUT/finetuned/nccl.conf" $T \
+  run 150 python3 -m ncclrl validate "$OUT/finetuned/nccl_tuner.csv" conf="$OUT/finetuned/nccl.conf" $T \
     min_bytes=8 max_bytes=64M rounds=3 samples=3 timeout_s=60 $S out="$OUT/validate.csv"
-  run 90 python3 -m ncclrl plugin verify "$OUT/finetuned/nccl_tuner.csv" $T max_bytes=64M iters=0 \
+  run 40 python3 -m ncclrl plugin verify "$OUT/finetuned/nccl_tuner.csv" $T max_bytes=64M iters=0 \
     out="$OUT/verify-finetuned"
 elif [ "$PART" = 3 ]; then
   cp "${STORE:-$D/part2/store.sqlite}" "$OUT/store.sqlite"
