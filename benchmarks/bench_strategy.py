@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--strategy", default="shipped")
     a = ap.parse_args()
     ctl = PolicyController.load(strategy_path(a.strategy))
-    cases = [("h200-2x2-sock replay", replayed("docs/data/h200x4-2026-11-21/store.sqlite", "h200-2x2-sock", "nccl",
+    cases = [("h200-2x2-sock replay", replayed("data/h200x4-2026-11-21/store.sqlite", "h200-2x2-sock", "nccl",
                                                "allreduce")),
              ("dgx-h100-16n simulated", simulated("dgx-h100-16n", 0, "allreduce", 1, False, 8, 1 << 30))]
     print(f"{'problem':<24} {'points':>7} {'refit+decide ms (median/max)':>30} {'pick ms (median/max)':>22}")

@@ -11,7 +11,7 @@ sample lasts ``sample_budget_us`` (at least one call, at most 50: the workers' r
 ``ncclrl.envs.worker``). Its GPU-time is that wall time times the job's GPUs (``nranks``).
 
 The defaults were fitted on the inter-job gaps of the recorded H200 stores (every job of
-``docs/data/h200x4-2026-11-21`` and ``docs/data/h200x2-2026-11-22``: torchrun on one host, NCCL's
+``data/h200x4-2026-11-21`` and ``data/h200x2-2026-11-22``: torchrun on one host, NCCL's
 sockets on loopback for the emulated nodes), by a robust least-squares fit
 (``docs/results/scripts/fit_job_cost.py``; the figures are in ``docs/results/job-cost.md``). A
 cluster launching through srun or mpirun across nodes pays more per job: set ``launch_s`` to what

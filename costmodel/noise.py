@@ -4,7 +4,7 @@ On the H200 hosts the same configuration measured in two consecutive jobs differ
 the samples within one job do: over 464 recorded A/A pairs (NCCL's defaults on both sides, two
 jobs of one validation about 30 s apart), the standard deviation of the log ratio of the job
 medians is 0.1-0.6, 3-6x the within-job standard error, and 47% of the pairs had disjoint
-within-job 95% intervals (docs/design/statistics.md). Part of it is a shift of the whole job (every
+within-job 95% intervals (docs/explanation/statistics.md). Part of it is a shift of the whole job (every
 latency-bound size 20-30% slower), part is per point.
 
 The model here: the log of a point's job median is ``mu + e`` with ``e ~ N(0, sigma^2)`` per job,

@@ -225,7 +225,7 @@ class SimParams:
             noise_large=0.015,
             outlier_prob=0.02,
             outlier_scale=0.5,
-            # h200-2x2-sock probe (docs/data/h200x4-2026-11-21/probe-socket-inline.csv): inline 64 KiB
+            # h200-2x2-sock probe (data/h200x4-2026-11-21/probe-socket-inline.csv): inline 64 KiB
             # saves ~12 us at 512 B-2 KiB; 2 threads x 2
             # sockets cost 1.5-3x at 1-64 KiB
             sock_send_us=3.0 if kind == "socket" else 0.0,

@@ -55,7 +55,7 @@ class Point:
 
 
 # NCCL_SOCKET_INLINE in the knob grid: 256 KiB measured best of 64/256 KiB on h200-2x2-sock
-# (docs/data/h200x4-2026-11-21/probe_socket_inline.py; NCCL's default is 128 B)
+# (data/h200x4-2026-11-21/probe_socket_inline.py; NCCL's default is 128 B)
 SOCKET_INLINE_BYTES = 256 << 10
 
 

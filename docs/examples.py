@@ -1,4 +1,4 @@
-"""The README's example blocks are what the current code prints: this script runs them.
+"""The example blocks of README.md, docs/tutorials/ and docs/how-to/ are what the code prints: this runs them.
 
 A block in README.md (or any Markdown file given) looks like
 
@@ -84,7 +84,8 @@ def commands_md() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("files", nargs="*", default=[str(ROOT / "README.md")])
+    ap.add_argument("files", nargs="*", default=[str(ROOT / "README.md"), *map(str, sorted(
+        [*(ROOT / "docs" / "tutorials").glob("*.md"), *(ROOT / "docs" / "how-to").glob("*.md")]))])
     mode = ap.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true", help="compare the fast blocks with what the code prints")
     mode.add_argument("--write", action="store_true", help="rewrite the blocks")

@@ -67,7 +67,7 @@ class ReplayConfig:
     :param launch: how it was measured (nccl or torch)
     """
 
-    store: str = "docs/data/h200x4-2026-11-21/store.sqlite"
+    store: str = "data/h200x4-2026-11-21/store.sqlite"
     topology: str = "h200-2x2-sock"
     launch: str = "nccl"
 
@@ -107,7 +107,7 @@ class SuiteConfig:
     min_bytes: str = "8"
     max_bytes: str = "1G"
     replays: list[ReplayConfig] = field(default_factory=lambda: [
-        ReplayConfig(), ReplayConfig("docs/data/h200x2-2026-11-22/store.sqlite", "h200-2x1-sock", "nccl")])
+        ReplayConfig(), ReplayConfig("data/h200x2-2026-11-22/store.sqlite", "h200-2x1-sock", "nccl")])
     grids: list[str] = field(default_factory=lambda: list(PUBLIC_GRIDS))
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
     budgets: list[str] = field(default_factory=lambda: ["0.1sweep", "0.25sweep", "0.5sweep", "1sweep"])
@@ -199,7 +199,7 @@ def budget_gpu_s(budget: str, sweep_gpu_s: float) -> float:
     return parse_budget(budget, sweep_gpu_s, "suite.budgets")
 
 
-# the package's root: the recorded sweeps a suite names relative to it (docs/data/...) are found from any folder
+# the package's root: the recorded sweeps a suite names relative to it (data/...) are found from any folder
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -48,7 +48,7 @@ def committed_stores_stay_unchanged():
         return (hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else None,
                 wal.exists() and wal.stat().st_size > 0)
 
-    stores = sorted(REPO.glob("docs/data/**/*.sqlite"))
+    stores = sorted(REPO.glob("data/**/*.sqlite"))
     before = {p: state(p) for p in stores}
     yield
     changed = [str(p.relative_to(REPO)) for p, s in before.items() if state(p) != s]

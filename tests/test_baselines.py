@@ -262,7 +262,7 @@ def test_every_suite_composes():
         assert cfg.suite.name == p.stem
 
 
-STORE = Path(__file__).resolve().parent.parent / "docs" / "data" / "h200x4-2026-11-21" / "store.sqlite"
+STORE = Path(__file__).resolve().parent.parent / "data" / "h200x4-2026-11-21" / "store.sqlite"
 
 
 @pytest.mark.parametrize("method", ["afnfa", "autoccl"])

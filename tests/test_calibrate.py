@@ -90,7 +90,7 @@ def test_runs_from_another_machine_are_rejected(allreduce_files):
 
 
 def test_calibrate_from_the_live_store_beats_the_preset(tmp_path, capsys):
-    """`ncclrl calibrate --store`: the H200 socket-emulation measurements of docs/data/h200x4-2026-11-21 refit the
+    """`ncclrl calibrate --store`: the H200 socket-emulation measurements of data/h200x4-2026-11-21 refit the
     h200-2x2-sock preset; the fitted preset predicts them better than the preset (the store
     grows with each recorded run; the test reads it as it was at ids up to 29,285; 24,299 rows of h200-2x2-sock:
     32.0% -> 21.8%)."""
@@ -107,7 +107,7 @@ def test_calibrate_from_the_live_store_beats_the_preset(tmp_path, capsys):
     from ncclrl.runners.cli import main
 
     live = tmp_path / "store.sqlite"
-    shutil.copy(Path(__file__).resolve().parent.parent / "docs" / "data" / "h200x4-2026-11-21" / "store.sqlite", live)
+    shutil.copy(Path(__file__).resolve().parent.parent / "data" / "h200x4-2026-11-21" / "store.sqlite", live)
     with sqlite3.connect(live) as db:
         db.execute("DELETE FROM measurements WHERE id > 29285")
     out = tmp_path / "sock-fit.yaml"

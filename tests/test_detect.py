@@ -19,7 +19,7 @@ from ncclrl.costmodel.topology import dump_topology, load_topology
 from ncclrl.runners.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-H200X2 = [REPO / "docs" / "data" / "h200x2-2026-11-22" / "run1" / "nccl-info" / f"vm.{pid}.log" for pid in (624, 625)]
+H200X2 = [REPO / "data" / "h200x2-2026-11-22" / "run1" / "nccl-info" / f"vm.{pid}.log" for pid in (624, 625)]
 A800 = REPO / "tests" / "data" / "nccl-logs" / "a800-2x8-roce-nccl2.10.log"
 
 
@@ -180,7 +180,7 @@ def test_public_a800_topology():
 
 def test_h100_one_rank_log_recorded_with_the_launchers():
     """NCCL 2.28.9 on one H100, one rank: what the log states, and no decision to agree with."""
-    det = detect([REPO / "docs/data/h100x1-2026-11-24/h100-nccl-info.log"], name="h100")
+    det = detect([REPO / "data/h100x1-2026-11-24/h100-nccl-info.log"], name="h100")
     f, t = det.facts, det.topology
     assert (f.nccl_version, f.nranks, f.nnodes, f.channels) == ("2.28.9", 1, 1, 64)
     assert (t.nodes, t.gpus_per_node, t.nccl.channels, t.nccl.nvls) == (1, 1, 64, False)

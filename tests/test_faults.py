@@ -44,7 +44,7 @@ from fake_workers import SlowWholeWorkers  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FAKES = Path(__file__).parent / "fakes"
-LIVE = REPO / "docs" / "data" / "h200x4-2026-11-21" / "store.sqlite"
+LIVE = REPO / "data" / "h200x4-2026-11-21" / "store.sqlite"
 PTS = [Point("allreduce", 8), Point("allreduce", 1 << 20)]
 
 
@@ -666,10 +666,10 @@ def test_u3_the_benchmark_finds_its_recorded_sweeps_from_any_folder_or_says_wher
 
     monkeypatch.chdir(tmp_path)  # not the checkout: the default replays are relative to the package
     benchmark.compose(["suite=ci"])
-    monkeypatch.setattr(benchmark, "PACKAGE_ROOT", tmp_path / "site-packages" / "ncclrl")  # a wheel: no docs/data
+    monkeypatch.setattr(benchmark, "PACKAGE_ROOT", tmp_path / "site-packages" / "ncclrl")  # a wheel: no data
     assert main(["benchmark", "suite=ci", f"out={tmp_path}/b"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("ncclrl: error: suite.replays: no store at docs/data/") and "suite.sets=" in err
+    assert err.startswith("ncclrl: error: suite.replays: no store at data/") and "suite.sets=" in err
     assert not (tmp_path / "b").exists()
     benchmark.compose(["suite=ci", "suite.sets=[lofo]"])  # without the replay set nothing is looked for
 

@@ -1,5 +1,5 @@
 """``ncclrl finetune`` on CPU: a tuning run of the shipped strategy replaying the exhaustive sweep
-we measured on the 4 x H200 box (docs/data/h200x4-2026-11-21/store.sqlite), its budget, its store,
+we measured on the 4 x H200 box (data/h200x4-2026-11-21/store.sqlite), its budget, its store,
 its stop reason and its bad input."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ncclrl.envs.store import Store
 from ncclrl.runners.finetune import parse_args, run_finetune
 
 REPO = Path(__file__).resolve().parent.parent
-LIVE = REPO / "docs" / "data" / "h200x4-2026-11-21" / "store.sqlite"
+LIVE = REPO / "data" / "h200x4-2026-11-21" / "store.sqlite"
 REASONS = ("budget spent", "nothing left to measure", "the strategy stopped: no candidate worth its measurement")
 
 

@@ -85,7 +85,7 @@ def test_shipped_fit_names_its_data_and_loads():
     fits = load_fits()
     p = fits["pooled"]
     assert p["data"]["jobs"] >= 600 and p["data"]["groups"] >= 100
-    assert all(s.startswith("docs/data/") for s in p["data"]["stores"])
+    assert all(s.startswith("data/") for s in p["data"]["stores"])
     n = JobNoise.load()
     # the recorded A/A jobs: a job shift of sd ~0.08 and a per-point residual well above it
     assert 0.05 < n.shift_sd < 0.15 and (n.resid_sd(SIZES) > 0.05).all()

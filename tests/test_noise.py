@@ -24,7 +24,7 @@ from ncclrl.costmodel.topology import load_topology
 from ncclrl.envs.store import Store, job_ids
 
 REPO = Path(__file__).resolve().parent.parent
-LIVE = REPO / "docs" / "data" / "h200x4-2026-11-21" / "store.sqlite"
+LIVE = REPO / "data" / "h200x4-2026-11-21" / "store.sqlite"
 
 
 def jobs(rng, center: float, n_jobs: int, job_sigma: float, n: int = 9, within: float = 0.01) -> list[list[float]]:

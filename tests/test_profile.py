@@ -167,7 +167,7 @@ def test_an_empty_flight_recorder_dump_says_the_recorder_was_off(tmp_path):
         build_profile([f])
 
 
-GPU = DATA / "h100-1gpu"  # one H100, NCCL 2.28.9, torch 2.11: docs/data/h100x1-jobs-2026-11-24/run2.sh
+GPU = DATA / "h100-1gpu"  # one H100, NCCL 2.28.9, torch 2.11: data/h100x1-jobs-2026-11-24/run2.sh
 
 
 @pytest.mark.parametrize("source", ["trace.json.gz", "fr.json", "nccl.log"])

@@ -159,7 +159,7 @@ def test_too_few_gpus_is_a_config_error_before_any_job(monkeypatch, available, c
 @pytest.mark.parametrize("command", [["ncclrl", "sweep"],
                                      ["ncclrl", "finetune"],
                                      ["ncclrl", "plugin", "verify",
-                                      "docs/data/h200x2-2026-11-22/run1/finetuned/h200-2x1-sock/nccl_tuner.csv",
+                                      "data/h200x2-2026-11-22/run1/finetuned/h200-2x1-sock/nccl_tuner.csv",
                                       "topology=h200-2x1-sock"]])
 def test_no_gpu_is_one_line_exit_2_and_the_store_keeps_nothing_half_done(tmp_path, command):
     import os

@@ -32,7 +32,7 @@ from ncclrl.costmodel.topology import load_topology
 from ncclrl.runners.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-LIVE = REPO / "docs" / "data" / "h200x4-2026-11-21" / "store.sqlite"
+LIVE = REPO / "data" / "h200x4-2026-11-21" / "store.sqlite"
 REPLAY = ["backend=replay", f"replay_store={LIVE}", "launch=nccl", "topology=h200-2x2-sock"]
 JOB = """\
 kind: ncclrl-job-profile

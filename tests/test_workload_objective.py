@@ -1,6 +1,6 @@
 """The job's objective (communication time per step: calls x time) in the tuning problem, the
 strategy's decision, the baselines' assembly, and ``ncclrl finetune profile=`` replaying the
-recorded 4 x H200 sweep (docs/data/h200x4-2026-11-21/store.sqlite)."""
+recorded 4 x H200 sweep (data/h200x4-2026-11-21/store.sqlite)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from ncclrl.envs.store import Store
 from ncclrl.runners.finetune import parse_args, run_finetune
 
 REPO = Path(__file__).resolve().parent.parent
-LIVE = REPO / "docs" / "data" / "h200x4-2026-11-21" / "store.sqlite"
+LIVE = REPO / "data" / "h200x4-2026-11-21" / "store.sqlite"
 AR = N.COLLECTIVES.index("allreduce")
 
 

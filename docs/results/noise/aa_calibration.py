@@ -6,7 +6,7 @@ validation with two rounds: jobs 1 and 3 play "base", 2 and 4 "tuned" (the order
 them in). The same configuration on both sides, so every verdict other than "same" is false.
 Printed: per rule, the share of sizes judged "faster" or "slower".
 
-    python docs/results/noise/aa_calibration.py [docs/data/h200x4-2026-11-21/store.sqlite]
+    python docs/results/noise/aa_calibration.py [data/h200x4-2026-11-21/store.sqlite]
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def main(path: str, every: int = 1) -> pd.DataFrame:
     return out
 
 
-NO_CONF_TABLES = ["docs/data/h200x4-2026-11-21/run3/finetuned/h200-1x4/nccl_tuner.csv",
-                  "docs/data/h200x4-2026-11-21/run4/finetuned/h200-1x4/nccl_tuner.csv"]
+NO_CONF_TABLES = ["data/h200x4-2026-11-21/run3/finetuned/h200-1x4/nccl_tuner.csv",
+                  "data/h200x4-2026-11-21/run4/finetuned/h200-1x4/nccl_tuner.csv"]
 
 
 def no_row_sizes(path: str) -> pd.DataFrame:
@@ -107,4 +107,4 @@ def no_row_sizes(path: str) -> pd.DataFrame:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "docs/data/h200x4-2026-11-21/store.sqlite")
+    main(sys.argv[1] if len(sys.argv) > 1 else "data/h200x4-2026-11-21/store.sqlite")

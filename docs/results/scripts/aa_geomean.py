@@ -8,8 +8,8 @@ the log ratio of the job medians is one A/A difference of the geometric mean. Pr
 deviation and quantiles of its magnitude (as percent), and what independent per-size noise alone
 would give (the per-size spread over sqrt(sizes)): the rest is a shift of the whole job.
 
-    python docs/results/scripts/aa_geomean.py docs/data/h200x4-2026-11-21/store.sqlite \
-        docs/data/h200x2-2026-11-22/store.sqlite
+    python docs/results/scripts/aa_geomean.py data/h200x4-2026-11-21/store.sqlite \
+        data/h200x2-2026-11-22/store.sqlite
 """
 
 from __future__ import annotations
@@ -58,4 +58,4 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["docs/data/h200x4-2026-11-21/store.sqlite"])
+    main(sys.argv[1:] or ["data/h200x4-2026-11-21/store.sqlite"])

@@ -14,7 +14,7 @@ H200 sweeps, judged on the public grids it never saw (docs/results/calibration.m
    (:func:`ncclrl.agents.calibration.calibrate`) on one measured S-curve (one job of NCCL's
    defaults at every size; on a grid without NCCL's default, one forced configuration at every
    size), the error taken on every other point; one S-curve job per seed (fresh job noise).
-2. **Choosing** (the three recorded H200 sweeps under docs/data only): the margin candidates are
+2. **Choosing** (the three recorded H200 sweeps under data only): the margin candidates are
    quantiles of the gain error there (each problem weighted alike); the margin is the smallest
    candidate whose zero-shot table is within 1% of NCCL's default (uncalibrated) / never below it
    (calibrated, every seed) on every choosing problem's truth.
@@ -55,9 +55,9 @@ from ncclrl.agents.suite import public_gridded, replayed
 from ncclrl.costmodel.space import DEFAULT
 from ncclrl.envs.grids import PUBLIC_GRIDS
 
-CHOOSE = [("docs/data/h200x2-2026-11-22/store.sqlite", "h200-2x1-sock", "nccl"),
-          ("docs/data/h200x4-2026-11-21/store.sqlite", "h200-2x2-sock", "nccl"),
-          ("docs/data/h200x4-2026-11-21/store.sqlite", "h200-1x4", "torch")]
+CHOOSE = [("data/h200x2-2026-11-22/store.sqlite", "h200-2x1-sock", "nccl"),
+          ("data/h200x4-2026-11-21/store.sqlite", "h200-2x2-sock", "nccl"),
+          ("data/h200x4-2026-11-21/store.sqlite", "h200-1x4", "torch")]
 SEEDS = range(5)
 QUANTILES = (0.5, 0.75, 0.9, 0.95, 0.99)
 FORCED = ("ring", "simple", 0)  # the S-curve where a grid has no measurement of NCCL's default

@@ -28,7 +28,7 @@ ENV = {"NCCL_MIN_NCHANNELS": "comm_channels", "NCCL_BUFFSIZE": "buffsize_bytes",
 
 info = json.loads(Path(sys.argv[1], "finetune.json").read_text())
 topo = load_topology("h200-2x2-sock")
-args = parse_args(["backend=replay", "replay_store=docs/data/h200x4-2026-11-21/store.sqlite", "launch=nccl",
+args = parse_args(["backend=replay", "replay_store=data/h200x4-2026-11-21/store.sqlite", "launch=nccl",
                    "topology=h200-2x2-sock"])
 problem, sweep = live_problem(args, topo, [N.ALLREDUCE])
 ref = sweep_reference(sweep, topo, problem.sizes)

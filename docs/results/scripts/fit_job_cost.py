@@ -23,7 +23,7 @@ from scipy.optimize import least_squares
 from ncclrl.costmodel.jobcost import JobCost
 
 ROOT = Path(__file__).resolve().parents[3]
-STORES = ["docs/data/h200x4-2026-11-21/store.sqlite", "docs/data/h200x2-2026-11-22/store.sqlite"]
+STORES = ["data/h200x4-2026-11-21/store.sqlite", "data/h200x2-2026-11-22/store.sqlite"]
 
 
 def jobs(path: Path) -> pd.DataFrame:

@@ -27,7 +27,7 @@ from ncclrl.envs.live import launch_of
 from ncclrl.envs.store import job_ids, open_readonly
 
 REPO = Path(__file__).resolve().parents[3]
-STORES = ("docs/data/h200x4-2026-11-21/store.sqlite", "docs/data/h200x2-2026-11-22/store.sqlite")
+STORES = ("data/h200x4-2026-11-21/store.sqlite", "data/h200x2-2026-11-22/store.sqlite")
 SPAN_S = 600.0
 BANDS = [(3, 9, "8 B-512 B"), (10, 15, "1-32 KiB"), (16, 20, "64 KiB-1 MiB"), (21, 25, "2-32 MiB"),
          (26, 30, "64 MiB-1 GiB")]

@@ -19,8 +19,8 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST
 from ncclrl.costmodel.noise import JobNoise
 
-REPLAYS = [("docs/data/h200x2-2026-11-22/store.sqlite", "h200-2x1-sock", "nccl"),
-           ("docs/data/h200x4-2026-11-21/store.sqlite", "h200-2x2-sock", "nccl")]
+REPLAYS = [("data/h200x2-2026-11-22/store.sqlite", "h200-2x1-sock", "nccl"),
+           ("data/h200x4-2026-11-21/store.sqlite", "h200-2x2-sock", "nccl")]
 SEEDS = range(5)
 
 

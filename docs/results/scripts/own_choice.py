@@ -2,12 +2,12 @@
 that choice fared against NCCL's plain defaults in every validation in the store.
 
 Each validated table is found by the 12-hex-digit sha256 in its validation's tag among the
-committed ``docs/data/**/nccl_tuner.csv``; its ``nccl.conf`` gives the knob setting. Per table and
+committed ``data/**/nccl_tuner.csv``; its ``nccl.conf`` gives the knob setting. Per table and
 size, ``validate measure=0`` pools all its rounds (both sides' jobs, the between-job interval).
 Prints, per knob setting and size, how many tables ran NCCL's own choice there, the geometric mean of
 their pooled speedups, and how many were judged slower or faster.
 
-    python docs/results/scripts/own_choice.py docs/data/h200x4-2026-11-21/store.sqlite h200-2x2-sock
+    python docs/results/scripts/own_choice.py data/h200x4-2026-11-21/store.sqlite h200-2x2-sock
 """
 
 from __future__ import annotations
@@ -70,4 +70,4 @@ def main(store: str, topology: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*(sys.argv[1:3] if len(sys.argv) > 2 else ["docs/data/h200x4-2026-11-21/store.sqlite", "h200-2x2-sock"]))
+    main(*(sys.argv[1:3] if len(sys.argv) > 2 else ["data/h200x4-2026-11-21/store.sqlite", "h200-2x2-sock"]))
