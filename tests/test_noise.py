@@ -14,7 +14,7 @@ import pytest
 
 from ncclrl.agents.finetune import finetune, sizes_for
 from ncclrl.agents.problem import Evaluator, Problem, gpu_s_for_points
-from ncclrl.agents.strategy import RankController, SearchConfig
+from ncclrl.agents.strategy import JobController, RankController, SearchConfig
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.noise import compare, pooled_sigma
 from ncclrl.costmodel.replica import default_decisions
@@ -183,18 +183,16 @@ def _platform_with_job_shifts(sim, fast_knobs, job_sigma: float, seed: int):
     return measure
 
 
-@pytest.mark.parametrize("seed", [0, 1, pytest.param(2, marks=pytest.mark.xfail(
-    strict=True, reason="the search never measures 3 of the 18 sizes under the fast setting, so its table would "
-    "run them unmeasured and the measured-only decision refuses it"))])
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_setting_faster_everywhere_is_exported_through_job_wide_shifts(seed):
-    """A knob setting 2x faster at every size, jobs shifted by 25% (sigma) as on the H200s: the
-    tuning run finds it and the decision exports it."""
+    """A knob setting 2x faster at every size, jobs shifted by 25% (sigma) as on the H200s: a
+    tuning run in whole jobs (finetune's default) finds it and the decision exports it."""
     topo = load_topology("h200-2x2-sock")
     problem = Problem.make(topo, [N.ALLREDUCE], 8, 1 << 20)
     fast = problem.knobs[3].knobs
     ev = Evaluator(problem, _platform_with_job_shifts(Simulator(topo, seed=0), fast, 0.25, seed),
                    gpu_s_for_points(problem, 400))
-    out, run = finetune(problem, ev, RankController(), SearchConfig())
+    out, run = finetune(problem, ev, JobController(), SearchConfig())
     assert out.conf.knobs == fast and run.table.knob_prob > 0.9
     assert ev.gpu_s <= ev.budget + 1e-9
 
