@@ -281,7 +281,7 @@ def _shape_name(nodes: int, nranks: int) -> str:
     return f"{'any' if nodes == -1 else nodes} nodes x {'any' if nranks == -1 else nranks} ranks"
 
 
-def _uncovered(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def uncovered_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The sizes ``0 .. MAX_BYTES`` no span (inclusive) covers, as inclusive ranges."""
     gaps, nxt = [], 0
     for lo, hi in sorted(spans):
@@ -409,7 +409,7 @@ def _complete(table: Table) -> Table:
             if both:
                 raise ConfigError("table", f"rows {both[0].line()!r} and {both[1].line()!r} overlap: the plugins "
                                   "would read them differently")
-            gaps = _uncovered([(r.min_bytes, r.max_bytes) for r in lane])
+            gaps = uncovered_spans([(r.min_bytes, r.max_bytes) for r in lane])
             if gaps:
                 raise ConfigError("table", f"the rows for {_shape_name(*pattern)} leave {coll} "
                                   f"{gaps[0][0]}..{gaps[0][1]} B uncovered, where NVIDIA's example plugin runs one "
@@ -430,7 +430,7 @@ def _complete(table: Table) -> Table:
                 raise ConfigError("table", f"rows {both[0].line()!r} and {both[1].line()!r} overlap on "
                                   f"communicators of {_shape_name(nodes, nranks)}: the plugins would read them "
                                   "differently")
-            gaps = _uncovered([(r.min_bytes, r.max_bytes) for r in lane])
+            gaps = uncovered_spans([(r.min_bytes, r.max_bytes) for r in lane])
             if not gaps and all(_explicit(r) for r in mine):
                 out += sorted(mine, key=lambda r: r.min_bytes)
                 continue

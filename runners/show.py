@@ -16,6 +16,7 @@ from ncclrl.costmodel.table import (
     Row,
     Table,
     TableCheck,
+    uncovered_spans,
     check_table,
     check_text,
     check_unit,
@@ -118,7 +119,7 @@ def _differences(rows: list[Row], most: int = 8) -> list[str]:
         for coll in N.COLLECTIVES if shape != (-1, -1) else dict.fromkeys(r.collective for r in rows):
             spans = [(r.min_bytes, r.max_bytes) for r in rows if r.collective == coll and
                      r.nnodes in (-1, shape[0]) and r.nranks in (-1, shape[1])]
-            gaps += [f"{coll} on {_shape(shape)} {lo}..{hi}" for lo, hi in _uncovered(spans)]
+            gaps += [f"{coll} on {_shape(shape)} {lo}..{hi}" for lo, hi in uncovered_spans(spans)]
     if gaps:
         more = f"; and {len(gaps) - most} more" if len(gaps) > most else ""
         out.append("# not covered (ncclrl's plugin: NCCL decides; NVIDIA's example plugin: NCCL's algorithm on ONE "
@@ -200,20 +201,6 @@ def _widened(a: float, b: float) -> tuple[float, float, bool]:
     return c - MIN_OCTAVES / 2, c + MIN_OCTAVES / 2, True
 
 
-def _uncovered(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The sizes ``0..MAX_BYTES`` no span (inclusive) covers, as inclusive ranges."""
-    gaps, nxt = [], 0
-    for lo, hi in sorted(spans):
-        if lo > nxt:
-            gaps.append((nxt, min(lo - 1, MAX_BYTES)))
-        nxt = max(nxt, hi + 1)
-        if nxt > MAX_BYTES:
-            break
-    if nxt <= MAX_BYTES:
-        gaps.append((nxt, MAX_BYTES))
-    return gaps
-
-
 def _lanes(rows: list[Row]) -> tuple[list[tuple[str, tuple[int, int]]], bool]:
     """One lane per collective (NCCL's order, then names NCCL does not know) and communicator shape."""
     shapes = list(dict.fromkeys((r.nnodes, r.nranks) for r in rows))
@@ -273,7 +260,7 @@ def decision_map(rows: list[Row], path: Path, title: str = "") -> Path:
     for y, (coll, shape) in enumerate(lanes):
         applies = [(i, r) for i, r in enumerate(rows) if r.collective == coll and
                    ((r.nnodes, r.nranks) == shape or (r.nnodes, r.nranks) == (-1, -1))]
-        for lo, hi in _uncovered([(r.min_bytes, r.max_bytes) for _, r in applies]):
+        for lo, hi in uncovered_spans([(r.min_bytes, r.max_bytes) for _, r in applies]):
             a, b = _octaves(lo, hi)
             gaps = True
             ax.barh(y, 2 ** b - 2 ** a, left=2 ** a, height=0.8, zorder=1, **gap_style)[0].set_gid("nccl")
