@@ -16,11 +16,11 @@ from ncclrl.costmodel.table import (
     Row,
     Table,
     TableCheck,
-    uncovered_spans,
     check_table,
     check_text,
     check_unit,
     read_conf_env,
+    uncovered_spans,
 )
 from ncclrl.runners.config import Command, register
 
