@@ -28,6 +28,7 @@ from ncclrl.envs.launch import (
     launch_commands,
     parse_record,
     rank_env,
+    run_to_end,
 )
 from ncclrl.envs.store import Store
 from ncclrl.envs.torch_workers import TableWorkers
@@ -521,3 +522,34 @@ def test_a_two_node_job_on_one_gpu_starts_with_share_gpu(plugin, monkeypatch):
     assert job["share_gpu"] is True and job["emulate_nodes"] is True and job["gpus_per_node"] == 1
     cmds = launch_commands(w.launcher, topo.nodes, topo.gpus_per_node, {})
     assert [(e["RANK"], e["GROUP_RANK"], e["LOCAL_RANK"]) for _c, e in cmds] == [("0", "0", "0"), ("1", "1", "0")]
+
+
+REFUSING_WORKER = """
+import os, sys, time
+rank = int(os.environ["RANK"])
+if rank == 1:  # what a rank whose plugin refuses the job's table prints, then it stops
+    print("NCCL WARN ncclrl tuner: table has fingerprint 00000000000000aa, not the 00000000000000bb expected",
+          flush=True)
+    raise RuntimeError("ncclCommInitRank failed: the tuner plugin refused the table (fingerprint differs)")
+time.sleep(float(os.environ.get("HOLD_S", "0")))
+"""
+
+
+@pytest.mark.parametrize("hold_s", [0.0, 30.0])
+def test_a_rank_stopped_under_torchrun_is_named_in_one_line_without_torchruns_traceback(hold_s, tmp_path):
+    """A rank that stops the job (an uncaught error, no record) under a real torchrun of two nodes:
+    the user reads that rank, its exit code and its own last error line, never torchrun's traceback
+    or ChildFailedError dump, whether the other rank had ended (its agent ends well) or still runs
+    (its agent is ended: a SignalException traceback); launcher.log keeps the raw output."""
+    (tmp_path / "refusing_worker.py").write_text(REFUSING_WORKER)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]), "HOLD_S": str(hold_s)}
+    cmds = launch_commands(LaunchConfig(kind="torchrun"), 2, 1, env, module="refusing_worker")
+    t0 = time.time()
+    with pytest.raises(ConfigError) as e:
+        run_to_end(cmds, dict(os.environ), tmp_path, timeout_s=60.0, grace_s=1.0)
+    assert time.time() - t0 < 25
+    why = str(e.value)
+    assert why == ("launcher: rank 1 exited with 1: RuntimeError: ncclCommInitRank failed: the tuner plugin "
+                   "refused the table (fingerprint differs)"), why
+    raw = (tmp_path / "launcher.log").read_text()
+    assert "ChildFailedError" in raw and raw.count("Traceback") >= 2  # the rank's and torchrun's, kept
