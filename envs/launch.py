@@ -385,6 +385,8 @@ class Job:
         self._local_ranks = len(commands) > 1 and all("RANK" in e for _, e in commands)  # launcher=local
         self.outputs = [LauncherOutput() for _ in commands]  # what each launcher process said, sorted
         self.rank_errors: dict[int, str] = {}  # a rank's own error record, the first per rank
+        self._failed_codes: dict[int, int] = {}  # process index -> its non-zero exit code, before any kill
+        self._killing = False
         self._lock = threading.Lock()
         self._log = open(Path(log_dir) / "launcher.log", "a", buffering=1)  # noqa: SIM115
         self.procs: list[subprocess.Popen] = []
@@ -482,6 +484,10 @@ class Job:
 
     def poll(self) -> list[int | None]:
         codes = [p.poll() for p in self.procs]
+        if not self._killing:  # each process's own failure, before a kill adds its codes
+            for i, c in enumerate(codes):
+                if c not in (None, 0):
+                    self._failed_codes.setdefault(i, c)
         if self._first_fail is None:  # the first failure seen, before a kill adds its own codes
             bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if bad:
@@ -512,28 +518,29 @@ class Job:
         if code is None:
             return ""
         with self._lock:
-            if self._local_ranks:
-                polled = [p.poll() for p in self.procs]
-                failed = [(i, c, self.outputs[i].last_error) for i, c in enumerate(polled) if c not in (None, 0)]
-                if self._first_fail is not None:  # the first seen first; a kill's codes after it
+            if self._local_ranks:  # each rank its own process: its exit code and its own lines
+                failed = [(i, c, self.outputs[i].last_error or NO_ERROR) for i, c in self._failed_codes.items()]
+                if self._first_fail is not None:  # the first seen first
                     failed.sort(key=lambda f: f[0] != self._first_fail[0])
             else:
                 failed = []
                 for out in self.outputs:
-                    own = out.last_error if len(out.failed) == 1 else ""  # one rank failed there: its lines
+                    # one rank failed on that node: the node's last error line is its; several: not told apart
+                    own = (out.last_error or NO_ERROR) if len(out.failed) == 1 else MIXED
                     failed += [(r, c, own) for r, c in out.failed if r not in {f[0] for f in failed}]
                 if not failed and self.rank_exit is not None:  # Open MPI's notice
-                    failed = [(*self.rank_exit, "")]
+                    failed = [(*self.rank_exit, MIXED)]
             errors = dict(self.rank_errors)
         if not failed:
             return f"the launcher exited with {code}"
-        return "; ".join(f"rank {r} {exit_words(c)}: {errors.get(r) or own or 'it printed no error message'}"
-                         for r, c, own in failed)
+        return "; ".join(f"rank {r} {exit_words(c)}: {errors.get(r) or own}" for r, c, own in failed)
 
     def kill(self) -> None:
         """End every process of the job: SIGTERM to each launcher's process group, SIGKILL after
         ``grace_s`` to whatever is left; then SIGKILL to every process on this host that carries the
         job's token, also after a job that ended well (what it left running)."""
+        self.poll()
+        self._killing = True
         live = [p for p in self.procs if p.poll() is None]
         # this host's processes of the job, whatever group or session they moved to (Open MPI puts
         # each rank in a group of its own): killed too if the launcher dies before it ends them
@@ -570,6 +577,10 @@ class Job:
             self._closed = True
             self.lingering = self.lingering or any(t.is_alive() for t in self._threads)
             self._log.close()
+
+
+NO_ERROR = "it printed no error message"
+MIXED = "its output is not told apart from the other ranks' (the launcher's output has it)"
 
 
 def exit_words(code: int) -> str:
