@@ -614,8 +614,8 @@ class LauncherOutput:
             if text and not text[0].isspace() and not text.startswith("Traceback"):  # the exception line
                 block, self._block = self._block, None
                 if any(AGENT_FRAME in x for x in block):  # the agent's own traceback
-                    if "ChildFailedError" in text:
-                        self._summary = 1 if text.rstrip().endswith(":") else 0
+                    if "ChildFailedError" in text:  # its failure summary follows, between '=====' lines
+                        self._summary = 1
                     return
                 self._note(text)
             return
@@ -641,6 +641,8 @@ class LauncherOutput:
             self._rank = None
 
     def _note(self, text: str) -> None:
+        if text[:1].isspace():  # a traceback's frames and source lines: its last line says what went wrong
+            return
         if ERROR_WORDS.search(text):
             self.last_error = " ".join(text.split())[:300]
 

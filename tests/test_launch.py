@@ -557,3 +557,51 @@ def test_a_rank_stopped_under_torchrun_is_named_in_one_line_without_torchruns_tr
     assert "Traceback" in raw and "RuntimeError" in raw  # the raw output is kept
     if kind == "torchrun":
         assert "ChildFailedError" in raw and raw.count("Traceback") >= 2  # the rank's and torchrun's
+
+
+TORCHRUN_TWO_FAILED = """\
+NCCL WARN ncclrl tuner: table has fingerprint 00000000000000aa, not the 00000000000000bb expected
+E1125 06:32:35.529000 4587 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) \
+local_rank: 0 (pid: 4614) of binary: /usr/bin/python
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/x/site-packages/torch/distributed/run.py", line 1032, in <module>
+    main()
+  File "/x/site-packages/torch/distributed/launcher/api.py", line 383, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+ncclrl.envs.worker FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-25_06:32:35
+  host      : localhost
+  rank      : 3 (local_rank: 1)
+  exitcode  : -9 (pid: 4615)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4615
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-25_06:32:35
+  host      : localhost
+  rank      : 2 (local_rank: 0)
+  exitcode  : 1 (pid: 4614)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_torchruns_summary_names_every_failed_rank_and_its_traceback_is_not_the_ranks_words():
+    """Both entries of a node's failure summary are failed ranks with their codes; the agent's
+    traceback (its frames and ChildFailedError) is never taken for a rank's error line."""
+    from ncclrl.envs.launch import LauncherOutput, exit_words
+
+    out = LauncherOutput()
+    for line in TORCHRUN_TWO_FAILED.splitlines():
+        out.add(line)
+    assert out.failed == [(3, -9), (2, 1)]
+    assert out.last_error.startswith("NCCL WARN ncclrl tuner: table has fingerprint")
+    assert exit_words(-9) == "was killed by SIGKILL" and exit_words(2) == "exited with 2"
