@@ -64,6 +64,12 @@ TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 TORCHRUN_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 MPI_RANK = re.compile(r"^\s*Process name:\s*\[.*[,@]\d+,(\d+)\]|^\s*Process name:\s*\[\[\d+,\d+\],(\d+)\]")
 MPI_EXIT = re.compile(r"^\s*Exit code:\s*(-?\d+)")
+# torchrun's own output, never a rank's: its log lines (glog style: E1125 06:32:35.529000 4587 file:line])
+# and its Python tracebacks (a failed job ends its agent with ChildFailedError and a summary)
+AGENT_LOG = re.compile(r"^[EWIDF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")
+AGENT_FRAME = "torch/distributed/run.py"
+# a line of a rank's own output that says what went wrong
+ERROR_WORDS = re.compile(r"Error\b|Exception\b|\berror\b|\bWARN\b|\bfailed\b|\bFATAL\b|Aborted|Killed")
 # what mpirun forwards besides the job's variables, when set: the Python and libraries the ranks need
 PASS_ON = ("PYTHONPATH", "LD_LIBRARY_PATH")
 # the largest value one environment variable may hold on Linux (MAX_ARG_STRLEN)
@@ -377,6 +383,10 @@ class Job:
         self._first_fail: tuple[int, int] | None = None  # (process index, code) of the first seen to fail
         self._first_fail_at = 0.0
         self._local_ranks = len(commands) > 1 and all("RANK" in e for _, e in commands)  # launcher=local
+        self.outputs = [LauncherOutput() for _ in commands]  # what each launcher process said, sorted
+        self.rank_errors: dict[int, str] = {}  # a rank's own error record, the first per rank
+        self._failed_codes: dict[int, int] = {}  # process index -> its non-zero exit code, before any kill
+        self._killing = False
         self._lock = threading.Lock()
         self._log = open(Path(log_dir) / "launcher.log", "a", buffering=1)  # noqa: SIM115
         self.procs: list[subprocess.Popen] = []
@@ -395,8 +405,8 @@ class Job:
                 self.kill()
                 raise ConfigError("launcher", f"could not start {cmd[0]}: {e.strerror}") from None
             self.procs.append(p)
-        for p in self.procs:
-            t = threading.Thread(target=self._read, args=(p,), daemon=True)
+        for i, p in enumerate(self.procs):
+            t = threading.Thread(target=self._read, args=(p, i), daemon=True)
             t.start()
             self._threads.append(t)
 
@@ -405,7 +415,7 @@ class Job:
     lingering = False  # a process left behind held the output open past close()
     read_grace_s = 5.0  # how long a finished job's output may stay silent before reading stops (close)
 
-    def _read(self, p: subprocess.Popen) -> None:
+    def _read(self, p: subprocess.Popen, index: int = 0) -> None:
         """Read the launcher's output as it comes, line by line, to its end; once :meth:`close` is
         called, everything already written is still read, and reading stops at the end of the
         output or after ``read_grace_s`` of silence."""
@@ -420,7 +430,7 @@ class Job:
                         break
                     *lines, buf = (buf + chunk).split(b"\n")
                     for raw in lines:
-                        if not self._line(raw.decode(errors="replace")):
+                        if not self._line(raw.decode(errors="replace"), index):
                             return
                     idle_since = None
                 elif self._closing:
@@ -429,23 +439,28 @@ class Job:
                         self.lingering = True  # open, silent: something the job left behind holds it
                         return
             if buf:
-                self._line(buf.decode(errors="replace"))
+                self._line(buf.decode(errors="replace"), index)
         except (OSError, ValueError):  # the pipe or the log closed under it
             return
 
-    def _line(self, line: str) -> bool:
-        """Take one line of output; False once the job is closed."""
+    def _line(self, line: str, index: int = 0) -> bool:
+        """Take one line of output of launcher process ``index``; False once the job is closed."""
         recs, rest = parse_records(line)
         with self._lock:
             if self._closed:
                 return False
             self.last_output = time.time()
             self.records += recs
+            for r in recs:
+                if r.kind == "error" and r.rank not in self.rank_errors:
+                    self.rank_errors[r.rank] = " ".join(r.payload.split())[:300]
             if rest.strip():
-                self._log.write(rest + "\n")
+                self._log.write(rest + "\n")  # the raw output, torchrun's tracebacks too: for debugging
                 if "NCCL WARN" in rest:
                     self.nccl_warnings.append(rest.strip()[-300:])
                 self._note_exit(rest)
+                if 0 <= index < len(self.outputs):
+                    self.outputs[index].add(rest)
         return True
 
     def _note_exit(self, line: str) -> None:
@@ -469,6 +484,10 @@ class Job:
 
     def poll(self) -> list[int | None]:
         codes = [p.poll() for p in self.procs]
+        if not self._killing:  # each process's own failure, before a kill adds its codes
+            for i, c in enumerate(codes):
+                if c not in (None, 0):
+                    self._failed_codes.setdefault(i, c)
         if self._first_fail is None:  # the first failure seen, before a kill adds its own codes
             bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
             if bad:
@@ -490,21 +509,38 @@ class Job:
         return self._first_fail[1] if self._first_fail else None
 
     def failure(self) -> str:
-        """Why the job failed, in words, with the failed rank's own exit code where known (its
-        launcher's summary, or the rank's process under launcher=local); ``""`` if nothing failed."""
+        """Why the job failed, one clause per failed rank (``rank R exited with C: its last error
+        line``), from the ranks' own words: an error record, or the last error line of the rank's own
+        output (never the launcher's traceback: that stays in ``launcher.log``); ``""`` if nothing
+        failed. The ranks come from torchrun's failure summaries (every node's), Open MPI's notice,
+        or the rank's own process under launcher=local."""
         code = self.failed()
         if code is None:
             return ""
-        if self.rank_exit is not None:
-            return f"rank {self.rank_exit[0]} exited with {self.rank_exit[1]} (the launcher with {code})"
-        if self._local_ranks and self._first_fail is not None:
-            return f"rank {self._first_fail[0]} exited with {code}"
-        return f"the launcher exited with {code}"
+        with self._lock:
+            if self._local_ranks:  # each rank its own process: its exit code and its own lines
+                failed = [(i, c, self.outputs[i].last_error or NO_ERROR) for i, c in self._failed_codes.items()]
+                if self._first_fail is not None:  # the first seen first
+                    failed.sort(key=lambda f: f[0] != self._first_fail[0])
+            else:
+                failed = []
+                for out in self.outputs:
+                    # one rank failed on that node: the node's last error line is its; several: not told apart
+                    own = (out.last_error or NO_ERROR) if len(out.failed) == 1 else MIXED
+                    failed += [(r, c, own) for r, c in out.failed if r not in {f[0] for f in failed}]
+                if not failed and self.rank_exit is not None:  # Open MPI's notice
+                    failed = [(*self.rank_exit, MIXED)]
+            errors = dict(self.rank_errors)
+        if not failed:
+            return f"the launcher exited with {code}"
+        return "; ".join(f"rank {r} {exit_words(c)}: {errors.get(r) or own}" for r, c, own in failed)
 
     def kill(self) -> None:
         """End every process of the job: SIGTERM to each launcher's process group, SIGKILL after
         ``grace_s`` to whatever is left; then SIGKILL to every process on this host that carries the
         job's token, also after a job that ended well (what it left running)."""
+        self.poll()
+        self._killing = True
         live = [p for p in self.procs if p.poll() is None]
         # this host's processes of the job, whatever group or session they moved to (Open MPI puts
         # each rank in a group of its own): killed too if the launcher dies before it ends them
@@ -541,6 +577,74 @@ class Job:
             self._closed = True
             self.lingering = self.lingering or any(t.is_alive() for t in self._threads)
             self._log.close()
+
+
+NO_ERROR = "it printed no error message"
+MIXED = "its output is not told apart from the other ranks' (the launcher's output has it)"
+
+
+def exit_words(code: int) -> str:
+    """``exited with 3``, or ``was killed by SIGKILL`` for a negative code (a signal)."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with {code}"
+
+
+class LauncherOutput:
+    """One launcher process's output, sorted: the ranks torchrun's failure summary names (with
+    their exit codes) and the last error line of the ranks' own output; torchrun's log lines and
+    its own tracebacks (the agent's ChildFailedError, a SignalException when it is ended) are
+    neither."""
+
+    def __init__(self) -> None:
+        self.failed: list[tuple[int, int]] = []  # (rank, exit code) per entry of torchrun's summary
+        self.last_error = ""  # the last line of the ranks' own output that says what went wrong
+        self._block: list[str] | None = None  # a traceback being read
+        self._summary = 0  # inside torchrun's summary: the '=====' lines seen
+        self._rank: int | None = None
+
+    def add(self, line: str) -> None:
+        text = line.rstrip()
+        if self._summary:
+            self._in_summary(text)
+            return
+        if self._block is not None:
+            self._block.append(text)
+            if text and not text[0].isspace() and not text.startswith("Traceback"):  # the exception line
+                block, self._block = self._block, None
+                if any(AGENT_FRAME in x for x in block):  # the agent's own traceback
+                    if "ChildFailedError" in text:  # its failure summary follows, between '=====' lines
+                        self._summary = 1
+                    return
+                self._note(text)
+            return
+        if text.startswith("Traceback (most recent call last)"):
+            self._block = [text]
+        elif not AGENT_LOG.match(text):
+            self._note(text)
+
+    def _in_summary(self, text: str) -> None:
+        if text.startswith("====="):
+            self._summary += 1
+            if self._summary > 2:  # the line that closes the summary
+                self._summary = 0
+            return
+        m = TORCHRUN_RANK.match(text)
+        if m:
+            self._rank = int(m.group(1))
+            return
+        m = TORCHRUN_EXIT.match(text)
+        if m and self._rank is not None:
+            if self._rank not in {r for r, _ in self.failed}:
+                self.failed.append((self._rank, int(m.group(1))))
+            self._rank = None
+
+    def _note(self, text: str) -> None:
+        if text[:1].isspace():  # a traceback's frames and source lines: its last line says what went wrong
+            return
+        if ERROR_WORDS.search(text):
+            self.last_error = " ".join(text.split())[:300]
 
 
 # Each launcher runs in a process group of its own (what a timeout ends) and gets SIGTERM when

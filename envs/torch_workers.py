@@ -225,8 +225,7 @@ class TableWorkers(Backend):
             if silent:
                 why = f"ranks {silent} ended without a word (died?); {why}"
         else:
-            code = job.failed()
-            why = f"{job.failure()}: {job_tail(out_dir if self.log_dir else None)}" if code else ""
+            why = job.failure()  # one clause per failed rank, in its own words; the raw output in launcher.log
             if not why and any(r is None for r in out):
                 missing = sorted(set(range(self.nranks)) - set(seen.hellos))
                 why = (f"ranks {missing} never reported: the job ran fewer ranks than the topology's {self.nranks}"
@@ -267,14 +266,6 @@ RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK
 NVLS = ("as-is", "off")
 NCCL_TUNER_PLUGIN = "NCCL_TUNER_PLUGIN"
 FORWARD = ("NCCL_", "NCCLRL_")
-
-
-def job_tail(log_dir: Path | None) -> str:
-    if log_dir is None or not (log_dir / "launcher.log").exists():
-        return "see its output with log_dir="
-    lines = [x for x in (log_dir / "launcher.log").read_text(errors="replace").splitlines()
-             if not x.startswith("$ ") and any(c.isalnum() for c in x)]
-    return lines[-1][-300:] if lines else "no output"
 
 
 class JobRecords:

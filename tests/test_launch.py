@@ -28,6 +28,7 @@ from ncclrl.envs.launch import (
     launch_commands,
     parse_record,
     rank_env,
+    run_to_end,
 )
 from ncclrl.envs.store import Store
 from ncclrl.envs.torch_workers import TableWorkers
@@ -521,3 +522,86 @@ def test_a_two_node_job_on_one_gpu_starts_with_share_gpu(plugin, monkeypatch):
     assert job["share_gpu"] is True and job["emulate_nodes"] is True and job["gpus_per_node"] == 1
     cmds = launch_commands(w.launcher, topo.nodes, topo.gpus_per_node, {})
     assert [(e["RANK"], e["GROUP_RANK"], e["LOCAL_RANK"]) for _c, e in cmds] == [("0", "0", "0"), ("1", "1", "0")]
+
+
+REFUSING_WORKER = """
+import os, sys, time
+rank = int(os.environ["RANK"])
+if rank == 1:  # what a rank whose plugin refuses the job's table prints, then it stops
+    print("NCCL WARN ncclrl tuner: table has fingerprint 00000000000000aa, not the 00000000000000bb expected",
+          flush=True)
+    raise RuntimeError("ncclCommInitRank failed: the tuner plugin refused the table (fingerprint differs)")
+time.sleep(float(os.environ.get("HOLD_S", "0")))
+"""
+
+
+@pytest.mark.parametrize("kind", ["torchrun", "local"])
+@pytest.mark.parametrize("hold_s", [0.0, 30.0])
+def test_a_rank_stopped_under_torchrun_is_named_in_one_line_without_torchruns_traceback(kind, hold_s, tmp_path):
+    """A rank that stops the job (an uncaught error, no record) under a real torchrun of two nodes
+    (or ncclrl's own launcher): the user reads that rank, its exit code and its own last error line,
+    never torchrun's traceback or ChildFailedError dump, whether the other rank had ended (its agent
+    ends well) or still runs (it is ended, and not named as failed: under torchrun its agent prints
+    a SignalException traceback); launcher.log keeps the raw output."""
+    (tmp_path / "refusing_worker.py").write_text(REFUSING_WORKER)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]), "HOLD_S": str(hold_s)}
+    cmds = launch_commands(LaunchConfig(kind=kind), 2, 1, env, module="refusing_worker")
+    t0 = time.time()
+    with pytest.raises(ConfigError) as e:
+        run_to_end(cmds, dict(os.environ), tmp_path, timeout_s=60.0, grace_s=1.0)
+    assert time.time() - t0 < 25
+    why = str(e.value)
+    assert why == ("launcher: rank 1 exited with 1: RuntimeError: ncclCommInitRank failed: the tuner plugin "
+                   "refused the table (fingerprint differs)"), why
+    raw = (tmp_path / "launcher.log").read_text()
+    assert "Traceback" in raw and "RuntimeError" in raw  # the raw output is kept
+    if kind == "torchrun":
+        assert "ChildFailedError" in raw and raw.count("Traceback") >= 2  # the rank's and torchrun's
+
+
+TORCHRUN_TWO_FAILED = """\
+NCCL WARN ncclrl tuner: table has fingerprint 00000000000000aa, not the 00000000000000bb expected
+E1125 06:32:35.529000 4587 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) \
+local_rank: 0 (pid: 4614) of binary: /usr/bin/python
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/x/site-packages/torch/distributed/run.py", line 1032, in <module>
+    main()
+  File "/x/site-packages/torch/distributed/launcher/api.py", line 383, in launch_agent
+    raise ChildFailedError(
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+ncclrl.envs.worker FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-25_06:32:35
+  host      : localhost
+  rank      : 3 (local_rank: 1)
+  exitcode  : -9 (pid: 4615)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4615
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-25_06:32:35
+  host      : localhost
+  rank      : 2 (local_rank: 0)
+  exitcode  : 1 (pid: 4614)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_torchruns_summary_names_every_failed_rank_and_its_traceback_is_not_the_ranks_words():
+    """Both entries of a node's failure summary are failed ranks with their codes; the agent's
+    traceback (its frames and ChildFailedError) is never taken for a rank's error line."""
+    from ncclrl.envs.launch import LauncherOutput, exit_words
+
+    out = LauncherOutput()
+    for line in TORCHRUN_TWO_FAILED.splitlines():
+        out.add(line)
+    assert out.failed == [(3, -9), (2, 1)]
+    assert out.last_error.startswith("NCCL WARN ncclrl tuner: table has fingerprint")
+    assert exit_words(-9) == "was killed by SIGKILL" and exit_words(2) == "exited with 2"
