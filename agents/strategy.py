@@ -167,9 +167,10 @@ class ModelConfig:
     :param weight_sigma: prior sd of each correction weight (log time)
     :param local_sigma: prior sd of a point's own misfit, beyond what the features explain
     :param noise_sigma: prior guess of the per-point sd (log) of one job's median about the point's
-        mean once its job's shift is taken out (recorded A/A jobs on the H200 hosts: 0.07-0.10)
-    :param job_sigma: prior guess of the sd (log) of the shift all points of one job share (recorded
-        A/A jobs: about 0.10)
+        mean once its job's shift is taken out (the fit on 654 recorded A/A jobs,
+        ``conf/noise/job_noise.yaml``: 0.13-0.23 by size, heavy-tailed)
+    :param job_sigma: prior guess of the sd (log) of the shift all points of one job share (the same
+        fit: 0.085)
     :param prior_dof: weight of each guess, in degrees of freedom: the fitted variance is pulled
         towards the guess as if it came from ``prior_dof`` measurements of it; with no repeated
         measurement the guesses are the noise
@@ -178,8 +179,8 @@ class ModelConfig:
 
     weight_sigma: float = 0.15
     local_sigma: float = 0.1
-    noise_sigma: float = 0.07
-    job_sigma: float = 0.1
+    noise_sigma: float = 0.15
+    job_sigma: float = 0.085
     prior_dof: float = 4.0
     noise_floor: float = 0.005
 
@@ -477,13 +478,21 @@ class DecisionConfig:
     :param delta: smallest gain worth a change (fraction: 0.02 = 2% faster)
     :param alpha: a row (or knob setting) is kept when, from the run's measurements alone, the
         probability that it is at least ``delta`` faster than NCCL's choice (defaults) exceeds
-        ``1 - alpha``
+        ``1 - alpha``; a knob setting also needs, at every size, its measured speedup over NCCL's
+        plain default at least ``1 / (1 + delta)``
+    :param min_jobs: a point becomes a row, or part of a knob setting's table, only once measured in
+        this many jobs: a job's median is a heavy-tailed draw (recorded A/A jobs: t with 2.5 degrees
+        of freedom), and the fastest of many candidates measured once is fast by luck as often as
+        not; the second job confirms or refutes it
     """
 
     delta: float = 0.01
-    alpha: float = 0.2
+    alpha: float = 0.05
+    min_jobs: int = 2
 
     def check(self) -> None:
+        if self.min_jobs < 1:
+            raise ConfigError("decision.min_jobs", f"must be >= 1, got {self.min_jobs}")
         if not 0 <= self.delta < 1:
             raise ConfigError("decision.delta", f"must be in [0, 1), got {self.delta}")
         if not 0 < self.alpha < 0.5:
@@ -522,11 +531,14 @@ def decide(space: Space, model: Model, obs: Measurements, cfg: DecisionConfig) -
     measured as the same configuration made explicit is measured (that configuration's jobs
     stand for it); under another knob setting, where it was not measured at all, a row must be
     that much faster than NCCL's plain default. A knob setting other than NCCL's defaults needs
-    the point its table runs at every size measured, its table's gain over the table under NCCL's
-    defaults ``delta`` with the same probability, and no size slower than NCCL's plain default
-    beyond its 95% interval, nor by ``delta`` with probability above ``1 - alpha`` (a setting
-    that wins on the whole but loses at some size is refused); of those that pass, the largest
-    measured gain wins."""
+    the point its table runs at every size measured (in ``min_jobs`` jobs), its table's gain over
+    the table under NCCL's defaults ``delta`` with that probability corrected (Sidak) for every
+    other knob setting it was chosen among, and at no size a
+    measured speedup over NCCL's plain default below ``1 / (1 + delta)`` (a setting that wins on
+    the whole but measures slower at some size is refused); of those that pass, the largest
+    measured gain wins. A row needs its
+    point measured in ``min_jobs`` jobs, and its probability is corrected (Sidak) for every
+    candidate measured at its size, confirmed or not: the confirmed ones were chosen among them."""
     est = estimate(space, obs, model.noise)
     thr = math.log1p(cfg.delta)
     nc = space.n_cells
@@ -542,6 +554,8 @@ def decide(space: Space, model: Model, obs: Measurements, cfg: DecisionConfig) -
             d = space.default[g]
             mem = space.members[g]
             meas = mem[(est.at[mem] >= 0) & ~same[mem]]
+            n_cand = max(len(meas), 1)  # the confirmed candidates were picked among every measured one
+            meas = meas[[len(est.jobs[est.at[i]]) >= cfg.min_jobs for i in meas]] if len(meas) else meas
             if d >= 0 and not est.measured(d):  # NCCL's choice, measured as the same configuration made explicit
                 twins = mem[same[mem] & (est.at[mem] >= 0)]
                 if len(twins):
@@ -571,7 +585,7 @@ def decide(space: Space, model: Model, obs: Measurements, cfg: DecisionConfig) -
             gain = np.array([x for x, _ in diffs])
             sd = np.array([max(s, 1e-12) for _, s in diffs])
             p = _cdf((gain - thr) / sd)
-            ok = p > (1 - cfg.alpha) ** (1 / len(meas))  # the best of len(meas) is kept: Sidak
+            ok = p > (1 - cfg.alpha) ** (1 / n_cand)  # the best of every candidate measured is kept: Sidak
             if ok.any():  # the fastest measured among the rows the evidence supports
                 j = np.flatnonzero(ok)[np.argmin(est.mu[est.at[meas[ok]]])]
                 rows[c], prob[c], final[c], seen[c] = int(meas[j]), float(p[j]), meas[j], meas[j]
@@ -593,15 +607,17 @@ def decide(space: Space, model: Model, obs: Measurements, cfg: DecisionConfig) -
     for k, rows, prob, final, cg, cs, seen in tables[1:]:
         if not (est.at[seen] >= 0).all() or not (est.at[seen0] >= 0).all():
             continue  # a size this setting would run unmeasured, or a size of NCCL's table unmeasured
-        if (cg + Z95 * cs < 0).any() or (_cdf((-thr - cg) / np.maximum(cs, 1e-12)) > 1 - cfg.alpha).any():
-            continue  # a size slower than NCCL's plain default (beyond its interval, or surely by delta)
+        if any(len(est.jobs[est.at[i]]) < cfg.min_jobs for i in seen):
+            continue  # a size this setting would run on one job's word
+        if (cg < -thr).any():
+            continue  # a size measured slower than NCCL's plain default by more than delta
         wts: dict[int, float] = {}
         for c in range(nc):  # the setting's table against NCCL's table: shares of the objective
             wts[int(seen0[c])] = wts.get(int(seen0[c]), 0.0) + a[c]
             wts[int(seen[c])] = wts.get(int(seen[c]), 0.0) - a[c]
         g, sd = est.contrast(wts)
         p = float(_cdf((g - thr) / max(sd, 1e-12)))
-        if p > 1 - cfg.alpha and g > best:
+        if p > (1 - cfg.alpha) ** (1 / max(space.n_knobs - 1, 1)) and g > best:  # the best of the settings: Sidak
             best = g
             out = Table(k, rows, prob, p, gain_of[k], final, cg, cs, model.noise)
     return out
@@ -1062,53 +1078,81 @@ class Search:
         """Predicted GPU-seconds each point adds to its job (its calls at the posterior time)."""
         return self.ev.cost.point_wall_s(np.exp(self.model.mean[idx]), self.ev.samples) * self.ev.nranks
 
-    def compose_job(self) -> list[int]:
-        """The next job (:class:`JobController`): per knob setting, its points never measured, or,
-        when it has none, the candidates (measured fewer than ``max_repeats`` times) in order of
-        expected improvement over the current table per GPU-second while that ratio beats the
-        job's own (its expected improvement so far over its launch and points); the setting whose
-        job is worth most per GPU-second, with NCCL's choice at each of its sizes. Empty when
-        nothing is worth measuring."""
+    def _ei(self) -> np.ndarray:
+        """Per point, its expected improvement over the current table, weighted by its size's share
+        of the objective."""
         sp, m = self.space, self.model
         final = m.mean[self.table.final]
         sens = sp.sensitivity(final) * sp.n_cells  # 1 per cell unweighted; the step's share weighted
         g = final[sp.cell] - m.mean
         std = np.maximum(m.std, 1e-9)
         z = g / std
-        ei = (std * _phi(z) + g * _cdf(z)) * sens[sp.cell]
+        return (std * _phi(z) + g * _cdf(z)) * sens[sp.cell]
+
+    def _select(self, idx: np.ndarray, ei: np.ndarray, cost: np.ndarray, launch: float,
+                whole: bool = True) -> tuple[list[int], float, float]:
+        """Points of ``idx`` for one job, with their expected improvement summed and the job's
+        GPU-seconds, launch included. ``whole``: all of them (a setting's sweep: points are cheap
+        next to a launch); otherwise in order of expected improvement per GPU-second while a
+        point's beats the job's own."""
+        if whole:
+            return [int(i) for i in idx], float(ei[idx].sum()), launch + float(cost[idx].sum())
+        idx = idx[np.argsort(-ei[idx] / cost[idx], kind="stable")]
+        value, spent, take = 0.0, launch, 0
+        for i in idx:
+            if ei[i] / cost[i] <= value / spent:
+                break
+            value, spent, take = value + ei[i], spent + cost[i], take + 1
+        return [int(i) for i in idx[:take]], float(value), float(spent)
+
+    def compose_job(self) -> list[int]:
+        """The next job (:class:`JobController`): per knob setting, its points never measured, or,
+        when it has none, the candidates (measured fewer than ``max_repeats`` times) in order of
+        expected improvement over the current table per GPU-second while that ratio beats the
+        job's own (its expected improvement so far over its launch and points); the setting whose
+        job is worth most per GPU-second, with NCCL's choice under it at every size; a job of NCCL's
+        defaults instead when they have been measured in fewer jobs than that setting's choices
+        (every setting is judged against them). Empty when nothing is worth measuring."""
+        sp = self.space
+        ei = self._ei()
         ok = self.n < self.max_rep
         cost = self.point_gpu_s(np.arange(sp.size))
         launch = self.ev.cost.launch_s * self.ev.nranks
         best, best_rate = [], 0.0
+        race: dict[int, list[int]] = {}
         for k in range(sp.n_knobs):
             idx = np.flatnonzero(ok & (sp.knob == k))
             fresh = idx[self.n[idx] == 0]
-            if len(fresh):  # a setting not yet swept: its whole space in one job (points are cheap next to a launch)
-                value, spent = float(ei[fresh].sum()), launch + float(cost[fresh].sum())
+            if len(fresh):  # a setting not yet swept
+                take, value, spent = self._select(fresh, ei, cost, launch)
                 if value / spent > best_rate:
-                    best, best_rate = fresh.tolist(), value / spent
+                    best, best_rate = take, value / spent
                 continue
-            idx = idx[np.argsort(-ei[idx] / cost[idx], kind="stable")]
-            value, spent, take = 0.0, launch, 0
-            for i in idx:
-                if ei[i] / cost[i] <= value / spent:
-                    break
-                value, spent, take = value + ei[i], spent + cost[i], take + 1
+            take, value, spent = self._select(idx, ei, cost, launch, whole=False)
+            race[k] = take
             if take and value / spent > best_rate:
-                best, best_rate = idx[:take].tolist(), value / spent
+                best, best_rate = take, value / spent
         if not best:
             return []
         k = int(sp.knob[best[0]])
-        cells = {int(sp.cell[i]) for i in best}
-        pair = [int(sp.default[k * sp.n_cells + c]) for c in sorted(cells)]
+        nc = sp.n_cells
+        plain = sp.default[:nc]
+        if k and 0 in race:
+            under = sp.default[k * nc:(k + 1) * nc]
+            if self.n[plain].min() < self.n[under[under >= 0]].min() + 1:
+                # every setting is judged against NCCL's plain defaults: measure them as often
+                k, best = 0, race[0]
+        # NCCL's choice at every size: a setting is exported only once its table is confirmed at
+        # every size (min_jobs), against NCCL's plain defaults measured as often
+        pair = [int(i) for i in sp.default[k * nc:(k + 1) * nc]]
         return list(dict.fromkeys([*[i for i in pair if i >= 0], *best]))
 
     def run_jobs(self) -> Result:
         """A run of whole jobs (:class:`JobController`): NCCL's plain defaults with every
         configuration under them first, then :meth:`compose_job` until the budget is spent."""
         sp = self.space
-        base = np.flatnonzero(sp.knob == 0)
-        first = [*sp.default[: sp.n_cells].tolist(), *base[~sp.is_default[base]].tolist()]
+        base = np.flatnonzero((sp.knob == 0) & ~sp.is_default)
+        first = [*sp.default[: sp.n_cells].tolist(), *base.tolist()]
         self.pending = list(dict.fromkeys(int(i) for i in first))
         self.flush()
         reason = "budget spent"

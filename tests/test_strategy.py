@@ -141,12 +141,13 @@ def test_decision_refuses_a_row_never_measured():
     sp = Space(problem())
     jobs = _Jobs()
     key = sp.keys[a_row(sp, 1)]
-    for c in range(1, sp.n_cells):
-        d = int(sp.default[c])
-        r = next(i for i in sp.members[c] if sp.keys[i] == key)
-        jobs.add(1, d, sp.prior[d])
-        jobs.add(1, r, sp.prior[d] - 0.4)
-    jobs.add(1, int(sp.default[0]), sp.prior[sp.default[0]])
+    for j in (1, 2):
+        for c in range(1, sp.n_cells):
+            d = int(sp.default[c])
+            r = next(i for i in sp.members[c] if sp.keys[i] == key)
+            jobs.add(j, d, sp.prior[d])
+            jobs.add(j, r, sp.prior[d] - 0.4)
+        jobs.add(j, int(sp.default[0]), sp.prior[sp.default[0]])
     t, m = decided(sp, jobs, DecisionConfig(), NOISE)
     r0 = next(i for i in sp.members[0] if sp.keys[i] == key)
     assert m.mean[r0] < m.mean[sp.default[0]] - 0.2  # the model predicts it much faster
@@ -199,20 +200,50 @@ def test_fitted_noise_recovers_a_known_job_shift(seed):
 
 
 def test_decision_needs_the_knob_setting_to_beat_defaults_across_jobs():
-    """A knob setting measured 3% better at every size (one job each side) is not kept when a
-    job's shift has sd 5%; 30% better is; 30% better with one size unmeasured is not."""
+    """A knob setting measured 3% better at every size (two jobs each side) is not kept when a
+    job's shift has sd 5%; 30% better is; 30% better with one size unmeasured is not, nor with
+    one size measured 5% slower (a setting that wins on the whole but loses at a size), nor 30%
+    better in one job each side (one job's word)."""
     pr = problem()
     sp = Space(pr)
     k = 1
-    for gain, skip, kept in ((0.03, None, False), (0.3, None, True), (0.3, 2, False)):
+    for gain, skip, lose, n_jobs, kept in ((0.03, None, None, 2, False), (0.3, None, None, 2, True),
+                                           (0.3, 2, None, 2, False), (0.3, None, 2, 2, False),
+                                           (0.3, None, None, 1, False)):
         jobs = _Jobs()
-        for c in range(sp.n_cells):
-            d0, dk = sp.default[c], sp.default[k * sp.n_cells + c]
-            jobs.add(1, d0, sp.prior[d0])
-            if c != skip:
-                jobs.add(2, dk, sp.prior[d0] - gain)
+        for j in range(n_jobs):
+            for c in range(sp.n_cells):
+                d0, dk = sp.default[c], sp.default[k * sp.n_cells + c]
+                jobs.add(10 + j, d0, sp.prior[d0])
+                if c != skip:
+                    jobs.add(20 + j, dk, sp.prior[d0] - (-0.05 if c == lose else gain))
         t, _ = decided(sp, jobs, DecisionConfig(delta=0.02, alpha=0.1), Noise(0.02, 0.05))
-        assert (t.knob == k) is kept, (gain, skip, t.knob, t.knob_prob)
+        assert (t.knob == k) is kept, (gain, skip, lose, n_jobs, t.knob, t.knob_prob)
+
+
+def test_a_row_needs_a_second_job_and_answers_for_every_candidate_measured():
+    """A row measured 40% faster in one job is not exported; confirmed in a second job it is.
+    5.5% faster in both jobs is kept when it is the only candidate measured at its size, and not
+    when 9 others were measured there once (it was picked as the best of 10)."""
+    sp = Space(problem())
+    d, r = int(sp.default[0]), a_row(sp)
+    cfg = DecisionConfig(delta=0.01, alpha=0.1)
+    for n_jobs, kept in ((1, False), (2, True)):
+        jobs = _Jobs()
+        for j in range(n_jobs):
+            jobs.add(j, d, 5.0)
+            jobs.add(j, r, 4.6)
+        assert (decided(sp, jobs, cfg, NOISE)[0].rows == {0: r}) is kept, n_jobs
+    others = [int(i) for i in sp.members[0] if i not in (d, r) and not same_as_nccl(sp)[i]]
+    assert len(others) == 9
+    for crowd, kept in (([], True), (others, False)):
+        jobs = _Jobs()
+        for j in range(2):
+            jobs.add(j, d, 5.0)
+            jobs.add(j, r, 5.0 - 0.055)
+        for i in crowd:
+            jobs.add(0, i, 5.05)
+        assert (decided(sp, jobs, cfg, NOISE)[0].rows == {0: r}) is kept, len(crowd)
 
 
 @pytest.mark.parametrize("budget", [10, 60, 200])
