@@ -49,9 +49,9 @@ def test_finetune_cli_replaying_the_h200_sweep(tmp_path):
     with Store(tmp_path / "ft.sqlite") as s:
         assert s.count() == summary["measured"] == s.count(tag="finetune")
     assert (tmp_path / "out" / "nccl_tuner.csv").read_text().startswith("# ncclrl fine-tuned table")
-    # the table on the sweep's own data: faster than NCCL's defaults, and no worse than the zero-shot table
-    assert summary["speedup_on_sweep"] > 1.0
-    assert summary["fraction"] >= summary["zero_shot_fraction"]
+    # the table on the sweep's own data: no size slower than NCCL's defaults. The sweep recorded each
+    # point in one job, so no row gets the second job that confirms it: the table keeps NCCL's choice
+    assert summary["sizes_slower_on_sweep"] == 0 and summary["speedup_on_sweep"] >= 1.0
 
 
 class _Stop:
