@@ -9,7 +9,8 @@
 #   PART=3: ncclrl plugin verify of both tables, decisions only (iters=0: rooted collectives' times
 #           are bimodal on this bed, see README.md); ncclrl e2e with a model whose DDP bucket
 #           (~7 MiB) falls in a row of the table; the full-grid sweep resumed ($STORE: the store so far)
-#   PART=4: the current method: ncclrl finetune with its defaults under a GPU-time budget, ncclrl
+#   PART=4: the current method: ncclrl finetune with its defaults under a GPU-time budget (FT_BUDGET,
+#           default 6min; FT_WALL_S, default 330), ncclrl
 #           validate of its table (rounds=3), ncclrl plugin verify of it (iters=0)
 # Run from the repository root: OUT=out PART=1 bash data/h100x1-loopback-2026-11-25/run.sh
 # PART=2 reads the fine-tuned table from $FT (default: part1/finetuned/ in this folder).
@@ -59,7 +60,7 @@ elif [ "$PART" = 4 ]; then
   # ranks on the one GPU here), the fine-tuned table validated afresh, and NCCL's log checked for each row
   # (STORE: a store an earlier, interrupted call left; finetune resumes from it)
   [ -n "${STORE:-}" ] && cp "$STORE" "$OUT/store.sqlite" && chmod u+w "$OUT/store.sqlite"
-  run 400 python3 -m ncclrl finetune $T min_bytes=8 max_bytes=64M budget=6min wall_s=330 samples=3 \
+  run 400 python3 -m ncclrl finetune $T min_bytes=8 max_bytes=64M budget=${FT_BUDGET:-6min} wall_s=${FT_WALL_S:-330} samples=3 \
     timeout_s=60 $S out="$OUT/finetuned"
   run 30 cat "$OUT/finetuned/nccl_tuner.csv" "$OUT/finetuned/nccl.conf" "$OUT/finetuned/summary.json"
   run 150 python3 -m ncclrl validate "$OUT/finetuned/nccl_tuner.csv" conf="$OUT/finetuned/nccl.conf" $T \
