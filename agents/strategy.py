@@ -533,10 +533,9 @@ def decide(space: Space, model: Model, obs: Measurements, cfg: DecisionConfig) -
     that much faster than NCCL's plain default. A knob setting other than NCCL's defaults needs
     the point its table runs at every size measured (in ``min_jobs`` jobs), its table's gain over
     the table under NCCL's defaults ``delta`` with that probability corrected (Sidak) for every
-    other knob setting it was chosen among, and at no size a
-    measured speedup over NCCL's plain default below ``1 / (1 + delta)`` (a setting that wins on
-    the whole but measures slower at some size is refused); of those that pass, the largest
-    measured gain wins. A row needs its
+    other knob setting it was chosen among, and at no size a measured speedup over NCCL's plain
+    default below ``1 / (1 + delta)`` (a setting that wins on the whole but measures slower at
+    some size is refused); of those that pass, the largest measured gain wins. A row needs its
     point measured in ``min_jobs`` jobs, and its probability is corrected (Sidak) for every
     candidate measured at its size, confirmed or not: the confirmed ones were chosen among them."""
     est = estimate(space, obs, model.noise)
@@ -1078,33 +1077,6 @@ class Search:
         """Predicted GPU-seconds each point adds to its job (its calls at the posterior time)."""
         return self.ev.cost.point_wall_s(np.exp(self.model.mean[idx]), self.ev.samples) * self.ev.nranks
 
-    def _ei(self) -> np.ndarray:
-        """Per point, its expected improvement over the current table, weighted by its size's share
-        of the objective."""
-        sp, m = self.space, self.model
-        final = m.mean[self.table.final]
-        sens = sp.sensitivity(final) * sp.n_cells  # 1 per cell unweighted; the step's share weighted
-        g = final[sp.cell] - m.mean
-        std = np.maximum(m.std, 1e-9)
-        z = g / std
-        return (std * _phi(z) + g * _cdf(z)) * sens[sp.cell]
-
-    def _select(self, idx: np.ndarray, ei: np.ndarray, cost: np.ndarray, launch: float,
-                whole: bool = True) -> tuple[list[int], float, float]:
-        """Points of ``idx`` for one job, with their expected improvement summed and the job's
-        GPU-seconds, launch included. ``whole``: all of them (a setting's sweep: points are cheap
-        next to a launch); otherwise in order of expected improvement per GPU-second while a
-        point's beats the job's own."""
-        if whole:
-            return [int(i) for i in idx], float(ei[idx].sum()), launch + float(cost[idx].sum())
-        idx = idx[np.argsort(-ei[idx] / cost[idx], kind="stable")]
-        value, spent, take = 0.0, launch, 0
-        for i in idx:
-            if ei[i] / cost[i] <= value / spent:
-                break
-            value, spent, take = value + ei[i], spent + cost[i], take + 1
-        return [int(i) for i in idx[:take]], float(value), float(spent)
-
     def compose_job(self) -> list[int]:
         """The next job (:class:`JobController`): per knob setting, its points never measured, or,
         when it has none, the candidates (measured fewer than ``max_repeats`` times) in order of
@@ -1113,8 +1085,13 @@ class Search:
         job is worth most per GPU-second, with NCCL's choice under it at every size; a job of NCCL's
         defaults instead when they have been measured in fewer jobs than that setting's choices
         (every setting is judged against them). Empty when nothing is worth measuring."""
-        sp = self.space
-        ei = self._ei()
+        sp, m = self.space, self.model
+        final = m.mean[self.table.final]
+        sens = sp.sensitivity(final) * sp.n_cells  # 1 per cell unweighted; the step's share weighted
+        g = final[sp.cell] - m.mean
+        std = np.maximum(m.std, 1e-9)
+        z = g / std
+        ei = (std * _phi(z) + g * _cdf(z)) * sens[sp.cell]
         ok = self.n < self.max_rep
         cost = self.point_gpu_s(np.arange(sp.size))
         launch = self.ev.cost.launch_s * self.ev.nranks
@@ -1123,15 +1100,20 @@ class Search:
         for k in range(sp.n_knobs):
             idx = np.flatnonzero(ok & (sp.knob == k))
             fresh = idx[self.n[idx] == 0]
-            if len(fresh):  # a setting not yet swept
-                take, value, spent = self._select(fresh, ei, cost, launch)
+            if len(fresh):  # a setting not yet swept: its whole space in one job (points are cheap next to a launch)
+                value, spent = float(ei[fresh].sum()), launch + float(cost[fresh].sum())
                 if value / spent > best_rate:
-                    best, best_rate = take, value / spent
+                    best, best_rate = fresh.tolist(), value / spent
                 continue
-            take, value, spent = self._select(idx, ei, cost, launch, whole=False)
-            race[k] = take
+            idx = idx[np.argsort(-ei[idx] / cost[idx], kind="stable")]
+            value, spent, take = 0.0, launch, 0
+            for i in idx:
+                if ei[i] / cost[i] <= value / spent:
+                    break
+                value, spent, take = value + ei[i], spent + cost[i], take + 1
+            race[k] = idx[:take].tolist()
             if take and value / spent > best_rate:
-                best, best_rate = take, value / spent
+                best, best_rate = race[k], value / spent
         if not best:
             return []
         k = int(sp.knob[best[0]])
@@ -1151,8 +1133,8 @@ class Search:
         """A run of whole jobs (:class:`JobController`): NCCL's plain defaults with every
         configuration under them first, then :meth:`compose_job` until the budget is spent."""
         sp = self.space
-        base = np.flatnonzero((sp.knob == 0) & ~sp.is_default)
-        first = [*sp.default[: sp.n_cells].tolist(), *base.tolist()]
+        base = np.flatnonzero(sp.knob == 0)
+        first = [*sp.default[: sp.n_cells].tolist(), *base[~sp.is_default[base]].tolist()]
         self.pending = list(dict.fromkeys(int(i) for i in first))
         self.flush()
         reason = "budget spent"
