@@ -1,0 +1,371 @@
+"""The job composer as a learned policy: its environment, its training with MaskablePPO, and the
+numpy policy that runs it.
+
+:class:`ComposeEnv` (``ncclrl/Compose-v0``) plays one :class:`ncclrl.agents.compose.ComposeRun`
+per episode on a problem drawn from a pool; each step the agent composes the next job or stops.
+Its observation is, per knob setting and size band, what the model says about that band's
+candidates (expected improvement, knowledge gradient, the best posterior gain over the current
+table, its uncertainty), how much of it is measured and confirmed, the band's share of the step
+and the predicted GPU-time of its jobs, relative to the served GPU-time; and, for the run, the
+budget left, what was spent, the current table's predicted gain and the horizon. Its reward is the
+change of the run's net value (points: :meth:`ComposeRun.net_value`), so an episode's return is
+the run's net value; with ``paired``, the net value a baseline composer reached on the same
+problem and noise draw is subtracted at the end (common random numbers: the expected gradient is
+unchanged, its variance falls).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from ncclrl.agents.compose import (
+    BAND_CHOICES,
+    CANDIDATES,
+    MAX_KNOBS,
+    N_ACTIONS,
+    N_BANDS,
+    STOP,
+    Action,
+    ComposeConfig,
+    ComposeProblem,
+    Composer,
+    ComposeRun,
+    PerSecond,
+    SweepRace,
+    play,
+)
+from ncclrl.costmodel.errors import ConfigError
+
+CELL_FEATURES = ("valid", "share", "ei_pts", "ei_rate4", "ei_rate_all", "kg_rate1", "kg_rate4", "best_gain",
+                 "leader_sd", "measured", "nccl_jobs", "leader_jobs", "in_table", "rows", "cost_all", "cost_one",
+                 "knob_gain", "knob_jobs")
+RUN_FEATURES = ("left", "spent", "table_gain", "jobs", "job_sigma", "knobs", "first", "horizon", "sweep_cost")
+N_OBS = MAX_KNOBS * N_BANDS * len(CELL_FEATURES) + len(RUN_FEATURES)
+
+
+def _lg(x: np.ndarray | float) -> np.ndarray:
+    """A signed log scale for ratios and points."""
+    x = np.asarray(x, dtype=float)
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
+def observe(run: ComposeRun) -> np.ndarray:
+    """The observation of ``run`` (module docs), float32, clipped to [-10, 10]."""
+    p = run.p
+    f = np.zeros((MAX_KNOBS, N_BANDS, len(CELL_FEATURES)))
+    nk = p.n_knobs
+    cost, count = run.job_costs()
+    ei = PerSecond("ei").point_value(run)
+    kg = PerSecond("kg").point_value(run)
+    serve = p.serve_gpu_s
+
+    def per(vals: np.ndarray) -> np.ndarray:  # per action (flat) -> [knob, band choice, candidates]
+        return vals[1:].reshape(MAX_KNOBS, BAND_CHOICES, len(CANDIDATES))[:, :N_BANDS]
+
+    ei_sum = per(run.job_sums(ei))
+    kg_sum = per(run.job_sums(kg))
+    c = per(cost)
+    ok = per(count) > 0
+    f[:, :, 0] = ok[:, :, 0]
+    band_share = np.bincount(p.band, run.share, N_BANDS)
+    f[:nk, :, 1] = band_share * 10
+    f[:, :, 2] = _lg(ei_sum[:, :, 2] * 100)
+    safe = np.where(ok, c, 1.0)
+    f[:, :, 3] = np.where(ok[:, :, 2], _lg(ei_sum[:, :, 2] * serve / safe[:, :, 2]), 0)
+    f[:, :, 4] = np.where(ok[:, :, 3], _lg(ei_sum[:, :, 3] * serve / safe[:, :, 3]), 0)
+    f[:, :, 5] = np.where(ok[:, :, 0], _lg(kg_sum[:, :, 0] * serve / safe[:, :, 0]), 0)
+    f[:, :, 6] = np.where(ok[:, :, 2], _lg(kg_sum[:, :, 2] * serve / safe[:, :, 2]), 0)
+    imp = run.improvement() * run.share[p.cell]
+    kb = p.knob * N_BANDS + p.band[p.cell]
+    best = np.full(nk * N_BANDS, 0.0)
+    np.maximum.at(best, kb[p.candidate], imp[p.candidate])
+    f[:nk, :, 7] = _lg(best.reshape(nk, N_BANDS) * 100)
+    lead = p.candidate & (run.rank == 0)
+    sd = np.bincount(kb[lead], run.std[lead], nk * N_BANDS) / np.maximum(np.bincount(kb[lead], None, nk * N_BANDS), 1)
+    f[:nk, :, 8] = sd.reshape(nk, N_BANDS) * 10
+    cand = np.bincount(kb[p.candidate], None, nk * N_BANDS)
+    meas = np.bincount(kb[p.candidate & (run.n > 0)], None, nk * N_BANDS)
+    f[:nk, :, 9] = (meas / np.maximum(cand, 1)).reshape(nk, N_BANDS)
+    nd = np.where(p.nccl >= 0, run.n[np.maximum(p.nccl, 0)], 99)
+    for b in range(N_BANDS):
+        cells = p.band == b
+        if cells.any():
+            f[:nk, b, 10] = np.minimum(nd[:, cells].min(axis=1), 3) / run.cfg.min_jobs
+    top = p.candidate & (run.n > 0)
+    best_n = np.zeros(nk * N_BANDS)
+    order = np.argsort(-run.mean[top])
+    idx = np.flatnonzero(top)[order]
+    seen = set()
+    for i in idx:  # each (knob, band)'s best measured point: how often it was measured
+        g = int(kb[i])
+        if g not in seen:
+            seen.add(g)
+            best_n[g] = min(run.n[i], 3) / run.cfg.min_jobs
+    f[:nk, :, 11] = best_n.reshape(nk, N_BANDS)
+    f[run.table_knob, :, 12] = 1.0
+    rows = np.bincount(p.band[run.rows >= 0], None, N_BANDS) if (run.rows >= 0).any() else np.zeros(N_BANDS)
+    n_band = np.bincount(p.band, None, N_BANDS)
+    f[run.table_knob, :, 13] = rows / np.maximum(n_band, 1)
+    f[:, :, 14] = np.where(ok[:, :, 3], _lg(c[:, :, 3] / serve * 100), 0)
+    f[:, :, 15] = np.where(ok[:, :, 0], _lg(c[:, :, 0] / serve * 100), 0)
+    dk = np.where(p.nccl >= 0, run.mean[np.maximum(p.nccl, 0)], 0.0)
+    f[:nk, :, 16] = (dk @ run.share)[:, None] * 10
+    f[:nk, :, 17] = (np.minimum(run.jobs, 6) / 3)[:, None]
+    left = p.budget_gpu_s - run.spent_gpu_s
+    sweep = float(cost[Action(0, N_BANDS, 0).index]) if math.isfinite(cost[Action(0, N_BANDS, 0).index]) else 0.0
+    g = np.array([_lg(left / serve * 100), _lg(run.spent_gpu_s / serve * 100), run.table_gain() * 10,
+                  len(run.history) / run.cfg.max_jobs, p.noise.shift_sd * 10, nk / MAX_KNOBS,
+                  float(not run.history), math.log10(serve / max(sweep * nk, 1e-9)), _lg(sweep / serve * 100)])
+    return np.clip(np.concatenate([f.ravel(), g]), -10, 10).astype(np.float32)
+
+
+class ComposeEnv(gym.Env):
+    """Composed tuning runs as episodes, for training the job composer.
+
+    ## Description
+    Each episode is one :class:`ncclrl.agents.compose.ComposeRun` on a problem drawn uniformly from
+    ``problems`` (or from ``weights`` when given) with a fresh noise draw. Each step the agent
+    composes the next job (knob setting, size band or all bands, candidates per size) or stops.
+    The first job is NCCL's defaults with every configuration under them, or stop.
+
+    ## Action Space
+    ``Discrete(N_ACTIONS)``: 0 stops; ``Action(k, b, c).index`` composes a job. Actions whose job is
+    empty, names a knob setting the problem lacks, or is predicted to overrun the budget are masked
+    (``action_masks``).
+
+    ## Observation Space
+    ``Box(N_OBS)``: :data:`CELL_FEATURES` per (knob setting, band), then :data:`RUN_FEATURES`.
+
+    ## Rewards
+    The change of the run's net value in points (:meth:`ComposeRun.net_value`); with ``paired``,
+    minus a baseline's net value on the same problem and noise at the episode's end.
+
+    ## Episode End
+    Terminated when the agent stops, the budget left pays for no job, or ``max_jobs`` jobs ran.
+
+    ## Arguments
+    ``problems`` (list of :class:`ComposeProblem`), ``cfg`` (:class:`ComposeConfig`), ``paired`` (a
+    baseline composer's name or ``""``), ``weights`` (sampling weight per problem).
+
+    ## Version History
+    - v0: first version
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, problems: list[ComposeProblem], cfg: ComposeConfig | None = None, paired: str = "",
+                 weights: np.ndarray | None = None) -> None:
+        if not problems:
+            raise ConfigError("problems", "need at least one problem")
+        if paired not in ("", "sweep-race", "kg/s", "ei/s", "ucb/s"):
+            raise ConfigError("paired", f"unknown baseline {paired!r}; allowed: sweep-race, kg/s, ei/s, ucb/s, ''")
+        self.problems, self.cfg, self.paired = problems, cfg or ComposeConfig(), paired
+        self.weights = None if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
+        self.action_space = gym.spaces.Discrete(N_ACTIONS)
+        self.observation_space = gym.spaces.Box(-10.0, 10.0, (N_OBS,), np.float32)
+        self.run: ComposeRun | None = None
+        self.index = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.index = int(self.np_random.choice(len(self.problems), p=self.weights))
+        noise_seed = int(self.np_random.integers(1 << 31))
+        self.noise_seed = noise_seed
+        self.run = ComposeRun(self.problems[self.index], np.random.default_rng([noise_seed, 7]), self.cfg)
+        self.value = self.run.net_value()
+        return observe(self.run), {}
+
+    def action_masks(self) -> np.ndarray:
+        return self.run.valid()
+
+    def step(self, action: int):
+        run = self.run
+        a = None if int(action) == STOP else Action.of(int(action))
+        if a is not None and not run.valid()[int(action)]:
+            a = None  # a masked action stops the run
+        going = run.step(a)
+        if going and not run.valid()[1:].any():
+            going, run.done = False, True
+        v = run.net_value()
+        reward, self.value = v - self.value, v
+        info: dict[str, Any] = {}
+        if not going and self.paired:
+            base = paired_baseline(self.paired)
+            ref = play(run.p, base, 0, self.cfg, noise_seed=self.noise_seed).net_value
+            reward -= ref
+            info["baseline"] = ref
+        if not going:
+            info["net_value"] = v
+        return observe(run), float(reward), not going, False, info
+
+
+def paired_baseline(name: str) -> Composer:
+    return SweepRace() if name == "sweep-race" else PerSecond(name.split("/")[0])
+
+
+# -- the numpy policy --------------------------------------------------------------------------
+
+
+class PolicyComposer(Composer):
+    """A trained composer: an MLP (tanh) from :func:`observe`'s vector to one logit per action,
+    invalid actions masked; the most probable valid action is taken. Shipped as ``composer.json``
+    (architecture, features, training settings) + ``composer.npz`` (weights); scoring needs only numpy.
+
+    :param layers: (weight, bias) per layer, the last one the action logits
+    :param meta: what the JSON says
+    """
+
+    name = "ppo"
+
+    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray]], meta: dict[str, Any]) -> None:
+        if not layers or layers[-1][0].shape[1] != N_ACTIONS or layers[0][0].shape[0] != N_OBS:
+            raise ConfigError("composer", f"weights must map {N_OBS} features to {N_ACTIONS} actions")
+        self.layers, self.meta = layers, meta
+
+    def logits(self, obs: np.ndarray) -> np.ndarray:
+        h = np.asarray(obs, dtype=np.float64)
+        for w, b in self.layers[:-1]:
+            h = np.tanh(h @ w + b)
+        w, b = self.layers[-1]
+        return h @ w + b
+
+    def act(self, run: ComposeRun) -> Action | None:
+        z = np.where(run.valid(), self.logits(observe(run)), -np.inf)
+        i = int(np.argmax(z))
+        return None if i == STOP else Action.of(i)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        arrays = {}
+        for j, (w, b) in enumerate(self.layers):
+            arrays[f"w{j}"], arrays[f"b{j}"] = w, b
+        np.savez(path.with_suffix(".npz"), **arrays)
+        meta = {**self.meta, "layers": len(self.layers), "cell_features": list(CELL_FEATURES),
+                "run_features": list(RUN_FEATURES), "actions": N_ACTIONS}
+        path.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
+        return path.with_suffix(".json")
+
+    @classmethod
+    def load(cls, path: str | Path) -> PolicyComposer:
+        path = Path(path)
+        js = path.with_suffix(".json")
+        if not js.is_file():
+            raise ConfigError("composer", f"file not found: {js}")
+        meta = json.loads(js.read_text())
+        if meta.get("cell_features") != list(CELL_FEATURES) or meta.get("run_features") != list(RUN_FEATURES):
+            raise ConfigError("composer", f"{js} was trained on other features; retrain it")
+        with np.load(path.with_suffix(".npz"), allow_pickle=False) as z:
+            layers = [(z[f"w{j}"], z[f"b{j}"]) for j in range(int(meta["layers"]))]
+        return cls(layers, meta)
+
+
+# -- training ----------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainConfig:
+    """MaskablePPO's settings for the composer.
+
+    :param total_timesteps: jobs composed in training (steps)
+    :param n_envs: episodes stepped together
+    :param n_steps: steps per environment between updates
+    :param batch_size: minibatch size
+    :param n_epochs: passes over each rollout
+    :param learning_rate: Adam's step size
+    :param ent_coef: entropy bonus
+    :param hidden: width of each of the two hidden layers
+    :param paired: baseline subtracted from each episode's return ("" for none)
+    :param reweight_every: episodes between reweighting the problems towards those where the policy
+        trails the paired baseline most (0: uniform sampling; needs ``paired``)
+    :param seed: training seed
+    :param tensorboard: folder for SB3's TensorBoard curves ("" for none)
+    """
+
+    total_timesteps: int = 60_000
+    n_envs: int = 8
+    n_steps: int = 128
+    batch_size: int = 256
+    n_epochs: int = 5
+    learning_rate: float = 3e-4
+    ent_coef: float = 0.01
+    hidden: int = 128
+    paired: str = "sweep-race"
+    reweight_every: int = 0
+    seed: int = 0
+    tensorboard: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("total_timesteps", "n_envs", "n_steps", "batch_size", "n_epochs", "hidden"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"train.{name}", f"must be >= 1, got {getattr(self, name)}")
+        if (self.n_envs * self.n_steps) % self.batch_size:
+            raise ConfigError("train.batch_size", f"must divide n_envs * n_steps ({self.n_envs * self.n_steps})")
+        if self.reweight_every and not self.paired:
+            raise ConfigError("train.reweight_every", "needs train.paired (a baseline to trail)")
+
+
+def train(problems: list[ComposeProblem], cfg: TrainConfig, compose: ComposeConfig | None = None,
+          log=print) -> PolicyComposer:
+    """Train a composer on ``problems`` with MaskablePPO; the policy network comes back as numpy."""
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    torch.set_num_threads(1)
+    compose = compose or ComposeConfig()
+    weights = np.ones(len(problems))
+    envs = [ComposeEnv(problems, compose, cfg.paired, weights) for _ in range(cfg.n_envs)]
+    vec = DummyVecEnv([(lambda e=e: e) for e in envs])
+    model = MaskablePPO("MlpPolicy", vec, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
+                        learning_rate=cfg.learning_rate, ent_coef=cfg.ent_coef, gamma=1.0, gae_lambda=0.95,
+                        seed=cfg.seed, verbose=0, tensorboard_log=cfg.tensorboard or None,
+                        policy_kwargs={"net_arch": {"pi": [cfg.hidden, cfg.hidden], "vf": [cfg.hidden, cfg.hidden]},
+                                       "activation_fn": torch.nn.Tanh})
+    trail = np.zeros(len(problems))  # per problem, running mean of (baseline - policy) net value
+    seen = np.zeros(len(problems))
+    t0 = time.time()
+
+    class Track(BaseCallback):
+        episodes = 0
+
+        def _on_step(self) -> bool:
+            for env_i, (done, info) in enumerate(zip(self.locals["dones"], self.locals["infos"], strict=True)):
+                if not done or "net_value" not in info:
+                    continue
+                Track.episodes += 1
+                i = envs[env_i].index
+                if "baseline" in info:
+                    trail[i] += 0.2 * ((info["baseline"] - info["net_value"]) - trail[i]) if seen[i] else \
+                        info["baseline"] - info["net_value"]
+                    seen[i] = 1
+                self.logger.record_mean("compose/net_value", info["net_value"])
+                if "baseline" in info:
+                    self.logger.record_mean("compose/vs_baseline", info["net_value"] - info["baseline"])
+                if cfg.reweight_every and Track.episodes % cfg.reweight_every == 0:
+                    w = 1.0 + np.clip(trail, 0, None) / max(float(np.clip(trail, 0, None).mean()), 1e-9)
+                    for e in envs:
+                        e.weights = w / w.sum()
+            return True
+
+    model.learn(cfg.total_timesteps, callback=Track(), tb_log_name=f"compose-seed{cfg.seed}")
+    layers = []
+    net = model.policy.mlp_extractor.policy_net
+    for m in net:
+        if isinstance(m, torch.nn.Linear):
+            layers.append((m.weight.detach().numpy().T.astype(np.float64), m.bias.detach().numpy().astype(np.float64)))
+    head = model.policy.action_net
+    layers.append((head.weight.detach().numpy().T.astype(np.float64), head.bias.detach().numpy().astype(np.float64)))
+    meta = {"train": asdict(cfg), "compose": asdict(compose), "problems": len(problems),
+            "episodes": Track.episodes, "train_s": round(time.time() - t0, 1)}
+    log(f"# trained {cfg.total_timesteps} steps ({Track.episodes} episodes) in {time.time() - t0:.0f} s")
+    return PolicyComposer(layers, meta)
