@@ -637,12 +637,15 @@ class PerSecond(Composer):
     :param acquisition: ``ei`` (expected improvement), ``ucb`` (gain + ``beta`` sd, floored at 0)
         or ``kg`` (knowledge gradient of one more paired measurement)
     :param beta: ucb's weight of the posterior sd
+    :param stop_factor: a job must be expected to return this many times its GPU-time
     """
 
-    def __init__(self, acquisition: str = "ei", beta: float = 2.0) -> None:
+    def __init__(self, acquisition: str = "ei", beta: float = 2.0, stop_factor: float = 1.0) -> None:
         if acquisition not in ("ei", "ucb", "kg"):
             raise ConfigError("acquisition", f"unknown {acquisition!r}; allowed: ei, ucb, kg")
-        self.acquisition, self.beta = acquisition, float(beta)
+        if not (beta >= 0 and stop_factor > 0):
+            raise ConfigError("stop_factor", f"beta >= 0 and stop_factor > 0, got {beta}, {stop_factor}")
+        self.acquisition, self.beta, self.stop_factor = acquisition, float(beta), float(stop_factor)
         self.name = f"{acquisition}/s"
 
     def point_value(self, run: ComposeRun) -> np.ndarray:
@@ -668,15 +671,23 @@ class PerSecond(Composer):
         job must beat, one served GPU-second per GPU-second spent)."""
         cost, _ = run.job_costs()
         r = np.where(run.valid(), run.job_sums(self.point_value(run)) / np.where(cost > 0, cost, 1.0), -np.inf)
-        r[STOP] = 1.0 / run.p.serve_gpu_s
+        r[STOP] = self.stop_factor / run.p.serve_gpu_s
         return r
 
     def act(self, run: ComposeRun) -> Action | None:
+        return self.choose(run, stop=True)
+
+    def choose(self, run: ComposeRun, stop: bool = True) -> Action | None:
+        """The job worth most per GPU-second; with ``stop``, ``None`` when none is worth its GPU-time
+        (without, ``None`` only when no job is valid)."""
         if not run.history:  # every tuning run starts with NCCL's defaults and their configurations
             return FIRST
         r = self.rates(run)
+        if not stop:
+            r[STOP] = -np.inf
+            r[1:] = np.where(run.valid()[1:], np.maximum(r[1:], -1e300), -np.inf)
         i = int(np.argmax(r))
-        return None if i == STOP else Action.of(i)
+        return None if i == STOP or not np.isfinite(r[i]) else Action.of(i)
 
 
 class SweepRace(PerSecond):
@@ -686,14 +697,17 @@ class SweepRace(PerSecond):
     plain defaults are re-measured whenever the setting raced has more jobs. Stops as
     :class:`PerSecond` does."""
 
-    def __init__(self) -> None:
-        super().__init__("ei")
+    def __init__(self, stop_factor: float = 1.0) -> None:
+        super().__init__("ei", stop_factor=stop_factor)
         self.name = "sweep-race"
 
-    def act(self, run: ComposeRun) -> Action | None:
+    def choose(self, run: ComposeRun, stop: bool = True) -> Action | None:
         if not run.history:  # every tuning run starts with NCCL's defaults and their configurations
             return FIRST
         r = self.rates(run)
+        if not stop:
+            r[STOP] = -np.inf
+            r[1:] = np.where(run.valid()[1:], np.maximum(r[1:], -1e300), -np.inf)
         whole = np.zeros(N_ACTIONS, dtype=bool)  # every job measures NCCL's choice at every size
         whole[[Action(k, N_BANDS, c).index for k in range(run.p.n_knobs) for c in CANDIDATES]] = True
         whole[STOP] = True
@@ -708,7 +722,7 @@ class SweepRace(PerSecond):
         else:
             unswept = []
         i = int(np.argmax(r))
-        if i == STOP:
+        if i == STOP or not np.isfinite(r[i]):
             return None
         best = Action.of(i)
         if best.knob and not unswept and run.jobs[0] < run.jobs[best.knob]:

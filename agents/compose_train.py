@@ -29,6 +29,7 @@ import numpy as np
 from ncclrl.agents.compose import (
     BAND_CHOICES,
     CANDIDATES,
+    FIRST,
     MAX_KNOBS,
     N_ACTIONS,
     N_BANDS,
@@ -49,6 +50,11 @@ CELL_FEATURES = ("valid", "share", "ei_pts", "ei_rate4", "ei_rate_all", "kg_rate
                  "knob_gain", "knob_jobs")
 RUN_FEATURES = ("left", "spent", "table_gain", "jobs", "job_sigma", "knobs", "first", "horizon", "sweep_cost")
 N_OBS = MAX_KNOBS * N_BANDS * len(CELL_FEATURES) + len(RUN_FEATURES)
+#: the jobs a macro policy chooses among (beside stop): what each baseline would run next, its stop
+#: rule ignored; the leaders of the most promising setting again; NCCL's defaults again
+MACROS = ("sweep-race", "kg/s", "ei/s", "ucb/s", "confirm", "defaults")
+MACRO_FEATURES = ("valid", "ei_rate", "kg_rate", "cost", "points", "in_table", "all_bands", "candidates")
+N_MACRO_OBS = N_OBS + len(MACROS) * len(MACRO_FEATURES)
 
 
 def _lg(x: np.ndarray | float) -> np.ndarray:
@@ -127,6 +133,40 @@ def observe(run: ComposeRun) -> np.ndarray:
     return np.clip(np.concatenate([f.ravel(), g]), -10, 10).astype(np.float32)
 
 
+def propose(run: ComposeRun) -> list[Action | None]:
+    """Per :data:`MACROS`, the job it would run next (``None``: none valid)."""
+    ok = run.valid()
+    if not run.history:
+        return [FIRST if ok[FIRST.index] else None] + [None] * (len(MACROS) - 1)
+    out: list[Action | None] = [SweepRace().choose(run, stop=False)]
+    out += [PerSecond(m.split("/")[0]).choose(run, stop=False) for m in MACROS[1:4]]
+    p = run.p
+    lead = np.where(p.nccl >= 0, run.mean[np.maximum(p.nccl, 0)], -np.inf)  # per (knob, size)
+    best = np.full((p.n_knobs, p.n_cells), -np.inf)
+    np.maximum.at(best, (p.knob[p.candidate], p.cell[p.candidate]), run.mean[p.candidate])
+    gain = np.maximum(lead, best) @ run.share
+    k = int(np.argmax(np.where(run.jobs > 0, gain, -np.inf))) if (run.jobs > 0).any() else 0
+    out += [Action(k, N_BANDS, 1), Action(0, N_BANDS, 1)]
+    return [a if a is not None and ok[a.index] else None for a in out]
+
+
+def observe_macros(run: ComposeRun, props: list[Action | None]) -> np.ndarray:
+    """:func:`observe` and, per macro, :data:`MACRO_FEATURES` of the job it proposes."""
+    cost, count = run.job_costs()
+    ei = run.job_sums(PerSecond("ei").point_value(run))
+    kg = run.job_sums(PerSecond("kg").point_value(run))
+    serve = run.p.serve_gpu_s
+    m = np.zeros((len(MACROS), len(MACRO_FEATURES)))
+    for j, a in enumerate(props):
+        if a is None:
+            continue
+        i = a.index
+        m[j] = [1.0, _lg(ei[i] * serve / cost[i]), _lg(kg[i] * serve / cost[i]), _lg(cost[i] / serve * 100),
+                count[i] / 100, float(a.knob == run.table_knob), float(a.band == N_BANDS),
+                CANDIDATES.index(a.candidates) / 3]
+    return np.concatenate([observe(run), np.clip(m.ravel(), -10, 10).astype(np.float32)])
+
+
 class ComposeEnv(gym.Env):
     """Composed tuning runs as episodes, for training the job composer.
 
@@ -162,15 +202,16 @@ class ComposeEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, problems: list[ComposeProblem], cfg: ComposeConfig | None = None, paired: str = "",
-                 weights: np.ndarray | None = None) -> None:
+                 weights: np.ndarray | None = None, macros: bool = False) -> None:
         if not problems:
             raise ConfigError("problems", "need at least one problem")
         if paired not in ("", "sweep-race", "kg/s", "ei/s", "ucb/s"):
             raise ConfigError("paired", f"unknown baseline {paired!r}; allowed: sweep-race, kg/s, ei/s, ucb/s, ''")
         self.problems, self.cfg, self.paired = problems, cfg or ComposeConfig(), paired
         self.weights = None if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
-        self.action_space = gym.spaces.Discrete(N_ACTIONS)
-        self.observation_space = gym.spaces.Box(-10.0, 10.0, (N_OBS,), np.float32)
+        self.macros = macros
+        self.action_space = gym.spaces.Discrete(1 + len(MACROS) if macros else N_ACTIONS)
+        self.observation_space = gym.spaces.Box(-10.0, 10.0, (N_MACRO_OBS if macros else N_OBS,), np.float32)
         self.run: ComposeRun | None = None
         self.index = 0
 
@@ -181,16 +222,27 @@ class ComposeEnv(gym.Env):
         self.noise_seed = noise_seed
         self.run = ComposeRun(self.problems[self.index], np.random.default_rng([noise_seed, 7]), self.cfg)
         self.value = self.run.net_value()
-        return observe(self.run), {}
+        return self._obs(), {}
+
+    def _obs(self) -> np.ndarray:
+        if not self.macros:
+            return observe(self.run)
+        self.props = propose(self.run)
+        return observe_macros(self.run, self.props)
 
     def action_masks(self) -> np.ndarray:
+        if self.macros:
+            return np.array([True] + [a is not None for a in self.props])
         return self.run.valid()
 
     def step(self, action: int):
         run = self.run
-        a = None if int(action) == STOP else Action.of(int(action))
-        if a is not None and not run.valid()[int(action)]:
-            a = None  # a masked action stops the run
+        if self.macros:
+            a = None if int(action) == STOP else self.props[int(action) - 1]
+        else:
+            a = None if int(action) == STOP else Action.of(int(action))
+            if a is not None and not run.valid()[int(action)]:
+                a = None  # a masked action stops the run
         going = run.step(a)
         if going and not run.valid()[1:].any():
             going, run.done = False, True
@@ -204,7 +256,7 @@ class ComposeEnv(gym.Env):
             info["baseline"] = ref
         if not going:
             info["net_value"] = v
-        return observe(run), float(reward), not going, False, info
+        return self._obs(), float(reward), not going, False, info
 
 
 def paired_baseline(name: str) -> Composer:
@@ -226,8 +278,10 @@ class PolicyComposer(Composer):
     name = "ppo"
 
     def __init__(self, layers: list[tuple[np.ndarray, np.ndarray]], meta: dict[str, Any]) -> None:
-        if not layers or layers[-1][0].shape[1] != N_ACTIONS or layers[0][0].shape[0] != N_OBS:
-            raise ConfigError("composer", f"weights must map {N_OBS} features to {N_ACTIONS} actions")
+        self.macros = bool(meta.get("macros", False))
+        n_in, n_out = (N_MACRO_OBS, 1 + len(MACROS)) if self.macros else (N_OBS, N_ACTIONS)
+        if not layers or layers[-1][0].shape[1] != n_out or layers[0][0].shape[0] != n_in:
+            raise ConfigError("composer", f"weights must map {n_in} features to {n_out} actions")
         self.layers, self.meta = layers, meta
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
@@ -238,6 +292,11 @@ class PolicyComposer(Composer):
         return h @ w + b
 
     def act(self, run: ComposeRun) -> Action | None:
+        if self.macros:
+            props = propose(run)
+            ok = np.array([True] + [a is not None for a in props])
+            i = int(np.argmax(np.where(ok, self.logits(observe_macros(run, props)), -np.inf)))
+            return None if i == STOP else props[i - 1]
         z = np.where(run.valid(), self.logits(observe(run)), -np.inf)
         i = int(np.argmax(z))
         return None if i == STOP else Action.of(i)
@@ -250,7 +309,9 @@ class PolicyComposer(Composer):
             arrays[f"w{j}"], arrays[f"b{j}"] = w, b
         np.savez(path.with_suffix(".npz"), **arrays)
         meta = {**self.meta, "layers": len(self.layers), "cell_features": list(CELL_FEATURES),
-                "run_features": list(RUN_FEATURES), "actions": N_ACTIONS}
+                "run_features": list(RUN_FEATURES), "macros": self.macros,
+                "macro_features": list(MACRO_FEATURES) if self.macros else [],
+                "actions": ["stop", *MACROS] if self.macros else N_ACTIONS}
         path.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
         return path.with_suffix(".json")
 
@@ -261,7 +322,8 @@ class PolicyComposer(Composer):
         if not js.is_file():
             raise ConfigError("composer", f"file not found: {js}")
         meta = json.loads(js.read_text())
-        if meta.get("cell_features") != list(CELL_FEATURES) or meta.get("run_features") != list(RUN_FEATURES):
+        if meta.get("cell_features") != list(CELL_FEATURES) or meta.get("run_features") != list(RUN_FEATURES) \
+                or (meta.get("macros") and meta.get("actions") != ["stop", *MACROS]):
             raise ConfigError("composer", f"{js} was trained on other features; retrain it")
         with np.load(path.with_suffix(".npz"), allow_pickle=False) as z:
             layers = [(z[f"w{j}"], z[f"b{j}"]) for j in range(int(meta["layers"]))]
@@ -286,6 +348,8 @@ class TrainConfig:
     :param paired: baseline subtracted from each episode's return ("" for none)
     :param reweight_every: episodes between reweighting the problems towards those where the policy
         trails the paired baseline most (0: uniform sampling; needs ``paired``)
+    :param macros: choose among :data:`MACROS` (what each baseline would run next) instead of composing
+        jobs from knob setting, band and candidates
     :param seed: training seed
     :param tensorboard: folder for SB3's TensorBoard curves ("" for none)
     """
@@ -300,6 +364,7 @@ class TrainConfig:
     hidden: int = 128
     paired: str = "sweep-race"
     reweight_every: int = 0
+    macros: bool = False
     seed: int = 0
     tensorboard: str = ""
 
@@ -324,7 +389,7 @@ def train(problems: list[ComposeProblem], cfg: TrainConfig, compose: ComposeConf
     torch.set_num_threads(1)
     compose = compose or ComposeConfig()
     weights = np.ones(len(problems))
-    envs = [ComposeEnv(problems, compose, cfg.paired, weights) for _ in range(cfg.n_envs)]
+    envs = [ComposeEnv(problems, compose, cfg.paired, weights, cfg.macros) for _ in range(cfg.n_envs)]
     vec = DummyVecEnv([(lambda e=e: e) for e in envs])
     model = MaskablePPO("MlpPolicy", vec, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
                         learning_rate=cfg.learning_rate, ent_coef=cfg.ent_coef, gamma=1.0, gae_lambda=0.95,
@@ -365,7 +430,7 @@ def train(problems: list[ComposeProblem], cfg: TrainConfig, compose: ComposeConf
             layers.append((m.weight.detach().numpy().T.astype(np.float64), m.bias.detach().numpy().astype(np.float64)))
     head = model.policy.action_net
     layers.append((head.weight.detach().numpy().T.astype(np.float64), head.bias.detach().numpy().astype(np.float64)))
-    meta = {"train": asdict(cfg), "compose": asdict(compose), "problems": len(problems),
+    meta = {"macros": cfg.macros, "train": asdict(cfg), "compose": asdict(compose), "problems": len(problems),
             "episodes": Track.episodes, "train_s": round(time.time() - t0, 1)}
     log(f"# trained {cfg.total_timesteps} steps ({Track.episodes} episodes) in {time.time() - t0:.0f} s")
     return PolicyComposer(layers, meta)
