@@ -47,7 +47,7 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST, JobCost
 from ncclrl.costmodel.noise import JobNoise
-from ncclrl.costmodel.platforms import FAMILIES, Quirks, draw_platform, family_of
+from ncclrl.costmodel.platforms import FAMILIES, Platform, Quirks, draw_platform, family_of
 from ncclrl.costmodel.space import Point, knob_grid, size_grid
 
 #: size bands by upper bound (bytes, inclusive): latency-bound, small, mid, >= 64 MiB
@@ -174,6 +174,7 @@ class ComposeProblem:
     n_knobs: int = field(init=False)
     n_cells: int = field(init=False)
     band: np.ndarray = field(init=False)
+    space_index: np.ndarray | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.n_knobs = int(self.knob.max()) + 1
@@ -212,22 +213,14 @@ class ComposeProblem:
         return best
 
     @classmethod
-    def from_problem(cls, problem: Problem, oracle: Oracle, noise: JobNoise, budget_gpu_s: float,
-                     serve_gpu_s: float, calls: np.ndarray | None = None, name: str = "",
-                     family: str = "") -> ComposeProblem:
-        """A problem of one collective (:class:`ncclrl.agents.problem.Problem`) with its truth."""
-        if len(problem.colls) != 1:
-            raise ConfigError("problem", "a composed run tunes one collective")
-        sp = Space(problem)
+    def from_space(cls, sp: Space, truth: np.ndarray | None, noise: JobNoise, budget_gpu_s: float,
+                   serve_gpu_s: float, calls: np.ndarray | None = None, name: str = "", family: str = "",
+                   cost: JobCost = DEFAULT_JOB_COST) -> ComposeProblem:
+        """Every point of a :class:`ncclrl.agents.strategy.Space` (``truth``: per point, its expected
+        log time; ``None`` live, where only measurements know it: the prior stands in and no net
+        value is scored). ``space_index`` maps each point back to ``sp``'s."""
         same = same_as_nccl(sp)
-        c = problem.colls[0]
-        sizes = problem.sizes[c]
-        truth = np.empty(sp.size)
-        for ki, k in enumerate(problem.knobs):
-            keys = problem.space(c, k)
-            tab = oracle.times[(k.knobs, c)]
-            for i in np.flatnonzero(sp.knob == ki):
-                truth[i] = math.log(tab[keys.index(sp.keys[i]), sizes.index(sp.cells[sp.cell[i]][1])])
+        truth = sp.prior.copy() if truth is None else np.asarray(truth, dtype=float)
         pairs = sorted({(k[0], k[1]) for k in sp.keys if k[0] != "default"})
         pair = np.array([-1 if k[0] == "default" else pairs.index((k[0], k[1])) for k in sp.keys])
         ok = np.isfinite(truth)
@@ -238,11 +231,29 @@ class ComposeProblem:
         new[keep] = np.arange(len(keep))
         nccl = np.where(sp.default >= 0, new[np.maximum(sp.default, 0)], -1).reshape(sp.n_knobs, sp.n_cells)
         if calls is None:
-            calls = problem.cell_weights() if problem.weights is not None else np.ones(sp.n_cells)
-        return cls(sp.knob[keep], sp.cell[keep], pair[keep], sp.prior[keep], truth[keep], nccl,
-                   (~same)[keep], np.asarray(sizes, dtype=np.int64), np.asarray(calls, dtype=float),
-                   int(problem.topo.nranks), float(budget_gpu_s), float(serve_gpu_s), noise,
-                   name=name, family=family)
+            calls = sp.weights if sp.weights is not None else np.ones(sp.n_cells)
+        out = cls(sp.knob[keep], sp.cell[keep], pair[keep], sp.prior[keep], truth[keep], nccl, (~same)[keep],
+                  np.array([s for _, s in sp.cells], dtype=np.int64), np.asarray(calls, dtype=float),
+                  int(sp.problem.topo.nranks), float(budget_gpu_s), float(serve_gpu_s), noise, cost, name, family)
+        out.space_index = keep
+        return out
+
+    @classmethod
+    def from_problem(cls, problem: Problem, oracle: Oracle, noise: JobNoise, budget_gpu_s: float,
+                     serve_gpu_s: float, calls: np.ndarray | None = None, name: str = "",
+                     family: str = "") -> ComposeProblem:
+        """A problem (:class:`ncclrl.agents.problem.Problem`) with its truth (``oracle``)."""
+        sp = Space(problem)
+        truth = np.empty(sp.size)
+        for ki, k in enumerate(problem.knobs):
+            for c in problem.colls:
+                keys, sizes = problem.space(c, k), problem.sizes[c]
+                tab = oracle.times[(k.knobs, c)]
+                for i in np.flatnonzero(sp.knob == ki):
+                    cc, s = sp.cells[sp.cell[i]]
+                    if cc == c:
+                        truth[i] = math.log(tab[keys.index(sp.keys[i]), sizes.index(s)])
+        return cls.from_space(sp, truth, noise, budget_gpu_s, serve_gpu_s, calls, name, family)
 
 
 def wide_knobs(topo) -> list[Point]:
@@ -290,10 +301,10 @@ class Draw:
             raise ConfigError("horizon", "horizon and budget ranges must be 0 < low <= high")
 
 
-def draw_problem(rng: np.random.Generator, draw: Draw) -> ComposeProblem:
-    """One problem: a preset of ``draw.families``, its platform drawn (misspecified with probability
-    ``draw.misspecified``, quirks of a strength drawn in ``draw.strength``) with the fitted job
-    noise around it, a collective, calls per step per size, a budget and a served GPU-time."""
+def draw_full(rng: np.random.Generator, draw: Draw) -> tuple[Problem, Oracle, Platform, ComposeProblem]:
+    """One problem (see :func:`draw_problem`) as the full run sees it too: the
+    :class:`ncclrl.agents.problem.Problem` (its calls per step as the objective's weights), its
+    oracle, the platform that measures it, and the problem of the fast model."""
     presets = [p for f in draw.families for p in FAMILIES[f]]
     preset = presets[int(rng.integers(len(presets)))]
     mis = bool(rng.random() < draw.misspecified)
@@ -302,16 +313,24 @@ def draw_problem(rng: np.random.Generator, draw: Draw) -> ComposeProblem:
         plat.quirks = Quirks(int(rng.integers(1 << 31)), float(rng.uniform(*draw.strength)))
     coll = N.COLLECTIVES.index(draw.collectives[int(rng.integers(len(draw.collectives)))])
     sizes = size_grid(draw.min_bytes, draw.max_bytes, plat.topo.nranks, coll)
-    problem = Problem(plat.topo, [coll], {coll: sizes}, wide_knobs(plat.topo))
-    oracle = Oracle(problem, plat)
     calls = np.exp(draw.calls_sigma * rng.standard_normal(len(sizes)))
+    problem = Problem(plat.topo, [coll], {coll: sizes}, wide_knobs(plat.topo),
+                      weights={(coll, s): float(w) for s, w in zip(sizes, calls, strict=True)})
+    oracle = Oracle(problem, plat)
     noise = replace(plat.noise if plat.noise is not None else JobNoise.load(), shift_sd=plat.job_sigma)
-    tmp = ComposeProblem.from_problem(problem, oracle, noise, 1.0, 1.0, calls)
-    sweep = tmp.sweep_gpu_s()
-    budget = sweep * float(rng.uniform(*draw.budget))
-    serve = sweep * float(np.exp(rng.uniform(*np.log(draw.horizon))))
-    name = f"{preset}/{N.COLLECTIVES[coll]}/{'mis' if mis else 'nom'}"
-    return ComposeProblem.from_problem(problem, oracle, noise, budget, serve, calls, name, family_of(preset))
+    out = ComposeProblem.from_problem(problem, oracle, noise, 1.0, 1.0, calls,
+                                      f"{preset}/{N.COLLECTIVES[coll]}/{'mis' if mis else 'nom'}", family_of(preset))
+    sweep = out.sweep_gpu_s()
+    out.budget_gpu_s = sweep * float(rng.uniform(*draw.budget))
+    out.serve_gpu_s = sweep * float(np.exp(rng.uniform(*np.log(draw.horizon))))
+    return problem, oracle, plat, out
+
+
+def draw_problem(rng: np.random.Generator, draw: Draw) -> ComposeProblem:
+    """One problem: a preset of ``draw.families``, its platform drawn (misspecified with probability
+    ``draw.misspecified``, quirks of a strength drawn in ``draw.strength``) with the fitted job
+    noise around it, a collective, calls per step per size, a budget and a served GPU-time."""
+    return draw_full(rng, draw)[3]
 
 
 def draw_problems(n: int, seed: int, draw: Draw | None = None) -> list[ComposeProblem]:
@@ -386,17 +405,27 @@ class ComposeRun:
         gpu_s = p.cost.job_gpu_s(t, self.cfg.samples, p.nranks)
         if self.spent_gpu_s + gpu_s > p.budget_gpu_s or len(self.history) >= self.cfg.max_jobs:
             return False
-        self.spent_gpu_s += gpu_s
         y = p.truth[idx] + p.noise.draw_shift(self.rng) + p.noise.draw_resid(p.nbytes[p.cell[idx]], self.rng)
+        self.record(idx, y, gpu_s)
+        return True
+
+    def record(self, idx: np.ndarray, y: np.ndarray, gpu_s: float) -> None:
+        """One job's medians ``y`` (log us) of points ``idx`` (one knob setting), charged ``gpu_s``.
+        Each point is compared with NCCL's choice at its size in the same job, or, where the job
+        lacks it, with that choice's mean so far (its own comparison left out when never measured)."""
+        p = self.p
+        idx, y = np.asarray(idx, dtype=np.int64), np.asarray(y, dtype=float)
+        self.spent_gpu_s += gpu_s
         k = int(p.knob[idx[0]])
         ref = {int(p.cell[i]): float(v) for i, v in zip(idx, y, strict=True) if i == p.nccl[k, p.cell[i]]}
+        d = p.nccl[k, p.cell[idx]]
+        prev = np.where(self.n[d] > 0, self.ysum[d] / np.maximum(self.n[d], 1), y)
         self.n[idx] += 1
         self.ysum[idx] += y
-        self.dsum[idx] += y - np.array([ref[int(c)] for c in p.cell[idx]])
+        self.dsum[idx] += y - np.array([ref.get(int(c), pv) for c, pv in zip(p.cell[idx], prev, strict=True)])
         self.jobs[k] += 1
         self.history.append({"knob": k, "points": len(idx), "gpu_s": gpu_s})
         self.refresh()
-        return True
 
     def step(self, a: Action | None) -> bool:
         """Take action ``a`` (``None``: stop). Returns whether the run goes on."""
@@ -782,3 +811,86 @@ def ci95(x: np.ndarray, n_boot: int = 4000, seed: int = 0) -> tuple[float, float
         return m, m, m
     h = float(-ndtri(0.025)) * float(x.std(ddof=1)) / math.sqrt(len(x))
     return m, m - h, m + h
+
+
+# -- a composer driving the full run ----------------------------------------------------------
+
+
+class ComposerController:
+    """A :class:`Composer` choosing each job of a full tuning run (:class:`ncclrl.agents.strategy.Search`,
+    its ``run_jobs``): a :class:`ComposeRun` over the run's space follows every job the run
+    measured (its medians, its GPU-time), the composer picks the next job on it or stops, and the
+    run measures that job; what is exported is the full run's decision
+    (:func:`ncclrl.agents.strategy.decide`), not the follower's.
+
+    :param composer: what picks the jobs
+    :param serve_steps: steps the exported table will serve; with the step's communication time at
+        the prior's times of NCCL's defaults (the profile's calls x time, or one call per size) and
+        the job's GPUs, the GPU-time a job's cost is weighed against
+    :param serve_sweeps: instead, that GPU-time in full sweeps' predicted GPU-time
+    :param serve_gpu_s: instead, that GPU-time itself
+    :param noise: the job noise the follower's decision assumes (default: the fitted pooled model)
+    """
+
+    composes_jobs = True
+
+    def __init__(self, composer: Composer, serve_steps: float = 0.0, serve_sweeps: float = 0.0,
+                 serve_gpu_s: float = 0.0, noise: JobNoise | None = None) -> None:
+        given = [x for x in (serve_steps, serve_sweeps, serve_gpu_s) if x]
+        if len(given) != 1 or not given[0] > 0:
+            raise ConfigError("serve_steps", f"give one of serve_steps, serve_sweeps, serve_gpu_s > 0; got "
+                              f"{serve_steps}, {serve_sweeps}, {serve_gpu_s}")
+        self.composer, self.serve_steps, self.serve_sweeps = composer, float(serve_steps), float(serve_sweeps)
+        self.serve_gpu_s = float(serve_gpu_s)
+        self.noise = noise or JobNoise.load()
+        self.name = composer.name
+        self.run: ComposeRun | None = None
+        self.synced = 0
+
+    def follower(self, search) -> ComposeRun:
+        if self.run is None:
+            sp = search.space
+            calls = sp.weights if sp.weights is not None else np.ones(sp.n_cells)
+            step_us = float(np.dot(calls, np.exp(sp.prior[sp.default[: sp.n_cells]])))
+            serve = self.serve_steps * step_us * 1e-6 * sp.problem.topo.nranks
+            p = ComposeProblem.from_space(sp, None, self.noise, search.ev.budget, max(serve, 1e-9), calls,
+                                          cost=search.ev.cost)
+            if self.serve_sweeps:
+                p.serve_gpu_s = self.serve_sweeps * p.sweep_gpu_s()  # the prior's times stand in for the truth
+            elif self.serve_gpu_s:
+                p.serve_gpu_s = self.serve_gpu_s
+            dc = search.cfg.decision
+            cfg = ComposeConfig(delta=dc.delta, alpha=dc.alpha, min_jobs=dc.min_jobs,
+                                max_repeats=search.cfg.max_repeats, samples=search.ev.samples)
+            self.run = ComposeRun(p, np.random.default_rng(0), cfg)
+            self.composer.reset(self.run, np.random.default_rng(0))
+            self.at = np.full(sp.size, -1)
+            self.at[p.space_index] = np.arange(len(p.space_index))
+        return self.run
+
+    def sync(self, search) -> None:
+        """Feed the follower every job the run measured since the last call."""
+        from ncclrl.agents.strategy import measurements
+
+        run = self.follower(search)
+        obs = measurements(search.space, search.ev)
+        for j in sorted(set(obs.job[obs.job > self.synced].tolist())):
+            at = obs.job == j
+            idx = self.at[obs.point[at]]
+            ok = idx >= 0
+            if ok.any():
+                run.record(idx[ok], obs.y[at][ok], 0.0)
+        self.synced = int(search.ev.calls)
+        run.spent_gpu_s = float(search.ev.gpu_s)
+
+    def next_job(self, search) -> list[int]:
+        """The run's next job as space indices (NCCL's choice at each of its sizes first); empty: stop
+        (:attr:`stop_reason` says why)."""
+        self.sync(search)
+        a = self.composer.act(self.run)
+        if a is None:
+            self.stop_reason = (f"the composer's limit of {self.run.cfg.max_jobs} jobs" if len(self.run.history)
+                                >= self.run.cfg.max_jobs else "the composer stopped: no job worth its GPU-time "
+                                "against the steps served")
+            return []
+        return [int(self.run.p.space_index[i]) for i in self.run.points_of(a)]

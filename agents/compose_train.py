@@ -265,6 +265,17 @@ def paired_baseline(name: str) -> Composer:
 
 # -- the numpy policy --------------------------------------------------------------------------
 
+SHIPPED = "shipped"
+
+
+def composer_path(name: str) -> Path:
+    """A composer's JSON: ``shipped`` is the one installed with ncclrl, anything else a path."""
+    if name == SHIPPED:
+        from importlib.resources import files
+
+        return Path(str(files("ncclrl.agents") / "pretrained" / "composer.json"))
+    return Path(name)
+
 
 class PolicyComposer(Composer):
     """A trained composer: an MLP (tanh) from :func:`observe`'s vector to one logit per action,
@@ -328,6 +339,14 @@ class PolicyComposer(Composer):
         with np.load(path.with_suffix(".npz"), allow_pickle=False) as z:
             layers = [(z[f"w{j}"], z[f"b{j}"]) for j in range(int(meta["layers"]))]
         return cls(layers, meta)
+
+
+def is_composer(path: str | Path) -> bool:
+    """Whether the JSON at ``path`` is a job composer's (else a per-point strategy's)."""
+    try:
+        return "cell_features" in json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
 
 
 # -- training ----------------------------------------------------------------------------------

@@ -1131,17 +1131,22 @@ class Search:
 
     def run_jobs(self) -> Result:
         """A run of whole jobs (:class:`JobController`): NCCL's plain defaults with every
-        configuration under them first, then :meth:`compose_job` until the budget is spent."""
+        configuration under them first, then :meth:`compose_job` until the budget is spent; or, when
+        the controller composes jobs itself (``next_job(search)``: :class:`ncclrl.agents.compose.ComposerController`),
+        every job it picks, the first included, until it stops or the budget is spent."""
         sp = self.space
-        base = np.flatnonzero(sp.knob == 0)
-        first = [*sp.default[: sp.n_cells].tolist(), *base[~sp.is_default[base]].tolist()]
-        self.pending = list(dict.fromkeys(int(i) for i in first))
-        self.flush()
+        composer = getattr(self.controller, "next_job", None)  # a composer picks every job, the first too
+        if composer is None:
+            base = np.flatnonzero(sp.knob == 0)
+            first = [*sp.default[: sp.n_cells].tolist(), *base[~sp.is_default[base]].tolist()]
+            self.pending = list(dict.fromkeys(int(i) for i in first))
+            self.flush()
         reason = "budget spent"
         while self.ev.remaining > 0:
-            job = self.compose_job()
+            job = composer(self) if composer is not None else self.compose_job()
             if not job:
-                reason = "nothing left worth measuring"
+                reason = (getattr(self.controller, "stop_reason", "the composer stopped") if composer is not None
+                          else "nothing left worth measuring")
                 break
             self.pending = job
             self.flush()

@@ -29,6 +29,8 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.calibration import CALIBRATE
+from ncclrl.agents.compose import ComposerController
+from ncclrl.agents.compose_train import PolicyComposer, composer_path, is_composer
 from ncclrl.agents.finetune import finetune, knob_label, sizes_for, write_outcome
 from ncclrl.agents.problem import Decision, Evaluator, Problem, predicted_sweep_gpu_s
 from ncclrl.agents.strategy import JobController, PolicyController, SearchConfig, strategy_path
@@ -108,8 +110,11 @@ class FinetuneCommand(TunedLiveConfig):
         ``1.5h``: a job's wall time times its GPUs) or ``Nsweep``, N times what one full sweep of the
         space is predicted to cost (``0.5sweep``: half of it)
     :param wall_s: no new measurement after this many seconds (0: no limit), whatever is left of budget
-    :param strategy: the search strategy: jobs (whole jobs by expected improvement per GPU-second), shipped
-        (the learned per-point strategy installed with ncclrl) or a strategy.json that ncclrl pretrain wrote
+    :param strategy: the search strategy: jobs (whole jobs by expected improvement per GPU-second), ppo (the
+        PPO job composer installed with ncclrl: which job next, and when to stop), shipped (the learned
+        per-point strategy installed with ncclrl), or a strategy.json or composer.json that ncclrl pretrain wrote
+    :param serve_steps: strategy=ppo: training steps the exported table will serve; each job's GPU-time is
+        weighed against the step time it may save over them (one call per size per step, or the profile's)
     :param search: the run's settings: search.round_points, search.decision.delta, search.decision.alpha, ...
     :param profile: a job profile (ncclrl profile): measure only the collectives and sizes the job calls
         on the whole job's communicator, for its communication time per step (calls x time), and report
@@ -127,6 +132,7 @@ class FinetuneCommand(TunedLiveConfig):
     budget: str = "0.5sweep"
     wall_s: float = 0.0
     strategy: str = "jobs"
+    serve_steps: float = 100_000.0
     search: SearchConfig = field(default_factory=SearchConfig)
     profile: str = ""
     load: str = "none"
@@ -145,9 +151,11 @@ class FinetuneCommand(TunedLiveConfig):
             self.search.check()
         except ConfigError as e:  # named as the user writes it
             raise ConfigError(f"search.{e.field}", str(e).split(": ", 1)[1]) from None
-        if self.strategy != "jobs" and not strategy_path(self.strategy).is_file():
-            raise ConfigError("strategy", f"no strategy at {strategy_path(self.strategy)}; use jobs, shipped or "
-                              "the strategy.json that ncclrl pretrain wrote")
+        if self.strategy not in ("jobs", "ppo") and not strategy_path(self.strategy).is_file():
+            raise ConfigError("strategy", f"no strategy at {strategy_path(self.strategy)}; use jobs, ppo, shipped "
+                              "or the strategy.json or composer.json that ncclrl pretrain wrote")
+        if not self.serve_steps > 0:
+            raise ConfigError("serve_steps", f"must be > 0, got {self.serve_steps}")
         if self.profile:
             job_calls(self.profile, load_topology(self.topology))
 
@@ -425,8 +433,14 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     if args["backend"] == "torch":  # before the store opens
         check_launch(args, topo)
     jobs = args["strategy"] == "jobs"
-    spath = None if jobs else strategy_path(args["strategy"])
-    controller = JobController() if jobs else PolicyController.load(spath)
+    spath = None if jobs else \
+        composer_path("shipped") if args["strategy"] == "ppo" else strategy_path(args["strategy"])
+    if jobs:
+        controller = JobController()
+    elif is_composer(spath):
+        controller = ComposerController(PolicyComposer.load(spath), serve_steps=float(args.get("serve_steps", 1e5)))
+    else:
+        controller = PolicyController.load(spath)
     problem, sweep = live_problem(args, topo, colls, weights)
     store = Store(Path(args["store"]))
     t0 = time.time()

@@ -2,12 +2,12 @@
 all behind one interface (:class:`ncclrl.agents.baselines.base.Tuner`) and one budgeted evaluator."""
 
 from ncclrl.agents.baselines.base import DEFAULT, Decision, Evaluator, Oracle, Problem, Tuner, sim_measure
-from ncclrl.agents.baselines.ncclrl import SearchTuner, ZeroShot, search_tuner
+from ncclrl.agents.baselines.ncclrl import SearchTuner, ZeroShot, composer_tuner, search_tuner
 from ncclrl.agents.baselines.search import TUNERS
 from ncclrl.agents.strategy import PolicyController, SearchConfig
 from ncclrl.costmodel.errors import ConfigError
 
-METHODS = (*TUNERS, "zero-shot", "bo", "ei-per-s", "ucb-per-s", "jobs", "rank", "ncclrl")
+METHODS = (*TUNERS, "zero-shot", "bo", "ei-per-s", "ucb-per-s", "jobs", "rank", "ncclrl", "ppo", "kg-jobs")
 
 
 def make_tuner(name: str, strategy: PolicyController | None = None, search: SearchConfig | None = None) -> Tuner:
@@ -20,6 +20,8 @@ def make_tuner(name: str, strategy: PolicyController | None = None, search: Sear
         if name == "ncclrl" and strategy is None:
             raise ConfigError("strategy", "method ncclrl needs a trained strategy (strategy=PATH/strategy.json)")
         return search_tuner(name, strategy, search)
+    if name in ("ppo", "kg-jobs"):
+        return composer_tuner(name, search)
     raise ConfigError("methods", f"unknown method {name!r}; allowed: {', '.join(METHODS)}")
 
 

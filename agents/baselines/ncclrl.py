@@ -3,10 +3,16 @@ tuning runs (:class:`ncclrl.agents.strategy.Search`) that differ only in what pi
 the learned strategy (``ncclrl``), the model's ranking (``rank``: the learner removed),
 expected improvement (``bo``: Bayesian optimization with the same prior and model), and the same
 per GPU-second the measurement costs (``ei-per-s``, ``ucb-per-s``: cost-aware Bayesian optimization),
-and whole jobs composed by expected improvement per GPU-second (``jobs``)."""
+whole jobs composed by expected improvement per GPU-second (``jobs``), and whole jobs chosen by a
+job composer (:mod:`ncclrl.agents.compose`) following the run: the shipped PPO composer (``ppo``) and
+knowledge gradient per GPU-second (``kg-jobs``), each weighing a job against 100 sweeps' GPU-time
+served."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from ncclrl.agents.compose import Composer, ComposerController, PerSecond
 from ncclrl.agents.problem import Decision, Evaluator, Problem
 from ncclrl.agents.strategy import (
     Controller,
@@ -55,3 +61,36 @@ def search_tuner(name: str, strategy: PolicyController | None = None,
     ctl = {"rank": RankController, "bo": EIController, "ei-per-s": lambda: PerGpuSecondController("ei"),
            "ucb-per-s": lambda: PerGpuSecondController("ucb"), "jobs": JobController}.get(name)
     return SearchTuner(ctl() if ctl else strategy, name, search)
+
+
+#: the served GPU-time a composer in the benchmark weighs each job against, in full sweeps
+BENCHMARK_SERVE_SWEEPS = 100.0
+
+
+class ComposerTuner:
+    """A tuning run whose jobs a composer picks (:class:`ncclrl.agents.compose.ComposerController`),
+    a fresh one per run.
+
+    :param make: makes the composer
+    :param name: the method's name in the benchmark
+    :param serve_sweeps: served GPU-time, in full sweeps' predicted GPU-time
+    :param search: the run's settings
+    """
+
+    def __init__(self, make: Callable[[], Composer], name: str, serve_sweeps: float = BENCHMARK_SERVE_SWEEPS,
+                 search: SearchConfig | None = None) -> None:
+        self.make, self.name, self.serve_sweeps, self.search = make, name, serve_sweeps, search or SearchConfig()
+
+    def tune(self, problem: Problem, ev: Evaluator, seed: int) -> Decision:
+        ctl = ComposerController(self.make(), serve_sweeps=self.serve_sweeps)
+        return Search(problem, ev, ctl, self.search).run().decision
+
+
+def composer_tuner(name: str, search: SearchConfig | None = None) -> ComposerTuner:
+    """``ppo`` (the shipped composer) or ``kg-jobs`` (knowledge gradient per GPU-second)."""
+    if name == "ppo":
+        from ncclrl.agents.compose_train import PolicyComposer, composer_path
+
+        pol = PolicyComposer.load(composer_path("shipped"))
+        return ComposerTuner(lambda: pol, name, search=search)
+    return ComposerTuner(lambda: PerSecond("kg"), name, search=search)
