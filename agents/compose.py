@@ -667,15 +667,18 @@ class PerSecond(Composer):
         or ``kg`` (knowledge gradient of one more paired measurement)
     :param beta: ucb's weight of the posterior sd
     :param stop_factor: a job must be expected to return this many times its GPU-time
+    :param shape: only jobs of this (band, candidates per size) (``None``: any)
     """
 
-    def __init__(self, acquisition: str = "ei", beta: float = 2.0, stop_factor: float = 1.0) -> None:
+    def __init__(self, acquisition: str = "ei", beta: float = 2.0, stop_factor: float = 1.0,
+                 shape: tuple[int, int] | None = None) -> None:
         if acquisition not in ("ei", "ucb", "kg"):
             raise ConfigError("acquisition", f"unknown {acquisition!r}; allowed: ei, ucb, kg")
         if not (beta >= 0 and stop_factor > 0):
             raise ConfigError("stop_factor", f"beta >= 0 and stop_factor > 0, got {beta}, {stop_factor}")
         self.acquisition, self.beta, self.stop_factor = acquisition, float(beta), float(stop_factor)
-        self.name = f"{acquisition}/s"
+        self.shape = shape
+        self.name = f"{acquisition}/s" if shape is None else f"{acquisition}/s@{shape[0]},{shape[1]}"
 
     def point_value(self, run: ComposeRun) -> np.ndarray:
         """Per point, its acquisition as a fraction of the step's communication time."""
@@ -701,6 +704,11 @@ class PerSecond(Composer):
         cost, _ = run.job_costs()
         r = np.where(run.valid(), run.job_sums(self.point_value(run)) / np.where(cost > 0, cost, 1.0), -np.inf)
         r[STOP] = self.stop_factor / run.p.serve_gpu_s
+        if self.shape is not None and run.history:
+            keep = np.zeros(N_ACTIONS, dtype=bool)
+            keep[STOP] = True
+            keep[[Action(k, *self.shape).index for k in range(run.p.n_knobs)]] = True
+            r = np.where(keep, r, -np.inf)
         return r
 
     def act(self, run: ComposeRun) -> Action | None:

@@ -366,14 +366,14 @@ class TrainConfig:
     :param hidden: width of each of the two hidden layers
     :param paired: baseline subtracted from each episode's return ("" for none)
     :param reweight_every: episodes between reweighting the problems towards those where the policy
-        trails the paired baseline most (0: uniform sampling; needs ``paired``)
-    :param macros: choose among :data:`MACROS` (what each baseline would run next) instead of composing
+        trails the paired baseline most (0: uniform sampling; needs paired)
+    :param macros: choose among the macros (what each baseline would run next) instead of composing
         jobs from knob setting, band and candidates
     :param seed: training seed
     :param tensorboard: folder for SB3's TensorBoard curves ("" for none)
     """
 
-    total_timesteps: int = 60_000
+    total_timesteps: int = 80_000
     n_envs: int = 8
     n_steps: int = 128
     batch_size: int = 256

@@ -36,7 +36,19 @@ from ncclrl.costmodel.topology import dump_topology, load_topology, preset_names
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.envs.live import PLUGIN_DIR, build_plugin
 from ncclrl.envs.store import open_readonly
-from ncclrl.runners import benchmark, e2e, finetune, plugin_verify, pretrain, profile, show, sweep, tune, validate
+from ncclrl.runners import (
+    benchmark,
+    composer,
+    e2e,
+    finetune,
+    plugin_verify,
+    pretrain,
+    profile,
+    show,
+    sweep,
+    tune,
+    validate,
+)
 from ncclrl.runners.config import MAX_BYTES, Command, command_help, register, run_command
 
 
@@ -425,7 +437,7 @@ def cmd_plugin_build(cfg) -> int:
 
 COMMANDS: list[Command] = [
     pretrain.PRETRAIN, pretrain.EXPORT, finetune.COMMAND, tune.COMMAND, sweep.COMMAND, validate.COMMAND,
-    benchmark.COMMAND, show.COMMAND,
+    benchmark.COMMAND, show.COMMAND, composer.COMMAND,
     Command("plugin build", PluginBuildConfig, cmd_plugin_build, "build the NCCL tuner plugin"),
     plugin_verify.COMMAND,
     e2e.COMMAND,

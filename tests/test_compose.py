@@ -182,3 +182,84 @@ def test_the_macro_environment_offers_what_each_baseline_would_run(problems):
     assert props[1] == PerSecond("kg").choose(run, stop=False)
     for a in props:
         assert a is None or run.valid()[a.index]
+
+
+# -- the composer in the full run --------------------------------------------------------------
+
+
+def _full(seed: int = 0):
+    from ncclrl.agents.compose import draw_full
+    from ncclrl.agents.problem import Evaluator, platform_measure
+
+    problem, oracle, plat, cp = draw_full(np.random.default_rng([301, seed]), Draw(
+        families=("socket",), collectives=("allreduce",), min_bytes=1 << 10, max_bytes=1 << 26))
+    ev = Evaluator(problem, platform_measure(plat, np.random.default_rng(seed)), 0.5 * cp.sweep_gpu_s())
+    return problem, oracle, cp, ev
+
+
+def test_a_composer_drives_the_full_run_within_its_budget_and_follows_every_job():
+    from ncclrl.agents.compose import ComposerController, PerSecond
+    from ncclrl.agents.strategy import Search, SearchConfig, estimate, measurements
+
+    problem, oracle, cp, ev = _full()
+    ctl = ComposerController(PerSecond("kg"), serve_sweeps=100)
+    search = Search(problem, ev, ctl, SearchConfig())
+    res = search.run()
+    assert ev.gpu_s <= ev.budget and ev.calls >= 2
+    assert len(ctl.run.history) >= ev.calls - 1  # the follower saw every job but the last
+    assert ctl.run.n.sum() >= 1
+    # what is exported is the full run's decision: every row measured in two jobs
+    est = estimate(search.space, measurements(search.space, ev), search.model.noise)
+    for i in res.table.rows.values():
+        assert len(est.jobs[est.at[i]]) >= 2
+    assert oracle.score(res.decision).slower == 0
+
+
+def test_a_composer_that_stops_at_once_measures_nothing_and_says_why():
+    from ncclrl.agents.compose import ComposerController, NeverTune
+    from ncclrl.agents.strategy import Search, SearchConfig
+
+    problem, _, _, ev = _full(1)
+    res = Search(problem, ev, ComposerController(NeverTune(), serve_steps=1000), SearchConfig()).run()
+    assert ev.calls == 0 and not res.decision.rows and not any(res.decision.conf.knobs)
+    assert res.reason.startswith("the composer stopped")
+
+
+def test_a_composer_controller_needs_one_served_figure():
+    from ncclrl.agents.compose import ComposerController, NeverTune
+
+    for kw in ({}, {"serve_steps": 10, "serve_sweeps": 2}, {"serve_gpu_s": -1.0}):
+        with pytest.raises(ConfigError):
+            ComposerController(NeverTune(), **kw)
+
+
+def test_finetune_with_the_shipped_composer_on_the_recorded_sweep(tmp_path):
+    import json
+    from pathlib import Path
+
+    from ncclrl.runners.finetune import parse_args, run_finetune
+
+    live = Path(__file__).resolve().parents[1] / "data" / "h200x4-2026-11-21" / "store.sqlite"
+    args = parse_args(["backend=replay", f"replay_store={live}", "launch=nccl", "topology=h200-2x2-sock",
+                       "strategy=ppo", "serve_steps=20000", f"store={tmp_path / 'ft.sqlite'}",
+                       f"out={tmp_path / 'out'}"])
+    summary = run_finetune(args)
+    assert summary["gpu_s"] <= 1.1 * summary["budget_gpu_s"]
+    assert summary["reason"] == "budget spent" or summary["reason"].startswith("the composer")
+    info = json.loads((tmp_path / "out" / "finetune.json").read_text())
+    assert info["provenance"]["strategy"].endswith("composer.json") and info["provenance"]["strategy_sha256"]
+    assert summary["sizes_slower_on_sweep"] == 0
+
+
+def test_the_composer_command_trains_saves_and_judges(tmp_path):
+    import json
+
+    from ncclrl.runners.cli import main
+
+    rc = main(["composer", f"run_dir={tmp_path}", "problems=6", "judge=3", "draws=1", "train.total_timesteps=256",
+               "train.n_envs=2", "train.n_steps=128", "train.batch_size=128"])
+    assert rc == 0
+    out = json.loads((tmp_path / "judge.json").read_text())
+    assert set(out["net_value"]) >= {"ppo", "kg/s", "sweep-race", "nccl"} and len(out["ppo_minus_best"]) == 3
+    assert PolicyComposer.load(tmp_path / "composer.json").meta["problems"] == 6
+    assert any((tmp_path / "tensorboard").rglob("events.out.tfevents.*"))

@@ -3,6 +3,10 @@ chosen on training problems (seed stream 1), then judged on the experiment's 300
 draws (seed stream 2) beside the agents' results there (paired by problem and draw).
 
     python docs/results/scripts/compose_tuned_baselines.py EXPERIMENT_DIR [--choose N] [--judge N] [--draws N]
+        [--shape B,C]
+
+With ``--shape 4,1`` (check A3) EI, UCB and KG per GPU-second compose only jobs of every band with the
+leading candidate per size, and the result goes to shape-baselines.md.
 """
 
 from __future__ import annotations
@@ -21,22 +25,26 @@ FACTORS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 BETAS = (0.5, 1.0, 2.0)
 
 
+SHAPE: tuple[int, int] | None = None  # --shape: every baseline only composes jobs of this (band, candidates)
+
+
 def make(name: str, factor: float, beta: float):
     if name == "sweep-race":
         return SweepRace(stop_factor=factor)
-    return PerSecond(name.split("/")[0], beta=beta, stop_factor=factor)
+    return PerSecond(name.split("/")[0], beta=beta, stop_factor=factor, shape=SHAPE)
 
 
 def settings() -> list[tuple[str, float, float]]:
     out = []
-    for name in ("ei/s", "kg/s", "sweep-race"):
+    for name in ("ei/s", "kg/s") if SHAPE else ("ei/s", "kg/s", "sweep-race"):
         out += [(name, f, 2.0) for f in FACTORS]
     out += [("ucb/s", f, b) for f, b in itertools.product(FACTORS, BETAS)]
     return out
 
 
-def _score(args: tuple[int, int, int, int, list[tuple[str, float, float]]]) -> list[dict]:
-    stream, n, draws, part, todo = args
+def _score(args: tuple[int, int, int, int, list[tuple[str, float, float]], tuple | None]) -> list[dict]:
+    global SHAPE
+    stream, n, draws, part, todo, SHAPE = args
     problems = draw_problems(n, stream)
     rows = []
     for i in range(part, n, 2):
@@ -54,14 +62,18 @@ def main() -> int:
     ap.add_argument("--choose", type=int, default=150)
     ap.add_argument("--judge", type=int, default=300)
     ap.add_argument("--draws", type=int, default=5)
+    ap.add_argument("--shape", default="", help="BAND,CANDIDATES: the baselines compose only such jobs (4,1: every "
+                    "band, the leading candidate per size)")
     a = ap.parse_args()
+    shape = tuple(int(x) for x in a.shape.split(",")) if a.shape else None
     out = Path(a.experiment)
     ctx = mp.get_context("spawn")
     with ctx.Pool(2) as pool:
-        parts = pool.map(_score, [(1, a.choose, 2, k, settings()) for k in range(2)])
+        todo = [x for x in settings() if not shape or x[0] != "sweep-race"]
+        parts = pool.map(_score, [(1, a.choose, 2, k, todo, shape) for k in range(2)])
     dev = pd.DataFrame([r for p in parts for r in p])
     mean = dev.groupby(["method", "factor", "beta"]).net_value.mean()
-    chosen = [(m, *mean[m].idxmax()) for m in ("ei/s", "kg/s", "ucb/s", "sweep-race")]
+    chosen = [(m, *mean[m].idxmax()) for m in ("ei/s", "kg/s", "ucb/s") + (() if shape else ("sweep-race",))]
     lines = [f"# `python docs/results/scripts/compose_tuned_baselines.py {' '.join(sys.argv[1:])}`", "",
              f"Chosen on {a.choose} training problems (seed stream 1) x 2 draws (mean net value, points):", "",
              "| baseline | stop factor | beta | chosen on training problems | at the defaults (1, 2) |",
@@ -69,9 +81,9 @@ def main() -> int:
     for m, f, b in chosen:
         lines.append(f"| {m} | {f} | {b} | {mean[(m, f, b)]:+.2f} | {mean[(m, 1.0, 2.0)]:+.2f} |")
     with ctx.Pool(2) as pool:
-        parts = pool.map(_score, [(2, a.judge, a.draws, k, chosen) for k in range(2)])
+        parts = pool.map(_score, [(2, a.judge, a.draws, k, chosen, shape) for k in range(2)])
     judged = pd.DataFrame([r for p in parts for r in p])
-    judged["method"] = judged.method + "*"
+    judged["method"] = judged.method + ("@" + a.shape if shape else "") + "*"
     exp = pd.read_csv(out / "results.csv.gz" if (out / "results.csv.gz").exists() else out / "results.csv")
     both = pd.concat([exp[["method", "problem_id", "seed", "net_value", "slower", "jobs"]],
                       judged[["method", "problem_id", "seed", "net_value", "slower", "jobs"]]])
@@ -91,7 +103,7 @@ def main() -> int:
     for m in [c for c in per.columns if c.startswith("ppo")]:
         mu, lo, hi = ci95((per[m] - per[best]).to_numpy())
         lines.append(f"| {m} | {mu:+.2f} [{lo:+.2f}, {hi:+.2f}] | {'met' if mu > 0.5 and lo > 0 else 'not met'} |")
-    (out / "tuned-baselines.md").write_text("\n".join(lines) + "\n")
+    (out / ("shape-baselines.md" if shape else "tuned-baselines.md")).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

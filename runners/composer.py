@@ -1,0 +1,105 @@
+"""``ncclrl composer``: train the PPO job composer (``ncclrl finetune strategy=ppo``) in simulation
+and judge it beside the baselines on problems it never trained on:
+
+    ncclrl composer run_dir=runs/composer            # about 10 min on one core at the defaults
+
+Training problems come from seed stream ``train_stream``, judged ones from ``judge_stream``
+(:func:`ncclrl.agents.compose.draw_problems`); TensorBoard curves go to ``run_dir/tensorboard``;
+``run_dir/composer.json`` + ``composer.npz`` is what ``finetune strategy=PATH/composer.json`` loads.
+What the composer is and how the shipped one was chosen: docs/explanation/composer.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from ncclrl.agents.compose import BASELINES, ci95, draw_problems, play
+from ncclrl.agents.compose_train import TrainConfig
+from ncclrl.costmodel.errors import ConfigError
+from ncclrl.runners.config import Command, register
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ComposerCommand:
+    """Train the PPO job composer on simulated problems and judge it on others.
+
+    :param run_dir: where the composer, its TensorBoard curves and the judgement go
+    :param problems: training problems (seed stream train_stream)
+    :param judge: judged problems (seed stream judge_stream; 0: no judgement)
+    :param draws: noise draws per judged problem
+    :param train_stream: seed stream of the training problems
+    :param judge_stream: seed stream of the judged problems (never the training one)
+    :param train: MaskablePPO's settings: train.total_timesteps, train.seed, train.paired, ...
+    """
+
+    run_dir: str = "runs/composer"
+    problems: int = 600
+    judge: int = 60
+    draws: int = 2
+    train_stream: int = 1
+    judge_stream: int = 2
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def check(self) -> None:
+        if self.problems < 1:
+            raise ConfigError("problems", f"must be >= 1, got {self.problems}")
+        if self.judge < 0 or self.draws < 1:
+            raise ConfigError("judge", f"judge >= 0 and draws >= 1, got {self.judge}, {self.draws}")
+        if self.train_stream == self.judge_stream:
+            raise ConfigError("judge_stream", f"must differ from train_stream ({self.train_stream})")
+        try:
+            TrainConfig(**asdict(self.train))
+        except ConfigError as e:
+            raise ConfigError(e.field, str(e).split(": ", 1)[1]) from None
+
+
+def run_composer(args: DictConfig) -> dict:
+    """Run ``ncclrl composer``; returns (and writes to ``run_dir/judge.json``) the judgement."""
+    from ncclrl.agents.compose_train import train
+
+    run_dir = Path(args["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tc = OmegaConf.to_object(args["train"]) if isinstance(args["train"], DictConfig) else args["train"]
+    tc = TrainConfig(**{**asdict(tc), "tensorboard": tc.tensorboard or str(run_dir / "tensorboard")})
+    t0 = time.time()
+    log.info("# drawing %d training problems (seed stream %d)", int(args["problems"]), int(args["train_stream"]))
+    pol = train(draw_problems(int(args["problems"]), int(args["train_stream"])), tc, log=log.info)
+    path = pol.save(run_dir / "composer.json")
+    out: dict = {"composer": str(path), "train_s": round(time.time() - t0, 1)}
+    if int(args["judge"]):
+        judged = draw_problems(int(args["judge"]), int(args["judge_stream"]))
+        methods = {**{n: m for n, m in BASELINES.items()}, "ppo": lambda: pol}
+        per = {n: np.array([np.mean([play(p, make(), d).net_value for d in range(int(args["draws"]))])
+                            for p in judged]) for n, make in methods.items()}
+        best = max((n for n in per if n not in ("ppo", "random")), key=lambda n: per[n].mean())
+        out["net_value"] = {n: [round(x, 3) for x in ci95(v)] for n, v in per.items()}
+        out["best_baseline"] = best
+        out["ppo_minus_best"] = [round(x, 3) for x in ci95(per["ppo"] - per[best])]
+        for n, (mu, lo, hi) in sorted(out["net_value"].items(), key=lambda x: -x[1][0]):
+            log.info("# %-10s net value %+.2f points [95%% %+.2f, %+.2f]", n, mu, lo, hi)
+        mu, lo, hi = out["ppo_minus_best"]
+        log.info("# ppo minus the best baseline (%s): %+.2f [%+.2f, %+.2f] on %d problems it never trained on x %d "
+                 "draws", best, mu, lo, hi, len(judged), int(args["draws"]))
+    (run_dir / "judge.json").write_text(json.dumps(out, indent=1) + "\n")
+    log.info("# composer: %s (finetune strategy=%s)", path, path)
+    return out
+
+
+def main_composer(args: DictConfig) -> int:
+    run_composer(args)
+    return 0
+
+
+COMMAND = Command("composer", ComposerCommand, main_composer,
+                  "train the PPO job composer (finetune strategy=ppo) in simulation, judge it on unseen problems",
+                  out_key="run_dir")
+register(COMMAND)
