@@ -17,11 +17,11 @@ import numpy as np
 import pandas as pd
 
 JUDGE_STREAM = 2
-METHODS = ("jobs", "ppo", "kg-jobs")
+METHODS = ("jobs", "ppo", "kg-jobs")  # --methods adds ei-shape: EI/s on jobs of every band, one candidate per size
 
 
-def _run(args: tuple[list[int], int, str]) -> list[dict]:
-    idx, draws, composer = args
+def _run(args: tuple[list[int], int, str, tuple[str, ...]]) -> list[dict]:
+    idx, draws, composer, methods = args
     from ncclrl.agents.compose import ComposerController, Draw, PerSecond, draw_full
     from ncclrl.agents.compose_train import PolicyComposer
     from ncclrl.agents.problem import Evaluator, platform_measure
@@ -34,9 +34,10 @@ def _run(args: tuple[list[int], int, str]) -> list[dict]:
         c = problem.colls[0]
         base = oracle.base[c]
         for d in range(draws):
-            for m in METHODS:
-                ctl = JobController() if m == "jobs" else ComposerController(
-                    pol if m == "ppo" else PerSecond("kg"), serve_gpu_s=cp.serve_gpu_s)
+            for m in methods:
+                made = {"ppo": lambda: pol, "kg-jobs": lambda: PerSecond("kg"),
+                        "ei-shape": lambda: PerSecond("ei", stop_factor=16.0, shape=(4, 1))}
+                ctl = JobController() if m == "jobs" else ComposerController(made[m](), serve_gpu_s=cp.serve_gpu_s)
                 ev = Evaluator(problem, platform_measure(plat, np.random.default_rng([i, d, 5])), cp.budget_gpu_s)
                 t0 = time.perf_counter()
                 res = Search(problem, ev, ctl, SearchConfig()).run()
@@ -58,14 +59,17 @@ def main() -> int:
     ap.add_argument("--problems", type=int, default=60)
     ap.add_argument("--draws", type=int, default=2)
     ap.add_argument("--composer", default="agents/pretrained/composer.json")
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--tag", default="full-run", help="name of the output files")
     a = ap.parse_args()
+    methods = tuple(a.methods.split(","))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with mp.get_context("spawn").Pool(2) as pool:
-        parts = pool.map(_run, [(list(range(k, a.problems, 2)), a.draws, a.composer) for k in range(2)])
+        parts = pool.map(_run, [(list(range(k, a.problems, 2)), a.draws, a.composer, methods) for k in range(2)])
     df = pd.DataFrame([r for p in parts for r in p])
-    df.to_csv(out / "full-run.csv", index=False)
+    df.to_csv(out / f"{a.tag}.csv", index=False)
     per = df.groupby(["method", "problem_id"]).net_value.mean().unstack(0)
     lines = [f"# `python docs/results/scripts/compose_full_run.py {' '.join(sys.argv[1:])}`", "",
              f"{a.problems} judged problems (seed stream {JUDGE_STREAM}) x {a.draws} noise draws through the full "
@@ -78,14 +82,15 @@ def main() -> int:
         lines.append(f"| {m} | {mu:+.2f} [{lo:+.2f}, {hi:+.2f}] | {sub.jobs.mean():.1f} | {int(sub.slower.sum())} "
                      f"({int((sub.slower > 0).sum())} of {len(sub)}) | {sub.wall_s.mean():.1f} |")
     lines += ["", "| pair | difference, paired [95%] |", "| --- | ---: |"]
-    for x, y in (("ppo", "jobs"), ("ppo", "kg-jobs"), ("kg-jobs", "jobs")):
+    for x, y in [(x, y) for x, y in (("ppo", "jobs"), ("ppo", "kg-jobs"), ("kg-jobs", "jobs"), ("ei-shape", "jobs"),
+                                     ("ppo", "ei-shape")) if x in per and y in per]:
         mu, lo, hi = ci95((per[x] - per[y]).to_numpy())
         lines.append(f"| {x} - {y} | {mu:+.2f} [{lo:+.2f}, {hi:+.2f}] |")
     fam = df.groupby(["family", "method"]).net_value.mean().unstack(1)
     lines += ["", "| family | " + " | ".join(fam.columns) + " |", "| --- |" + " ---: |" * len(fam.columns)]
     for f, r in fam.iterrows():
         lines.append(f"| {f} | " + " | ".join(f"{v:+.2f}" for v in r) + " |")
-    (out / "full-run.md").write_text("\n".join(lines) + "\n")
+    (out / f"{a.tag}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
