@@ -769,6 +769,44 @@ class SweepRace(PerSecond):
         return best
 
 
+class JobsRule(PerSecond):
+    """finetune's ``jobs`` (:meth:`ncclrl.agents.strategy.Search.compose_job`) as a composer: after
+    the first job, per knob setting either its whole sweep (never measured) or a race over every size
+    (1, 2 or 4 leading candidates per size), all competing by expected improvement per GPU-second;
+    NCCL's plain defaults re-measured whenever the setting raced has more jobs. Unlike
+    :class:`SweepRace`, a race of a measured setting may come before the sweep of another. Stops as
+    :class:`PerSecond` does."""
+
+    def __init__(self, stop_factor: float = 1.0) -> None:
+        super().__init__("ei", stop_factor=stop_factor)
+        self.name = "jobs"
+
+    def choose(self, run: ComposeRun, stop: bool = True) -> Action | None:
+        if not run.history:
+            return FIRST
+        r = self.rates(run)
+        if not stop:
+            r[STOP] = -np.inf
+            r[1:] = np.where(run.valid()[1:], np.maximum(r[1:], -1e300), -np.inf)
+        keep = np.zeros(N_ACTIONS, dtype=bool)
+        keep[STOP] = True
+        for k in range(run.p.n_knobs):
+            if run.jobs[k] == 0:
+                keep[Action(k, N_BANDS, 0).index] = True
+            else:
+                keep[[Action(k, N_BANDS, c).index for c in (1, 2, 4)]] = True
+        r = np.where(keep, r, -np.inf)
+        i = int(np.argmax(r))
+        if i == STOP or not np.isfinite(r[i]):
+            return None
+        best = Action.of(i)
+        if best.knob and best.candidates and run.jobs[0] < run.jobs[best.knob]:
+            alt = Action(0, best.band, best.candidates)
+            if run.valid()[alt.index]:
+                return alt
+        return best
+
+
 BASELINES: dict[str, Callable[[], Composer]] = {
     "nccl": NeverTune,
     "random": RandomCompose,
@@ -776,6 +814,7 @@ BASELINES: dict[str, Callable[[], Composer]] = {
     "ucb/s": lambda: PerSecond("ucb"),
     "kg/s": lambda: PerSecond("kg"),
     "sweep-race": SweepRace,
+    "jobs": JobsRule,
 }
 
 

@@ -39,6 +39,7 @@ from ncclrl.agents.compose import (
     ComposeProblem,
     Composer,
     ComposeRun,
+    JobsRule,
     PerSecond,
     SweepRace,
     play,
@@ -52,7 +53,7 @@ RUN_FEATURES = ("left", "spent", "table_gain", "jobs", "job_sigma", "knobs", "fi
 N_OBS = MAX_KNOBS * N_BANDS * len(CELL_FEATURES) + len(RUN_FEATURES)
 #: the jobs a macro policy chooses among (beside stop): what each baseline would run next, its stop
 #: rule ignored; the leaders of the most promising setting again; NCCL's defaults again
-MACROS = ("sweep-race", "kg/s", "ei/s", "ucb/s", "confirm", "defaults")
+MACROS = ("jobs", "ei-shape", "kg/s", "confirm", "defaults")
 MACRO_FEATURES = ("valid", "ei_rate", "kg_rate", "cost", "points", "in_table", "all_bands", "candidates")
 N_MACRO_OBS = N_OBS + len(MACROS) * len(MACRO_FEATURES)
 
@@ -138,8 +139,9 @@ def propose(run: ComposeRun) -> list[Action | None]:
     ok = run.valid()
     if not run.history:
         return [FIRST if ok[FIRST.index] else None] + [None] * (len(MACROS) - 1)
-    out: list[Action | None] = [SweepRace().choose(run, stop=False)]
-    out += [PerSecond(m.split("/")[0]).choose(run, stop=False) for m in MACROS[1:4]]
+    out: list[Action | None] = [JobsRule().choose(run, stop=False),
+                                PerSecond("ei", shape=(N_BANDS, 1)).choose(run, stop=False),
+                                PerSecond("kg").choose(run, stop=False)]
     p = run.p
     lead = np.where(p.nccl >= 0, run.mean[np.maximum(p.nccl, 0)], -np.inf)  # per (knob, size)
     best = np.full((p.n_knobs, p.n_cells), -np.inf)
@@ -205,8 +207,9 @@ class ComposeEnv(gym.Env):
                  weights: np.ndarray | None = None, macros: bool = False) -> None:
         if not problems:
             raise ConfigError("problems", "need at least one problem")
-        if paired not in ("", "sweep-race", "kg/s", "ei/s", "ucb/s"):
-            raise ConfigError("paired", f"unknown baseline {paired!r}; allowed: sweep-race, kg/s, ei/s, ucb/s, ''")
+        if paired not in ("", "jobs", "sweep-race", "kg/s", "ei/s", "ucb/s"):
+            raise ConfigError("paired", f"unknown baseline {paired!r}; allowed: jobs, sweep-race, kg/s, ei/s, ucb/s, "
+                              "''")
         self.problems, self.cfg, self.paired = problems, cfg or ComposeConfig(), paired
         self.weights = None if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
         self.macros = macros
@@ -260,6 +263,8 @@ class ComposeEnv(gym.Env):
 
 
 def paired_baseline(name: str) -> Composer:
+    if name == "jobs":
+        return JobsRule()
     return SweepRace() if name == "sweep-race" else PerSecond(name.split("/")[0])
 
 

@@ -168,7 +168,7 @@ def test_a_saved_composer_loads_and_acts_the_same(tmp_path, problems):
 
 
 def test_the_macro_environment_offers_what_each_baseline_would_run(problems):
-    from ncclrl.agents.compose import PerSecond, SweepRace
+    from ncclrl.agents.compose import JobsRule, PerSecond
     from ncclrl.agents.compose_train import MACROS, propose
 
     env = ComposeEnv(problems[:2], paired="", macros=True)
@@ -178,8 +178,8 @@ def test_the_macro_environment_offers_what_each_baseline_would_run(problems):
     env.step(1)
     run = env.run
     props = propose(run)
-    assert props[0] == SweepRace().choose(run, stop=False)
-    assert props[1] == PerSecond("kg").choose(run, stop=False)
+    assert props[0] == JobsRule().choose(run, stop=False)
+    assert props[2] == PerSecond("kg").choose(run, stop=False)
     for a in props:
         assert a is None or run.valid()[a.index]
 

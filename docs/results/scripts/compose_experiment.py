@@ -22,17 +22,17 @@ import pandas as pd
 from ncclrl.agents.compose import BASELINES, ci95, draw_problems, play
 
 TRAIN_STREAM, JUDGE_STREAM = 1, 2
-CRITERION_BASELINES = ("nccl", "ei/s", "ucb/s", "kg/s", "sweep-race")
+CRITERION_BASELINES = ("nccl", "ei/s", "ucb/s", "kg/s", "sweep-race", "jobs")
 
 
-def _train(args: tuple[int, int, int, str, int]) -> str:
-    seed, n_train, steps, out, reweight = args
+def _train(args: tuple[int, int, int, str, int, bool, str]) -> str:
+    seed, n_train, steps, out, reweight, macros, paired = args
     os.environ["OMP_NUM_THREADS"] = "1"
     from ncclrl.agents.compose_train import TrainConfig, train
 
     problems = draw_problems(n_train, TRAIN_STREAM)
     cfg = TrainConfig(total_timesteps=steps, seed=seed, tensorboard=str(Path(out) / "tensorboard"),
-                      reweight_every=reweight)
+                      reweight_every=reweight, macros=macros, paired=paired)
     pol = train(problems, cfg, log=lambda m: print(f"[seed {seed}] {m}", flush=True))
     return str(pol.save(Path(out) / f"composer-seed{seed}.json"))
 
@@ -93,13 +93,16 @@ def main() -> int:
     ap.add_argument("--draws", type=int, default=5, help="noise draws per judged problem")
     ap.add_argument("--seeds", type=int, default=2, help="training seeds")
     ap.add_argument("--reweight", type=int, default=0, help="episodes between reweighting towards trailing problems")
+    ap.add_argument("--macros", action="store_true", help="the agent chooses among the macros (design B)")
+    ap.add_argument("--paired", default="sweep-race", help="baseline paired with each training episode")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     ctx = mp.get_context("spawn")
     with ctx.Pool(2) as pool:
-        policies = pool.map(_train, [(s, a.train, a.steps, str(out), a.reweight) for s in range(a.seeds)])
+        policies = pool.map(_train, [(s, a.train, a.steps, str(out), a.reweight, a.macros, a.paired)
+                                     for s in range(a.seeds)])
     t_train = time.time() - t0
     chunks = [list(range(i, a.judge, 2)) for i in range(2)]
     with ctx.Pool(2) as pool:
