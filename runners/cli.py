@@ -452,7 +452,7 @@ COMMANDS: list[Command] = [
     profile.COMMAND,
 ]
 BY_NAME = {c.name: c for c in COMMANDS}
-for _c in COMMANDS[COMMANDS.index(plugin_verify.COMMAND) + 1:] + [COMMANDS[8]]:
+for _c in COMMANDS[COMMANDS.index(plugin_verify.COMMAND) + 1:] + [BY_NAME["plugin build"]]:
     register(_c)
 
 
