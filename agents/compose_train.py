@@ -458,3 +458,7 @@ def train(problems: list[ComposeProblem], cfg: TrainConfig, compose: ComposeConf
             "episodes": Track.episodes, "train_s": round(time.time() - t0, 1)}
     log(f"# trained {cfg.total_timesteps} steps ({Track.episodes} episodes) in {time.time() - t0:.0f} s")
     return PolicyComposer(layers, meta)
+
+
+if "ncclrl/Compose-v0" not in gym.registry:
+    gym.register(id="ncclrl/Compose-v0", entry_point="ncclrl.agents.compose_train:ComposeEnv")

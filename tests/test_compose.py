@@ -121,6 +121,11 @@ def test_the_environment_passes_gymnasiums_checks_and_its_return_is_the_net_valu
         total += r
     assert total == pytest.approx(info["net_value"])
     assert observe(env.run).shape == env.observation_space.shape
+    import gymnasium as gym
+
+    made = gym.make("ncclrl/Compose-v0", problems=problems, paired="")
+    obs, _ = made.reset(seed=0)
+    assert obs.shape == env.observation_space.shape and made.unwrapped.action_masks()[STOP]
 
 
 def test_a_paired_episode_returns_the_lead_over_the_baseline(problems):
