@@ -56,6 +56,8 @@ N_OBS = MAX_KNOBS * N_BANDS * len(CELL_FEATURES) + len(RUN_FEATURES)
 MACROS = ("jobs", "ei-shape", "kg/s", "confirm", "defaults")
 MACRO_FEATURES = ("valid", "ei_rate", "kg_rate", "cost", "points", "in_table", "all_bands", "candidates")
 N_MACRO_OBS = N_OBS + len(MACROS) * len(MACRO_FEATURES)
+#: baselines an episode's return can be paired with ("" for none)
+PAIRED = ("", "jobs", "sweep-race", "kg/s", "ei/s", "ucb/s")
 
 
 def _lg(x: np.ndarray | float) -> np.ndarray:
@@ -207,9 +209,8 @@ class ComposeEnv(gym.Env):
                  weights: np.ndarray | None = None, macros: bool = False) -> None:
         if not problems:
             raise ConfigError("problems", "need at least one problem")
-        if paired not in ("", "jobs", "sweep-race", "kg/s", "ei/s", "ucb/s"):
-            raise ConfigError("paired", f"unknown baseline {paired!r}; allowed: jobs, sweep-race, kg/s, ei/s, ucb/s, "
-                              "''")
+        if paired not in PAIRED:
+            raise ConfigError("paired", f"unknown baseline {paired!r}; allowed: {', '.join(PAIRED)}, '' (none)")
         self.problems, self.cfg, self.paired = problems, cfg or ComposeConfig(), paired
         self.weights = None if weights is None else np.asarray(weights, dtype=float) / np.sum(weights)
         self.macros = macros
@@ -398,6 +399,9 @@ class TrainConfig:
                 raise ConfigError(f"train.{name}", f"must be >= 1, got {getattr(self, name)}")
         if (self.n_envs * self.n_steps) % self.batch_size:
             raise ConfigError("train.batch_size", f"must divide n_envs * n_steps ({self.n_envs * self.n_steps})")
+        if self.paired not in PAIRED:
+            raise ConfigError("train.paired", f"unknown baseline {self.paired!r}; allowed: {', '.join(PAIRED)}, "
+                              "'' (none)")
         if self.reweight_every and not self.paired:
             raise ConfigError("train.reweight_every", "needs train.paired (a baseline to trail)")
 

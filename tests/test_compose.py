@@ -269,3 +269,15 @@ def test_the_composer_command_trains_saves_and_judges(tmp_path):
     assert set(out["net_value"]) >= {"ppo", "kg/s", "sweep-race", "nccl"} and len(out["ppo_minus_best"]) == 3
     assert PolicyComposer.load(tmp_path / "composer.json").meta["problems"] == 6
     assert any((tmp_path / "tensorboard").rglob("events.out.tfevents.*"))
+
+
+@pytest.mark.parametrize("argv,key", [(["train.paired=foo"], "train.paired"), (["problems=0"], "problems"),
+                                      (["train_stream=2"], "judge_stream"),
+                                      (["train.batch_size=7"], "train.batch_size")])
+def test_the_composer_command_refuses_bad_input_in_one_line(tmp_path, capsys, argv, key):
+    from ncclrl.runners.cli import main
+
+    assert main(["composer", f"run_dir={tmp_path / 'run'}", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"ncclrl: error: {key}:")
+    assert not (tmp_path / "run").exists()
