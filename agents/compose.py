@@ -391,12 +391,6 @@ class ComposeRun:
             sel &= rank < a.candidates
         return np.concatenate([p.nccl[a.knob, cells], np.flatnonzero(sel)])
 
-    def predicted_gpu_s(self, idx: np.ndarray) -> float:
-        """The job's GPU-time at the model's times (its launch included)."""
-        p = self.p
-        return p.cost.job_gpu_s(np.exp(p.prior[idx] - self.mean[idx] + self.prior_gain[idx]), self.cfg.samples,
-                                p.nranks)
-
     def measure(self, idx: np.ndarray) -> bool:
         """Run one job of points ``idx`` (NCCL's choice at each of its sizes among them); ``False``
         when the budget left does not pay for it (nothing is run then)."""
@@ -698,12 +692,12 @@ class PerSecond(Composer):
         v = np.where(p.candidate | (np.arange(p.size) == p.nccl[p.knob, p.cell]), v, 0.0)
         return v * run.share[p.cell]
 
-    def rates(self, run: ComposeRun) -> np.ndarray:
+    def rates(self, run: ComposeRun, stop: bool = True) -> np.ndarray:
         """Per action, its acquisition per predicted GPU-second (-inf: not valid; stop: the rate a
-        job must beat, one served GPU-second per GPU-second spent)."""
+        job must beat, ``stop_factor`` served GPU-seconds per GPU-second spent; -inf without ``stop``)."""
         cost, _ = run.job_costs()
         r = np.where(run.valid(), run.job_sums(self.point_value(run)) / np.where(cost > 0, cost, 1.0), -np.inf)
-        r[STOP] = self.stop_factor / run.p.serve_gpu_s
+        r[STOP] = self.stop_factor / run.p.serve_gpu_s if stop else -np.inf
         if self.shape is not None and run.history:
             keep = np.zeros(N_ACTIONS, dtype=bool)
             keep[STOP] = True
@@ -719,10 +713,7 @@ class PerSecond(Composer):
         (without, ``None`` only when no job is valid)."""
         if not run.history:  # every tuning run starts with NCCL's defaults and their configurations
             return FIRST
-        r = self.rates(run)
-        if not stop:
-            r[STOP] = -np.inf
-            r[1:] = np.where(run.valid()[1:], np.maximum(r[1:], -1e300), -np.inf)
+        r = self.rates(run, stop)
         i = int(np.argmax(r))
         return None if i == STOP or not np.isfinite(r[i]) else Action.of(i)
 
@@ -741,10 +732,7 @@ class SweepRace(PerSecond):
     def choose(self, run: ComposeRun, stop: bool = True) -> Action | None:
         if not run.history:  # every tuning run starts with NCCL's defaults and their configurations
             return FIRST
-        r = self.rates(run)
-        if not stop:
-            r[STOP] = -np.inf
-            r[1:] = np.where(run.valid()[1:], np.maximum(r[1:], -1e300), -np.inf)
+        r = self.rates(run, stop)
         whole = np.zeros(N_ACTIONS, dtype=bool)  # every job measures NCCL's choice at every size
         whole[[Action(k, N_BANDS, c).index for k in range(run.p.n_knobs) for c in CANDIDATES]] = True
         whole[STOP] = True
@@ -784,10 +772,7 @@ class JobsRule(PerSecond):
     def choose(self, run: ComposeRun, stop: bool = True) -> Action | None:
         if not run.history:
             return FIRST
-        r = self.rates(run)
-        if not stop:
-            r[STOP] = -np.inf
-            r[1:] = np.where(run.valid()[1:], np.maximum(r[1:], -1e300), -np.inf)
+        r = self.rates(run, stop)
         keep = np.zeros(N_ACTIONS, dtype=bool)
         keep[STOP] = True
         for k in range(run.p.n_knobs):

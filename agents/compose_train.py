@@ -66,21 +66,26 @@ def _lg(x: np.ndarray | float) -> np.ndarray:
     return np.sign(x) * np.log1p(np.abs(x))
 
 
-def observe(run: ComposeRun) -> np.ndarray:
-    """The observation of ``run`` (module docs), float32, clipped to [-10, 10]."""
+def acquisition_sums(run: ComposeRun) -> tuple[np.ndarray, np.ndarray]:
+    """Per action, the expected improvement and the knowledge gradient of its job's points."""
+    return run.job_sums(PerSecond("ei").point_value(run)), run.job_sums(PerSecond("kg").point_value(run))
+
+
+def observe(run: ComposeRun, sums: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """The observation of ``run`` (module docs), float32, clipped to [-10, 10]; ``sums``:
+    :func:`acquisition_sums` when the caller has them already."""
     p = run.p
     f = np.zeros((MAX_KNOBS, N_BANDS, len(CELL_FEATURES)))
     nk = p.n_knobs
     cost, count = run.job_costs()
-    ei = PerSecond("ei").point_value(run)
-    kg = PerSecond("kg").point_value(run)
+    ei_all, kg_all = sums if sums is not None else acquisition_sums(run)
     serve = p.serve_gpu_s
 
     def per(vals: np.ndarray) -> np.ndarray:  # per action (flat) -> [knob, band choice, candidates]
         return vals[1:].reshape(MAX_KNOBS, BAND_CHOICES, len(CANDIDATES))[:, :N_BANDS]
 
-    ei_sum = per(run.job_sums(ei))
-    kg_sum = per(run.job_sums(kg))
+    ei_sum = per(ei_all)
+    kg_sum = per(kg_all)
     c = per(cost)
     ok = per(count) > 0
     f[:, :, 0] = ok[:, :, 0]
@@ -157,8 +162,7 @@ def propose(run: ComposeRun) -> list[Action | None]:
 def observe_macros(run: ComposeRun, props: list[Action | None]) -> np.ndarray:
     """:func:`observe` and, per macro, :data:`MACRO_FEATURES` of the job it proposes."""
     cost, count = run.job_costs()
-    ei = run.job_sums(PerSecond("ei").point_value(run))
-    kg = run.job_sums(PerSecond("kg").point_value(run))
+    ei, kg = acquisition_sums(run)
     serve = run.p.serve_gpu_s
     m = np.zeros((len(MACROS), len(MACRO_FEATURES)))
     for j, a in enumerate(props):
@@ -168,7 +172,7 @@ def observe_macros(run: ComposeRun, props: list[Action | None]) -> np.ndarray:
         m[j] = [1.0, _lg(ei[i] * serve / cost[i]), _lg(kg[i] * serve / cost[i]), _lg(cost[i] / serve * 100),
                 count[i] / 100, float(a.knob == run.table_knob), float(a.band == N_BANDS),
                 CANDIDATES.index(a.candidates) / 3]
-    return np.concatenate([observe(run), np.clip(m.ravel(), -10, 10).astype(np.float32)])
+    return np.concatenate([observe(run, (ei, kg)), np.clip(m.ravel(), -10, 10).astype(np.float32)])
 
 
 class ComposeEnv(gym.Env):
