@@ -130,6 +130,7 @@ typedef struct {
   int loaded;     /* the table was read, matched the expected fingerprint, and is indexed */
   char path[512];
   reqlog_t reqlog;
+  struct ocomm* online; /* online mode's state of this communicator (NCCLRL_TUNER_MODE=online), or NULL */
 } ctx_t;
 
 static const char* const COLL_NAMES[NCCLRL_NUM_COLLS] = {"broadcast", "reduce", "allgather", "reducescatter",
@@ -1002,6 +1003,10 @@ static void reqlog_close(ctx_t* ctx) {
   memset(rl, 0, sizeof(*rl));
 }
 
+#ifdef NCCLRL_ONLINE
+#include "ncclrl_online.c"
+#endif
+
 /* The deployment's settings: NCCLRL_TUNER_ON_ERROR (fail, the default, or fallback) into
  * *fallback, NCCLRL_TUNER_TABLE_FINGERPRINT (16 hex digits) into ctx->expect. Returns 0, or -1
  * (logged) when a value is malformed: init fails then, whatever the policy. */
@@ -1064,31 +1069,41 @@ static ncclrl_result_t new_ctx(size_t nranks, size_t nnodes, ncclrl_logger_t log
     return NCCLRL_INVALID_USAGE;
   }
   reqlog_open(ctx, comm_id, has_comm_id);
+#ifdef NCCLRL_ONLINE
+  if (has_comm_id) ctx->online = online_attach(ctx, comm_id);
+  else if (online_requested())
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "online mode needs tuner ABI v5 (NCCL 2.28+); this NCCL speaks v%d: static table",
+        version);
+#endif
   *out = ctx;
   return NCCLRL_SUCCESS;
 }
 
 static ncclrl_result_t destroy_ctx(void* c) {
   ctx_t* ctx = (ctx_t*)c;
-  if (ctx) { reqlog_close(ctx); free(ctx->storage); free(ctx); }
+  if (ctx) {
+#ifdef NCCLRL_ONLINE
+    online_detach(ctx->online);
+#endif
+    reqlog_close(ctx);
+    free(ctx->storage);
+    free(ctx);
+  }
   return NCCLRL_SUCCESS;
 }
 
-/* Apply a row to NCCL's cost table (v3+). */
-static ncclrl_result_t apply(ctx_t* ctx, int coll, size_t nBytes, int pipe, int regbuff, float** costTable,
-                             int numAlgo, int numProto, int* nChannels) {
-  if (ctx) reqlog_note(ctx, coll, nBytes);
-  if (!ctx || !nChannels) return NCCLRL_SUCCESS; /* anything unexpected: NCCL decides */
-  const row_t* r = lookup(ctx, coll, nBytes, pipe, regbuff);
-  if (!r) return NCCLRL_SUCCESS;
+/* Apply a row to NCCL's cost table (v3+); r NULL: NCCL decides. */
+static void apply_row(ctx_t* ctx, const row_t* r, int coll, size_t nBytes, float** costTable, int numAlgo,
+                      int numProto, int* nChannels) {
+  if (!r) return;
   if (r->algo >= 0) {
-    if (!costTable || r->algo >= numAlgo || r->proto >= numProto) return NCCLRL_SUCCESS;
+    if (!costTable || r->algo >= numAlgo || r->proto >= numProto) return;
     float (*table)[numProto] = (float (*)[numProto])costTable;
     if (table[r->algo][r->proto] < 0.0f) {
       if (ctx->trace)
         LOG(ctx, NCCLRL_LOG_TRACE, PREFIX "%s %zu B: %s/%s disabled by NCCL (line %d); NCCL decides",
             COLL_NAMES[coll], nBytes, ALGO_NAMES[(int)r->algo], PROTO_NAMES[(int)r->proto], r->line);
-      return NCCLRL_SUCCESS;
+      return;
     }
     table[r->algo][r->proto] = 0.0f;
   }
@@ -1097,6 +1112,60 @@ static ncclrl_result_t apply(ctx_t* ctx, int coll, size_t nBytes, int pipe, int 
     LOG(ctx, NCCLRL_LOG_TRACE, PREFIX "%s %zu B -> %s/%s channels %d (line %d)", COLL_NAMES[coll], nBytes,
         r->algo >= 0 ? ALGO_NAMES[(int)r->algo] : "nccl", r->proto >= 0 ? PROTO_NAMES[(int)r->proto] : "nccl",
         (int)r->channels, r->line);
+}
+
+#ifdef NCCLRL_ONLINE
+/* What the static table runs for this call: its row's choice where NCCL left it enabled, else NCCL's. */
+static ocfg_t static_cfg(const row_t* r, float** costTable, int numAlgo, int numProto) {
+  ocfg_t c = {-1, -1, (int16_t)(r && r->channels > 0 ? r->channels : 0)};
+  if (r && r->algo >= 0 && costTable && r->algo < numAlgo && r->proto < numProto &&
+      ((float (*)[numProto])costTable)[r->algo][r->proto] >= 0.0f) {
+    c.algo = r->algo;
+    c.proto = r->proto;
+    return c;
+  }
+  int a = -1, p = -1;
+  if (nccl_choice(costTable, numAlgo, numProto, &a, &p)) { c.algo = (int8_t)a; c.proto = (int8_t)p; }
+  return c;
+}
+
+/* Online mode: the arm the schedule gives this call, forced where NCCL left it enabled; arm 0 (and an
+ * arm NCCL disabled, identically on every rank) runs the static table's decision. */
+static void apply_online(ctx_t* ctx, const row_t* r, int coll, size_t nBytes, float** costTable, int numAlgo,
+                         int numProto, int* nChannels) {
+  ocfg_t arm0 = static_cfg(r, costTable, numAlgo, numProto);
+  obucket_t* b = NULL;
+  ocfg_t cfg = arm0, ran = arm0;
+  int timed = 0;
+  int arm = online_pick(ctx->online, ctx, coll, nBytes, costTable, numAlgo, numProto, arm0, &b, &cfg, &timed);
+  if (arm > 0) {
+    float (*t)[numProto] = (float (*)[numProto])costTable;
+    if (costTable && cfg.algo >= 0 && cfg.algo < numAlgo && cfg.proto >= 0 && cfg.proto < numProto &&
+        t[cfg.algo][cfg.proto] >= 0.0f) {
+      t[cfg.algo][cfg.proto] = 0.0f;
+      if (cfg.channels > 0) *nChannels = cfg.channels;
+      ran = cfg;
+    } else {
+      arm = 0;
+    }
+  }
+  if (arm == 0) apply_row(ctx, r, coll, nBytes, costTable, numAlgo, numProto, nChannels);
+  if (b) online_note(b, timed ? arm : -1, ran, nBytes);
+}
+#endif
+
+static ncclrl_result_t apply(ctx_t* ctx, int coll, size_t nBytes, int pipe, int regbuff, float** costTable,
+                             int numAlgo, int numProto, int* nChannels) {
+  if (ctx) reqlog_note(ctx, coll, nBytes);
+  if (!ctx || !nChannels) return NCCLRL_SUCCESS; /* anything unexpected: NCCL decides */
+  const row_t* r = lookup(ctx, coll, nBytes, pipe, regbuff);
+#ifdef NCCLRL_ONLINE
+  if (ctx->online) {
+    apply_online(ctx, r, coll, nBytes, costTable, numAlgo, numProto, nChannels);
+    return NCCLRL_SUCCESS;
+  }
+#endif
+  apply_row(ctx, r, coll, nBytes, costTable, numAlgo, numProto, nChannels);
   return NCCLRL_SUCCESS;
 }
 
