@@ -47,6 +47,7 @@
 #define MODE_ENV "NCCLRL_TUNER_MODE"
 #define COORD_ENV "NCCLRL_ONLINE_COORD"
 #define CAND_ENV "NCCLRL_ONLINE_CANDIDATES"
+#define CAND_DATA_ENV "NCCLRL_ONLINE_CANDIDATES_DATA"
 #define REC_MAGIC 0x6e636f6cu  /* a collective record in use */
 #define KCH_MAGIC 0x6e636b63u  /* a kernel-channel record in use */
 
@@ -459,16 +460,26 @@ static ocomm_t* comm_new_locked(uint64_t id) {
   return c;
 }
 
-/* Candidate rows (NVIDIA's CSV columns; ranges may overlap: every row covering a size is an arm). */
+/* Candidate rows (NVIDIA's CSV columns; ranges may overlap: every row covering a size is an arm), from
+ * the text of NCCLRL_ONLINE_CANDIDATES_DATA (set and non-empty) or the file NCCLRL_ONLINE_CANDIDATES. */
 static void load_candidates(ctx_t* ctx, ocomm_t* c) {
+  const char* data = getenv(CAND_DATA_ENV);
   const char* path = getenv(CAND_ENV);
-  if (!path || !*path) return;
+  char* text = NULL;
   size_t len = 0;
-  char* raw = read_file(ctx, path, &len);
-  if (!raw) return;
-  char* text = malloc(len + 1); /* the file's bytes are not NUL-terminated */
-  if (text) { memcpy(text, raw, len); text[len] = '\0'; }
-  free(raw);
+  if (data && *data) {
+    len = strlen(data);
+    path = CAND_DATA_ENV;
+    text = len <= MAX_TABLE_BYTES ? malloc(len + 1) : NULL;
+    if (text) memcpy(text, data, len + 1);
+  } else {
+    if (!path || !*path) return;
+    char* raw = read_file(ctx, path, &len);
+    if (!raw) return;
+    text = malloc(len + 1); /* the file's bytes are not NUL-terminated */
+    if (text) { memcpy(text, raw, len); text[len] = '\0'; }
+    free(raw);
+  }
   if (!text) return;
   if (strlen(text) != len) {
     LOG(ctx, NCCLRL_LOG_WARN, PREFIX "online: candidates %s hold a NUL byte: no alternatives", path);
