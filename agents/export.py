@@ -46,7 +46,7 @@ from ncclrl.costmodel.replica import auto_channels, build_model, default_decisio
 from ncclrl.costmodel.simulator import Configs, Simulator
 from ncclrl.costmodel.table import MAX_BYTES, Row, Table
 from ncclrl.costmodel.topology import Topology
-from ncclrl.costmodel.workload import Choice, Key, Target, Workload, choose, step_costs, table_choices
+from ncclrl.costmodel.workload import Choice, Key, Target, Workload, candidates, choose, step_costs, table_choices
 from ncclrl.envs import spaces as S
 
 EXPORT_SIZES = 1 << np.arange(0, 32, dtype=np.int64)  # 1 B .. 2 GiB; the last row runs to 4 GiB - 1
@@ -414,3 +414,51 @@ def _predicted_times(sim: Simulator, rows: list[Row], conf: dict[str, int]) -> N
         r.default_time_us = float(_times(shape, np.array([c]), size, d.algo, d.proto, np.zeros(1, np.int64), {})[0])
         r.time_us = float(_times(shape, np.array([c]), size, np.array([N.ALGOS.index(r.algo)]),
                                  np.array([N.PROTOS.index(r.proto)]), np.array([r.channels]), conf)[0])
+
+
+def online_candidates(sim: Simulator, k: int = 3, min_bytes: int = 1 << 16, max_bytes: int = 1 << 30,
+                      collectives: Sequence[str] | None = None) -> list[str]:
+    """The alternatives the plugin's online mode explores beside the static table and NCCL's own
+    choice (``NCCLRL_ONLINE_CANDIDATES``): for each collective and each power-of-two size bucket
+    from ``min_bytes`` to ``max_bytes``, the ``k`` configurations (algorithm, protocol, channels)
+    the model predicts fastest at the bucket's middle size, other than NCCL's own choice there, as
+    CSV rows of the table's format that cover the bucket (rows of one bucket overlap on purpose:
+    each is one arm). Predictions, labelled by the header comment.
+
+    :param sim: the model (a calibrated simulator of the cluster, or a preset's)
+    :param k: alternatives per bucket (the plugin holds at most 8 arms, 2 of them the table's and NCCL's)
+    :param min_bytes: the smallest bucket's lower bound (rounded down to a power of two)
+    :param max_bytes: the largest bucket's upper bound
+    :param collectives: collectives to cover (default: every one the topology runs)
+    """
+    if not 1 <= k <= 6:
+        raise ConfigError("k", f"must be in 1..6, got {k}")
+    topo = sim.topo
+    lo_lg, hi_lg = int(min_bytes).bit_length() - 1, int(max_bytes).bit_length() - 1
+    rows = [f"# ncclrl online-mode candidates (model predictions, {k} per bucket) for {topo.name}: "
+            f"{topo.nodes} nodes x {topo.gpus_per_node} GPUs"]
+    for name in collectives or N.COLLECTIVES:
+        coll = N.parse_name("collective", name, N.COLLECTIVES)
+        alts = [c for c in candidates(topo, name) if c.algo != "default"]
+        if not alts:
+            continue
+        for lg in range(lo_lg, hi_lg + 1):
+            mid = (3 << lg) // 2
+            unit = 4 * (topo.nranks if coll in (2, 3) else 1)  # whole float32 elements per rank
+            nbytes = max(unit, mid // unit * unit)
+            d = default_decisions(topo, coll, np.array([nbytes]))
+            cfg = Configs.make(coll, nbytes, [N.ALGOS.index(c.algo) for c in alts],
+                               [N.PROTOS.index(c.proto) for c in alts], [c.channels for c in alts])
+            t = np.asarray(sim.time_us(cfg, validate=False), dtype=float)
+            picked = 0
+            for j in np.argsort(t):
+                c = alts[int(j)]
+                if not np.isfinite(t[j]) or (N.ALGOS.index(c.algo) == int(d.algo[0])
+                                             and N.PROTOS.index(c.proto) == int(d.proto[0]) and c.channels == 0):
+                    continue
+                rows.append(f"{name},{1 << lg},{(2 << lg) - 1},{c.algo},{c.proto},{c.channels},"
+                            f"{topo.nodes},{topo.nranks}")
+                picked += 1
+                if picked == k:
+                    break
+    return rows

@@ -39,6 +39,7 @@
 #define ONLINE_MAX_ARMS 8
 #define ONLINE_MAX_PLAN 64
 #define ONLINE_LOG2 64
+#define ONLINE_VSLOTS 4
 #define ONLINE_FIFO 512 /* per bucket: calls whose collective event has not started yet */
 #define ONLINE_COLL_POOL 2048
 #define ONLINE_KCH_POOL 8192
@@ -81,12 +82,16 @@ typedef struct obucket {
   uint64_t fifo_nbytes[ONLINE_FIFO];
   _Atomic uint64_t fifo_head;
   _Atomic uint64_t fifo_tail;
-  /* verdict mailbox (client thread writes under the comm's lock, then publishes vready = round + 1) */
-  _Atomic int vready;
-  int v_round, v_kind, v_arm, v_len;
-  uint64_t v_k;
-  uint8_t v_plan[ONLINE_MAX_PLAN];
-  char v_evidence[512];
+  /* verdict mailboxes, one per round modulo ONLINE_VSLOTS: a later round's verdict (an abort sent to
+   * every rank when the communicator freezes) never overwrites one this rank has not applied yet. The
+   * client thread fills slot r % ONLINE_VSLOTS under the comm's lock, then publishes vtag = r + 1. */
+  struct {
+    _Atomic int vtag;
+    int kind, arm, len;
+    uint64_t k;
+    uint8_t plan[ONLINE_MAX_PLAN];
+    char evidence[512];
+  } v[ONLINE_VSLOTS];
   /* evidence and reporting (under the comm's lock) */
   uint64_t n[ONLINE_MAX_ARMS];
   double sum_us[ONLINE_MAX_ARMS], sumsq_us[ONLINE_MAX_ARMS];
@@ -318,24 +323,25 @@ static void handle_line(char* line, int* welcomed) {
   if (!c) { pthread_mutex_unlock(&g_mu); return; }
   pthread_mutex_lock(&c->mu);
   obucket_t* b = bucket_by_id(c, id);
-  if (b && atomic_load(&b->vready) != round + 1) {
-    b->v_round = round;
-    b->v_k = k;
-    b->v_len = 0;
-    b->v_evidence[0] = '\0';
-    if (ev) snprintf(b->v_evidence, sizeof(b->v_evidence), "%s", ev);
+  if (b && round >= 0 && atomic_load(&b->v[round % ONLINE_VSLOTS].vtag) != round + 1) {
+    __typeof__(b->v[0])* m = &b->v[round % ONLINE_VSLOTS];
+    atomic_store_explicit(&m->vtag, 0, memory_order_relaxed);
+    m->k = k;
+    m->len = 0;
+    m->evidence[0] = '\0';
+    if (ev) snprintf(m->evidence, sizeof(m->evidence), "%s", ev);
     if (strcmp(f[4], "PLAN") == 0) {
-      b->v_kind = V_PLAN;
+      m->kind = V_PLAN;
       char* s2 = NULL;
-      for (char* a = strtok_r(f[5], ",", &s2); a && b->v_len < ONLINE_MAX_PLAN; a = strtok_r(NULL, ",", &s2))
-        b->v_plan[b->v_len++] = (uint8_t)atoi(a);
+      for (char* a = strtok_r(f[5], ",", &s2); a && m->len < ONLINE_MAX_PLAN; a = strtok_r(NULL, ",", &s2))
+        m->plan[m->len++] = (uint8_t)atoi(a);
     } else if (strcmp(f[4], "COMMIT") == 0) {
-      b->v_kind = V_COMMIT;
-      b->v_arm = atoi(f[5]);
+      m->kind = V_COMMIT;
+      m->arm = atoi(f[5]);
     } else {
-      b->v_kind = V_ABORT;
+      m->kind = V_ABORT;
     }
-    atomic_store_explicit(&b->vready, round + 1, memory_order_release);
+    atomic_store_explicit(&m->vtag, round + 1, memory_order_release);
   }
   pthread_mutex_unlock(&c->mu);
   pthread_mutex_unlock(&g_mu);
@@ -439,9 +445,19 @@ static void client_start_locked(void) {
   if (pthread_create(&g_client, NULL, client_main, NULL) != 0) {
     atomic_store(&g_lost, 1);
     g_client_started = 0;
-    return;
   }
-  pthread_detach(g_client);
+}
+
+/* NCCL unloads the library (dlclose) once its last communicator is gone: the client thread must
+ * have ended before the code it runs is unmapped. */
+__attribute__((destructor)) static void client_stop(void) {
+  pthread_mutex_lock(&g_mu);
+  int started = g_client_started;
+  g_client_started = 0;
+  pthread_mutex_unlock(&g_mu);
+  if (!started) return;
+  atomic_store(&g_stop, 1);
+  pthread_join(g_client, NULL);
 }
 
 /* ---- attaching contexts ---- */
@@ -673,7 +689,8 @@ static void freeze_bucket(ocomm_t* c, obucket_t* b, const char* why) {
 /* At call next_k: apply the round's verdict, waiting for it (bounded) if it has not arrived. */
 static void resolve_verdict(ocomm_t* c, obucket_t* b) {
   int want = b->round + 1;
-  if (atomic_load_explicit(&b->vready, memory_order_acquire) != want) {
+  _Atomic int* tag = &b->v[b->round % ONLINE_VSLOTS].vtag;
+  if (atomic_load_explicit(tag, memory_order_acquire) != want) {
     double t0 = mono_s(), limit = verdict_wait_s();
     struct timespec nap = {0, 20000};
     for (;;) {
@@ -684,19 +701,20 @@ static void resolve_verdict(ocomm_t* c, obucket_t* b) {
                         : atomic_load(&g_lost) ? "the coordinator is gone and no verdict came"
                         : atomic_load(&c->frozen) ? "the coordinator froze this communicator"
                         : mono_s() - t0 > limit ? "no verdict within the wait" : NULL;
-      if (atomic_load_explicit(&b->vready, memory_order_acquire) == want) break;
+      if (atomic_load_explicit(tag, memory_order_acquire) == want) break;
       if (fault) { freeze_bucket(c, b, fault); return; }
       nanosleep(&nap, NULL);
       if (nap.tv_nsec < 1000000) nap.tv_nsec *= 2;
     }
   }
   pthread_mutex_lock(&c->mu);
-  int kind = b->v_kind, arm = b->v_arm, len = b->v_len;
-  uint64_t k = b->v_k;
+  __typeof__(b->v[0])* m = &b->v[b->round % ONLINE_VSLOTS];
+  int kind = m->kind, arm = m->arm, len = m->len;
+  uint64_t k = m->k;
   uint8_t plan[ONLINE_MAX_PLAN];
-  memcpy(plan, b->v_plan, sizeof(plan));
+  memcpy(plan, m->plan, sizeof(plan));
   char ev[512];
-  snprintf(ev, sizeof(ev), "%s", b->v_evidence);
+  snprintf(ev, sizeof(ev), "%s", m->evidence);
   pthread_mutex_unlock(&c->mu);
   /* a verdict that does not fit this bucket is refused alike on every rank (same state, same verdict) */
   if (k != b->next_k) { freeze_bucket(c, b, "a verdict for another call index"); return; }
@@ -757,8 +775,10 @@ static int online_pick(ocomm_t* c, ctx_t* ctx, int coll, size_t nBytes, float** 
     }
   }
   *bp = b;
-  *timed = b->round > 0; /* warm-up calls are noted (their events come) but are no sample */
+  /* only the plan's calls are samples: warm-up and gap calls are noted (their events come and count
+   * toward the report's completeness) but the policy reads the plan's counts as the arms it explored */
   if (i >= b->start && i < b->start + (uint64_t)b->len) {
+    *timed = 1;
     int arm = b->plan[i - b->start];
     if (i + 1 == b->start + (uint64_t)b->len) { /* the round's last call: its report is due once every call so far finished */
       pthread_mutex_lock(&c->mu);

@@ -39,6 +39,7 @@ from ncclrl.envs.store import open_readonly
 from ncclrl.runners import (
     benchmark,
     composer,
+    coordinator,
     e2e,
     finetune,
     plugin_verify,
@@ -437,7 +438,7 @@ def cmd_plugin_build(cfg) -> int:
 
 COMMANDS: list[Command] = [
     pretrain.PRETRAIN, pretrain.EXPORT, finetune.COMMAND, tune.COMMAND, sweep.COMMAND, validate.COMMAND,
-    benchmark.COMMAND, show.COMMAND, composer.COMMAND,
+    benchmark.COMMAND, show.COMMAND, composer.COMMAND, coordinator.COMMAND,
     Command("plugin build", PluginBuildConfig, cmd_plugin_build, "build the NCCL tuner plugin"),
     plugin_verify.COMMAND,
     e2e.COMMAND,

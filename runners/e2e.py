@@ -25,6 +25,8 @@ import csv
 import json
 import logging
 import os
+import socket
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -56,6 +58,7 @@ log = logging.getLogger(__name__)
 
 MODES = ("ddp", "fsdp", "both")
 SIDES = ("default", "table")
+ONLINE = "online"
 DEVICES = ("cuda", "cpu")
 DTYPES = ("float32", "bfloat16")
 WORKER = "ncclrl.envs.e2e_worker"
@@ -89,6 +92,12 @@ class E2EConfig:
     :param rounds: jobs per side (2 or more for an interval of the ratio; more rounds narrow it)
     :param seed: seed of the weights and the data (the same in every job)
     :param out: folder for steps.csv (every timed step of every job) and summary.json
+    :param online: a third side: the plugin's online mode (tuner and profiler, NCCLRL_TUNER_MODE=online)
+        explores the table's row, NCCL's choice and the model's alternatives inside each job and keeps
+        what the coordinator this command starts agrees (compared on the mean step, exploration included)
+    :param online_policy: the coordinator's exploration policy (empty: the shipped one)
+    :param online_host: the address the ranks reach the coordinator at (empty: 127.0.0.1 when every
+        rank runs on this host, else this host's name)
     :param timeout_s: a job that makes no progress for this many seconds (>= 1) is ended (the command fails)
     :param device: cuda (NCCL) or cpu (gloo: checks the launch path; the timings say nothing about NCCL)
     :param launcher: how a job's processes start (group launcher=: local, torchrun, srun, mpirun)
@@ -113,6 +122,9 @@ class E2EConfig:
     rounds: int = 5
     seed: int = 0
     out: str = "e2e"
+    online: bool = False
+    online_policy: str = ""
+    online_host: str = ""
     timeout_s: float = 300.0
     device: str = "cuda"
     launcher: LaunchConfig = field(default_factory=LaunchConfig)
@@ -140,35 +152,42 @@ class E2EConfig:
             raise ConfigError("timeout_s", f"must be > 0, got {self.timeout_s}")
 
 
-def job_order(rounds: int) -> list[str]:
-    """The sides' jobs in running order: default, table, table, default, default, table, ..."""
+def job_order(rounds: int, sides: tuple[str, ...] = SIDES) -> list[str]:
+    """The sides' jobs in running order: default, table, table, default, default, table, ... (with a
+    third side: default, table, online, online, table, default, ...)"""
     out: list[str] = []
     for r in range(rounds):
-        out += list(SIDES) if r % 2 == 0 else list(reversed(SIDES))
+        out += list(sides) if r % 2 == 0 else list(reversed(sides))
     return out
 
 
-def bootstrap_median(jobs: list[np.ndarray], rng: np.random.Generator, n_boot: int = N_BOOT) -> np.ndarray:
-    """``n_boot`` bootstrap replicates of the median of all steps: each resamples the jobs (with
-    replacement), then the steps within each chosen job."""
+STATS = {"median": np.median, "mean": np.mean}
+
+
+def bootstrap_median(jobs: list[np.ndarray], rng: np.random.Generator, n_boot: int = N_BOOT,
+                     stat: str = "median") -> np.ndarray:
+    """``n_boot`` bootstrap replicates of the median (or ``stat``) of all steps: each resamples the
+    jobs (with replacement), then the steps within each chosen job."""
+    f = STATS[stat]
     out = np.empty(n_boot)
     for b in range(n_boot):
         pick = rng.integers(0, len(jobs), len(jobs))
-        out[b] = np.median(np.concatenate([rng.choice(jobs[j], jobs[j].size) for j in pick]))
+        out[b] = f(np.concatenate([rng.choice(jobs[j], jobs[j].size) for j in pick]))
     return out
 
 
 RATIO_METHODS = ("paired-t", "bootstrap")
 
 
-def paired_t_ratio(default_jobs: list[np.ndarray],
-                   table_jobs: list[np.ndarray]) -> tuple[float, float | None, float | None]:
+def paired_t_ratio(default_jobs: list[np.ndarray], table_jobs: list[np.ndarray],
+                   stat: str = "median") -> tuple[float, float | None, float | None]:
     """95% interval of the table/default ratio from the rounds: per round, the log ratio of its
     table job's median step to its default job's; a t interval (df = rounds - 1) of their mean,
     exponentiated. Jobs are the unit, and a round's two jobs run next to each other, so the
     machine's drift cancels. Returns the geometric mean of the rounds' ratios and the interval;
     one round gives no interval: ``(ratio, None, None)``."""
-    d = np.array([np.log(np.median(t) / np.median(a)) for a, t in zip(default_jobs, table_jobs, strict=True)])
+    f = STATS[stat]
+    d = np.array([np.log(f(t) / f(a)) for a, t in zip(default_jobs, table_jobs, strict=True)])
     if d.size < 2:
         return float(np.exp(d.mean())), None, None
     from scipy.stats import t as student_t  # loaded by the verdict, not by every command
@@ -178,16 +197,18 @@ def paired_t_ratio(default_jobs: list[np.ndarray],
 
 
 def summarize(default_jobs: list[list[float]], table_jobs: list[list[float]], seed: int = 0,
-              method: str = "paired-t", n_boot: int = N_BOOT) -> dict[str, Any]:
+              method: str = "paired-t", n_boot: int = N_BOOT, stat: str = "median") -> dict[str, Any]:
     """Each side's median step time (ms) with its 95% interval (bootstrap: jobs, then steps), the
     ratio table/default with its own (``method``: ``paired-t`` over the rounds: the geometric mean
     of the rounds' ratios; or ``bootstrap``: the ratio of the pooled medians), and the verdict:
-    ``faster`` (interval below 1), ``slower`` (above 1), ``tie``, or ``undecided`` (one round)."""
+    ``faster`` (interval below 1), ``slower`` (above 1), ``tie``, or ``undecided`` (one round).
+    ``stat="mean"`` compares mean steps instead (a job's total time: every step, slow ones included)."""
     rng = np.random.default_rng(seed)
+    f = STATS[stat]
     a = [np.asarray(j, float) for j in default_jobs]
     b = [np.asarray(j, float) for j in table_jobs]
-    boot_a, boot_b = bootstrap_median(a, rng, n_boot), bootstrap_median(b, rng, n_boot)
-    med_a, med_b = float(np.median(np.concatenate(a))), float(np.median(np.concatenate(b)))
+    boot_a, boot_b = bootstrap_median(a, rng, n_boot, stat), bootstrap_median(b, rng, n_boot, stat)
+    med_a, med_b = float(f(np.concatenate(a))), float(f(np.concatenate(b)))
 
     def side(med: float, boot: np.ndarray, jobs: list[np.ndarray]) -> dict[str, Any]:
         lo, hi = np.percentile(boot, [2.5, 97.5])
@@ -195,24 +216,28 @@ def summarize(default_jobs: list[list[float]], table_jobs: list[list[float]], se
                 "steps": int(sum(j.size for j in jobs)), "job_medians_ms": [float(np.median(j)) for j in jobs]}
 
     if method == "paired-t":
-        value, lo, hi = paired_t_ratio(a, b)
+        value, lo, hi = paired_t_ratio(a, b, stat)
     else:
         value = med_b / med_a
         lo, hi = (float(x) for x in np.percentile(boot_b / boot_a, [2.5, 97.5]))
     verdict = "undecided" if lo is None else "faster" if hi < 1.0 else "slower" if lo > 1.0 else "tie"
     return {"default": side(med_a, boot_a, a), "table": side(med_b, boot_b, b),
-            "ratio": {"value": value, "ci_lo": lo, "ci_hi": hi, "method": method}, "verdict": verdict}
+            "ratio": {"value": value, "ci_lo": lo, "ci_hi": hi, "method": method}, "verdict": verdict, "stat": stat}
 
 
-def report_line(mode: str, s: dict[str, Any]) -> str:
-    """``ddp: default 12.3 ms [12.1, 12.6], table 11.8 ms [11.6, 12.0], ratio 0.96 [0.94, 0.98]: ...``"""
+def report_line(mode: str, s: dict[str, Any], names: tuple[str, str] = SIDES) -> str:
+    """``ddp: default 12.3 ms [12.1, 12.6], table 11.8 ms [11.6, 12.0], ratio 0.96 [0.94, 0.98]: ...``
+    (``names``: the two sides compared, base first)"""
     d, t, r = s["default"], s["table"], s["ratio"]
-    verdict = {"faster": "the table is faster (the interval lies below 1)",
-               "slower": "the table is slower (the interval lies above 1)",
+    a, b = names
+    who = "the table" if b == "table" else f"the {b} mode"
+    verdict = {"faster": f"{who} is faster (the interval lies below 1)",
+               "slower": f"{who} is slower (the interval lies above 1)",
                "tie": "a tie (the interval contains 1)",
                "undecided": "undecided (one round per side gives no interval)"}[s["verdict"]]
-    return (f"{mode}: default {d['step_time_ms']:.1f} ms [{d['ci_lo_ms']:.1f}, {d['ci_hi_ms']:.1f}], "
-            f"table {t['step_time_ms']:.1f} ms [{t['ci_lo_ms']:.1f}, {t['ci_hi_ms']:.1f}], "
+    what = " (mean steps)" if s.get("stat") == "mean" else ""
+    return (f"{mode}{what}: {a} {d['step_time_ms']:.1f} ms [{d['ci_lo_ms']:.1f}, {d['ci_hi_ms']:.1f}], "
+            f"{b} {t['step_time_ms']:.1f} ms [{t['ci_lo_ms']:.1f}, {t['ci_hi_ms']:.1f}], "
             f"ratio {r['value']:.2f} " + (f"[{r['ci_lo']:.2f}, {r['ci_hi']:.2f}]" if r["ci_lo"] is not None
                                           else "[no interval from one round]") + f": {verdict}")
 
@@ -244,15 +269,26 @@ class E2E:
         self.knobs = {k: str(v) for k, v in read_conf_env(cfg.conf).items()} if cfg.conf else {}
         self.plugin = str(plugin_library(cfg.plugin))
         self.table_fp = fingerprint(self.table_text)
+        self.sides: tuple[str, ...] = SIDES + ((ONLINE,) if cfg.online else ())
+        self.coordinator = ""  # HOST:PORT of the online side's coordinator, once started
+        self.candidates = ""
+        if cfg.online:
+            from ncclrl.agents.export import online_candidates
+            from ncclrl.costmodel.simulator import Simulator
+
+            self.candidates = "\n".join(online_candidates(Simulator(self.topo))) + "\n"
 
     def side_env(self, side: str) -> dict[str, str]:
         """What the ranks of one side are handed on top of the user's NCCL_* environment: the table,
         the plugin and the knobs, or ``NCCL_TUNER_PLUGIN=none`` alone."""
         env = {k: v for k, v in os.environ.items()
                if k.startswith(("NCCL_", "NCCLRL_")) and k not in (TABLE_ENV, "NCCLRL_TUNER_TABLE", JOB_ENV)}
-        if side == "table":
+        if side in ("table", ONLINE):
             env.update({"NCCL_TUNER_PLUGIN": self.plugin, TABLE_ENV: self.table_text, **self.knobs})
-        else:
+        if side == ONLINE:
+            env.update({"NCCL_PROFILER_PLUGIN": self.plugin, "NCCLRL_TUNER_MODE": "online",
+                        "NCCLRL_ONLINE_COORD": self.coordinator, "NCCLRL_ONLINE_CANDIDATES_DATA": self.candidates})
+        elif side == "default":
             env["NCCL_TUNER_PLUGIN"] = "none"
         return env
 
@@ -290,10 +326,10 @@ class E2E:
         missing = sorted(set(range(self.topo.nranks)) - set(hellos))
         if missing:
             raise ConfigError("launcher", f"{side} job: ranks {missing} never reported")
-        want_fp = self.table_fp if side == "table" else ""
-        want_plugin = self.plugin if side == "table" else "none"
+        want_fp = self.table_fp if side != "default" else ""
+        want_plugin = self.plugin if side != "default" else "none"
         user = {k: v for k, v in os.environ.items() if k in CONF_KEYS}  # the user's own, on both sides
-        want_knobs = dict(user, **self.knobs) if side == "table" else user
+        want_knobs = dict(user, **self.knobs) if side != "default" else user
         for r, h in sorted(hellos.items()):
             if h.get("table") != want_fp or h.get("plugin") != want_plugin or h.get("knobs") != want_knobs:
                 raise ConfigError("launcher", f"{side} job: rank {r} received table {h.get('table')!r}, "
@@ -320,22 +356,31 @@ def run_e2e(cfg: E2EConfig, out=None) -> dict[str, Any]:
         "model": {k: getattr(cfg, k) for k in ("layers", "d_model", "heads", "seq_len", "batch", "vocab", "dtype")},
         "steps": cfg.steps, "warmup": cfg.warmup, "rounds": cfg.rounds, "jobs": [], "modes": {}}
     t0 = time.time()
-    by_side: dict[str, dict[str, list[list[float]]]] = {s: {m: [] for m in modes} for s in SIDES}
-    with job_folder("e2e") as tmp:
-        for n, side in enumerate(job_order(cfg.rounds)):
-            log.info("# job %d of %d: %s (%s)", n + 1, 2 * cfg.rounds, side, ", ".join(modes))
+    by_side: dict[str, dict[str, list[list[float]]]] = {s: {m: [] for m in modes} for s in e2e.sides}
+    order = job_order(cfg.rounds, e2e.sides)
+    with job_folder("e2e") as tmp, OnlineCoordinator(cfg, e2e, out_dir) as coord:
+        e2e.coordinator = coord.address
+        for n, side in enumerate(order):
+            log.info("# job %d of %d: %s (%s)", n + 1, len(order), side, ", ".join(modes))
             res = e2e.run_job(modes, side, Path(tmp) / f"job{n}")
-            summary["jobs"].append({"job": n, "round": n // 2, "side": side, "received": res["received"],
+            summary["jobs"].append({"job": n, "round": n // len(e2e.sides), "side": side, "received": res["received"],
                                     "median_step_time_ms": {m: float(np.median(v))
                                                             for m, v in res["step_time_ms"].items()}})
             for mode in modes:
                 by_side[side][mode].append(res["step_time_ms"][mode])
-                rows += [{"mode": mode, "job": n, "round": n // 2, "side": side, "step": k, "step_time_ms": ms}
+                rows += [{"mode": mode, "job": n, "round": n // len(e2e.sides), "side": side, "step": k,
+                          "step_time_ms": ms}
                          for k, ms in enumerate(res["step_time_ms"][mode])]
     rows.sort(key=lambda r: (modes.index(r["mode"]), r["job"], r["step"]))
     for mode in modes:
         summary["modes"][mode] = summarize(by_side["default"][mode], by_side["table"][mode], seed=cfg.seed)
         print(report_line(mode, summary["modes"][mode]), file=out, flush=True)
+        if cfg.online:  # on the mean step: the exploration's slow steps count
+            for base in SIDES:
+                key = f"{ONLINE}/{base}"
+                summary.setdefault("online", {}).setdefault(mode, {})[key] = s = summarize(
+                    by_side[base][mode], by_side[ONLINE][mode], seed=cfg.seed, stat="mean")
+                print(report_line(mode, s, (base, ONLINE)), file=out, flush=True)
     with open(out_dir / "steps.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["mode", "job", "round", "side", "step", "step_time_ms"],
                            lineterminator="\n")
@@ -346,6 +391,53 @@ def run_e2e(cfg: E2EConfig, out=None) -> dict[str, Any]:
     log.info("# %d jobs in %.0f s; every step in %s, the summary in %s", len(summary["jobs"]), summary["wall_s"],
              out_dir / "steps.csv", out_dir / "summary.json")
     return summary
+
+
+class OnlineCoordinator:
+    """The online side's ``ncclrl coordinator``, a process of this host for the whole run (nothing
+    without ``online=true``); its verdicts go to ``out/coordinator.jsonl``.
+
+    :param cfg: the run's config
+    :param e2e: the run (its launcher says whether every rank runs on this host)
+    :param out_dir: the run's output folder
+    """
+
+    def __init__(self, cfg: E2EConfig, e2e: E2E, out_dir: Path) -> None:
+        self.cfg, self.e2e, self.out_dir = cfg, e2e, out_dir
+        self.proc: subprocess.Popen | None = None
+        self.address = ""
+
+    def __enter__(self) -> OnlineCoordinator:
+        if not self.cfg.online:
+            return self
+        port_file = self.out_dir.resolve() / "coordinator.port"
+        port_file.unlink(missing_ok=True)
+        args = [sys.executable, "-m", "ncclrl", "coordinator", "host=0.0.0.0", "port=0", f"port_file={port_file}",
+                f"log={self.out_dir.resolve() / 'coordinator.jsonl'}"]
+        if self.cfg.online_policy:
+            args.append(f"policy={self.cfg.online_policy}")
+        self.err = open(self.out_dir / "coordinator.log", "w")
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.err, cwd=self.out_dir)
+        t0 = time.time()
+        while not port_file.exists():
+            if self.proc.poll() is not None or time.time() - t0 > 60:
+                raise ConfigError("online", "the coordinator did not start: "
+                                  + (self.out_dir / "coordinator.log").read_text()[-500:])
+            time.sleep(0.05)
+        here = self.e2e.launcher.kind == "local" or self.e2e.launcher.emulated
+        host = self.cfg.online_host or ("127.0.0.1" if here else socket.getfqdn())
+        self.address = f"{host}:{port_file.read_text().strip()}"
+        log.info("# online side: coordinator at %s, verdicts in %s", self.address, self.out_dir / "coordinator.jsonl")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.err.close()
 
 
 def main_e2e(cfg: DictConfig) -> int:
