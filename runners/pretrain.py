@@ -31,6 +31,7 @@ from ncclrl.agents.export import (
     OBJECTIVES,
     export_table,
     margin_for,
+    online_candidates,
     resolve_shapes,
     simulator_is_calibrated,
     workload_table,
@@ -379,6 +380,8 @@ def export_and_report(target: Topology, run_dir: Path, cfg: DictConfig) -> dict[
                          provenance={"method": "zero-shot",
                                      "margin_rule": "calibrated" if calibrated else "uncalibrated"}, shapes=shapes)
     paths = table.write(run_dir / "table")
+    cand = run_dir / "table" / "nccl_online_candidates.csv"  # the online mode's alternatives (predictions)
+    cand.write_text("\n".join(online_candidates(sim)) + "\n")
     export_s = time.perf_counter() - t0
     frames, per_shape = [], {}
     for nodes, nranks in table.provenance["shapes"]:
