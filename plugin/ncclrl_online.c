@@ -147,11 +147,14 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static ocomm_t* _Atomic g_comms[ONLINE_MAX_COMMS];
 static int g_client_started;
 static pthread_t g_client;
-static _Atomic int g_lost;       /* the coordinator is gone, refused us, or was never reached */
+static _Atomic int g_lost;       /* the coordinator is gone, refused us, or was never reached (set by the reader only) */
+static _Atomic int g_broken;     /* we cannot send any more (outbox full, send error): read what is left, then lost */
+static _Atomic int g_welcomed;   /* the coordinator answered VERSION (its round timeout is known) */
+static _Atomic int g_coord_timeout_ms = 10000;
 static _Atomic int g_stop;
 static char g_outbox[1 << 16];   /* lines for the coordinator (under g_mu) */
 static size_t g_outlen;
-static double g_gather_s = 2.0, g_wait_s = 30.0, g_coord_timeout_s = 10.0;
+static double g_gather_s = 2.0, g_wait_s = 30.0;
 static int g_slots = 16, g_gap = 8, g_warmup = 2, g_settings_read;
 
 static double mono_s(void) {
@@ -185,7 +188,7 @@ static void read_online_settings(void) {
 /* The verdict wait never ends before the coordinator's own round timeout has passed after the
  * latest moment this rank can have reported: a verdict the coordinator sends always arrives in time. */
 static double verdict_wait_s(void) {
-  double floor_s = g_gather_s + g_coord_timeout_s + 2.0;
+  double floor_s = g_gather_s + atomic_load(&g_coord_timeout_ms) / 1000.0 + 2.0;
   return g_wait_s > floor_s ? g_wait_s : floor_s;
 }
 
@@ -196,9 +199,18 @@ static void outbox_put(const char* line) {
     memcpy(g_outbox + g_outlen, line, n);
     g_outlen += n;
   } else {
-    atomic_store(&g_lost, 1); /* the coordinator does not read: treat as gone */
+    atomic_store(&g_broken, 1); /* the coordinator does not read: stop sending, drain what it sent */
   }
   pthread_mutex_unlock(&g_mu);
+}
+
+/* A whole decimal number in [lo, hi], or -1 (callers pass lo >= 0). */
+static long long parse_num(const char* s, long long lo, long long hi, int base) {
+  if (!s || !*s) return -1;
+  char* end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, base);
+  return (errno || !end || *end || v < lo || v > hi) ? -1 : v;
 }
 
 static uint64_t fnv_mix(uint64_t h, uint64_t v) {
@@ -272,7 +284,10 @@ static int connect_coordinator(const char* spec) {
       struct pollfd p = {fd, POLLOUT, 0};
       int err = 0;
       socklen_t el = sizeof(err);
-      if (poll(&p, 1, 5000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0) break;
+      int up = 0;
+      for (int t = 0; t < 50 && !atomic_load(&g_stop) && !up; t++) /* 5 s at most, ended early on unload */
+        up = poll(&p, 1, 100) == 1;
+      if (up && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0) break;
     }
     close(fd);
     fd = -1;
@@ -294,10 +309,11 @@ static void handle_line(char* line, int* welcomed) {
   if (strcmp(w, "WELCOME") == 0) {
     char* v = strtok_r(NULL, " ", &save);
     char* t = strtok_r(NULL, " ", &save);
-    if (!v || atoi(v) != ONLINE_PROTO_VERSION || !t) { comm_freeze_all("version"); return; }
-    double tc = atof(t) / 1000.0;
-    if (tc > 0 && tc < 3600) g_coord_timeout_s = tc;
+    long long ms = parse_num(t, 1, 3600000, 10);
+    if (parse_num(v, 0, 1 << 30, 10) != ONLINE_PROTO_VERSION || ms < 0) { comm_freeze_all("version"); return; }
+    atomic_store(&g_coord_timeout_ms, (int)ms);
     *welcomed = 1;
+    atomic_store(&g_welcomed, 1);
     return;
   }
   if (strcmp(w, "FREEZE") == 0) {
@@ -306,7 +322,7 @@ static void handle_line(char* line, int* welcomed) {
     uint64_t cid = strtoull(id, NULL, 16);
     pthread_mutex_lock(&g_mu);
     ocomm_t* c = comm_find_locked(cid);
-    if (c) atomic_store(&c->frozen, 1);
+    if (c) atomic_store(&c->frozen, 1); /* an unknown id: nothing of ours */
     pthread_mutex_unlock(&g_mu);
     return;
   }
@@ -316,13 +332,17 @@ static void handle_line(char* line, int* welcomed) {
   char* ev = strtok_r(NULL, "", &save);
   if (!f[5]) { comm_freeze_all("short verdict"); return; }
   uint64_t cid = strtoull(f[0], NULL, 16);
-  int id = atoi(f[1]), round = atoi(f[2]);
-  uint64_t k = strtoull(f[3], NULL, 10);
+  long long id = parse_num(f[1], 0, NCCLRL_NUM_COLLS * ONLINE_LOG2 - 1, 10);
+  long long rnd = parse_num(f[2], 0, 1 << 30, 10);
+  long long kk = parse_num(f[3], 0, INT64_MAX, 10);
+  if (id < 0 || rnd < 0 || kk < 0) { comm_freeze_all("malformed verdict"); return; }
+  int round = (int)rnd;
+  uint64_t k = (uint64_t)kk;
   pthread_mutex_lock(&g_mu); /* held throughout: a communicator is freed under it */
   ocomm_t* c = comm_find_locked(cid);
   if (!c) { pthread_mutex_unlock(&g_mu); return; }
   pthread_mutex_lock(&c->mu);
-  obucket_t* b = bucket_by_id(c, id);
+  obucket_t* b = bucket_by_id(c, (int)id);
   if (b && round >= 0 && atomic_load(&b->v[round % ONLINE_VSLOTS].vtag) != round + 1) {
     __typeof__(b->v[0])* m = &b->v[round % ONLINE_VSLOTS];
     atomic_store_explicit(&m->vtag, 0, memory_order_relaxed);
@@ -333,11 +353,14 @@ static void handle_line(char* line, int* welcomed) {
     if (strcmp(f[4], "PLAN") == 0) {
       m->kind = V_PLAN;
       char* s2 = NULL;
-      for (char* a = strtok_r(f[5], ",", &s2); a && m->len < ONLINE_MAX_PLAN; a = strtok_r(NULL, ",", &s2))
-        m->plan[m->len++] = (uint8_t)atoi(a);
+      for (char* a = strtok_r(f[5], ",", &s2); a; a = strtok_r(NULL, ",", &s2)) {
+        long long arm = parse_num(a, 0, ONLINE_MAX_ARMS - 1, 10);
+        if (arm < 0 || m->len == ONLINE_MAX_PLAN) { m->len = 0; break; } /* refused at k, alike on every rank */
+        m->plan[m->len++] = (uint8_t)arm;
+      }
     } else if (strcmp(f[4], "COMMIT") == 0) {
       m->kind = V_COMMIT;
-      m->arm = atoi(f[5]);
+      m->arm = (int)parse_num(f[5], 0, ONLINE_MAX_ARMS - 1, 10);
     } else {
       m->kind = V_ABORT;
     }
@@ -364,7 +387,7 @@ static void send_reports(double now) {
     for (int co = 0; co < NCCLRL_NUM_COLLS; co++)
       for (int j = 0; j < ONLINE_LOG2; j++) {
         obucket_t* b = c->b[co][j];
-        if (!b || b->report_round < 0 || b->report_round == b->reported_round) continue;
+        if (!c->hello_sent || !b || b->report_round < 0 || b->report_round == b->reported_round) continue;
         if (b->done < b->report_need && now < b->report_due_s) continue;
         int off = snprintf(line, sizeof(line), "REPORT %016llx %d %d %d %llu %016llx %d",
                            (unsigned long long)c->comm_id, c->rank, b->id, b->report_round,
@@ -398,17 +421,25 @@ static void* client_main(void* arg) {
   outbox_put(hello);
   char in[ONLINE_LINE * 4];
   size_t inlen = 0;
-  int welcomed = 0;
-  double t_start = mono_s();
+  int welcomed = 0, shut = 0;
+  double t_start = mono_s(), broken_at = 0.0;
+  /* Only this reader decides the coordinator is lost: at EOF, a read error, a malformed line, or
+   * (once it cannot send) after draining what the coordinator sent for a round timeout and 2 s. */
   while (!atomic_load(&g_stop) && !atomic_load(&g_lost)) {
     double now = mono_s();
     if (!welcomed && now - t_start > 10.0) { atomic_store(&g_lost, 1); break; }
-    if (welcomed) send_reports(now);
+    if (atomic_load(&g_broken) && !shut) {
+      shutdown(fd, SHUT_WR);
+      shut = 1;
+      broken_at = now;
+    }
+    if (shut && now - broken_at > atomic_load(&g_coord_timeout_ms) / 1000.0 + 2.0) { atomic_store(&g_lost, 1); break; }
+    if (welcomed && !shut) send_reports(now);
     pthread_mutex_lock(&g_mu);
-    if (g_outlen > 0) {
+    if (g_outlen > 0 && !shut) {
       ssize_t w = send(fd, g_outbox, g_outlen, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w > 0) { memmove(g_outbox, g_outbox + w, g_outlen - (size_t)w); g_outlen -= (size_t)w; }
-      else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) atomic_store(&g_lost, 1);
+      else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) atomic_store(&g_broken, 1);
     }
     pthread_mutex_unlock(&g_mu);
     struct pollfd p = {fd, POLLIN, 0};
@@ -422,7 +453,7 @@ static void* client_main(void* arg) {
         in[inlen] = '\0';
         char* s = in;
         char* nl;
-        while ((nl = memchr(s, '\n', inlen - (size_t)(s - in)))) {
+        while ((nl = memchr(s, '\n', inlen - (size_t)(s - in))) && !atomic_load(&g_lost)) {
           *nl = '\0';
           handle_line(s, &welcomed);
           s = nl + 1;
@@ -578,7 +609,10 @@ static ocomm_t* online_attach(ctx_t* ctx, uint64_t comm_id) {
 static void online_detach(ocomm_t* c) {
   if (!c) return;
   if (c->priv) { comm_free(c); return; }
-  if (atomic_load(&c->online) && !atomic_load(&g_lost)) { /* a rank that leaves on purpose is no fault */
+  pthread_mutex_lock(&c->mu);
+  int said_hello = c->hello_sent;
+  pthread_mutex_unlock(&c->mu);
+  if (said_hello && atomic_load(&c->online) && !atomic_load(&g_lost)) { /* a rank that leaves on purpose is no fault */
     char bye[64];
     snprintf(bye, sizeof(bye), "BYE %016llx %d\n", (unsigned long long)c->comm_id, c->rank);
     outbox_put(bye);
@@ -691,16 +725,18 @@ static void resolve_verdict(ocomm_t* c, obucket_t* b) {
   int want = b->round + 1;
   _Atomic int* tag = &b->v[b->round % ONLINE_VSLOTS].vtag;
   if (atomic_load_explicit(tag, memory_order_acquire) != want) {
-    double t0 = mono_s(), limit = verdict_wait_s();
+    double t0 = -1.0; /* the countdown starts once the coordinator's round timeout is known (or it is lost) */
     struct timespec nap = {0, 20000};
     for (;;) {
+      if (t0 < 0.0 && (atomic_load(&g_welcomed) || atomic_load(&g_lost) || !atomic_load(&c->online))) t0 = mono_s();
+      double limit = verdict_wait_s();
       /* A fault is read after the verdict that preceded it on the connection (one thread reads both, in
        * order): once a fault is seen, a verdict not yet here will never come, and one that came is
        * applied as on the ranks that got it first. */
       const char* fault = !atomic_load(&c->online) ? "this rank cannot reach a coordinator"
                         : atomic_load(&g_lost) ? "the coordinator is gone and no verdict came"
                         : atomic_load(&c->frozen) ? "the coordinator froze this communicator"
-                        : mono_s() - t0 > limit ? "no verdict within the wait" : NULL;
+                        : t0 >= 0.0 && mono_s() - t0 > limit ? "no verdict within the wait" : NULL;
       if (atomic_load_explicit(tag, memory_order_acquire) == want) break;
       if (fault) { freeze_bucket(c, b, fault); return; }
       nanosleep(&nap, NULL);
@@ -841,6 +877,9 @@ static ncclrl_result_t prof_init(void** context, uint64_t commId, int* eActivati
   if (context) *context = NULL;
   if (eActivationMask) *eActivationMask = 0;
   if (!context || !eActivationMask || !online_requested()) return NCCLRL_SUCCESS;
+  /* NCCL's mask is one for the whole process: always the events the online mode reads, whatever
+   * this communicator's fate (events of contexts we do not own are ignored) */
+  *eActivationMask = NCCLRL_PROFILE_COLL | NCCLRL_PROFILE_KERNEL_CH;
   pthread_mutex_lock(&g_mu);
   ocomm_t* c = comm_find_locked(commId);
   if (c && c->prof_refs > 0) { /* a second rank of this communicator in this process */
@@ -860,7 +899,6 @@ static ncclrl_result_t prof_init(void** context, uint64_t commId, int* eActivati
   pthread_mutex_unlock(&g_mu);
   if (!c) return NCCLRL_SUCCESS;
   *context = c;
-  *eActivationMask = NCCLRL_PROFILE_COLL | NCCLRL_PROFILE_KERNEL_CH;
   return NCCLRL_SUCCESS;
 }
 
@@ -881,19 +919,25 @@ static ncclrl_result_t prof_start(void* context, void** eHandle, ncclrl_profiler
     uint64_t t = atomic_load_explicit(&b->fifo_tail, memory_order_relaxed);
     int arm = -2;
     ocfg_t want = {0, 0, 0};
-    for (int tries = 0; t < h && tries < 8; tries++) {
-      uint64_t slot = t % ONLINE_FIFO;
-      t++;
-      if (b->fifo_nbytes[slot] == nbytes) { arm = b->fifo_arm[slot]; want = b->fifo_cfg[slot]; break; }
+    for (uint64_t q = t; q < h && q < t + 8; q++) { /* notes before the match were calls with no event */
+      uint64_t slot = q % ONLINE_FIFO;
+      if (b->fifo_nbytes[slot] == nbytes) {
+        arm = b->fifo_arm[slot];
+        want = b->fifo_cfg[slot];
+        atomic_store_explicit(&b->fifo_tail, q + 1, memory_order_release);
+        break;
+      }
     }
-    atomic_store_explicit(&b->fifo_tail, t, memory_order_release);
-    if (arm == -2) return NCCLRL_SUCCESS;
+    if (arm == -2) return NCCLRL_SUCCESS; /* no note of this size (an aggregated task, another bucket's call) */
     int ran_algo = name_of(d->coll.algo, ALGO_NAMES, NCCLRL_NUM_ALGOS);
     int ran_proto = name_of(d->coll.proto, PROTO_NAMES, NCCLRL_NUM_PROTOS);
     int match = arm >= 0 && ran_algo == want.algo && ran_proto == want.proto &&
-                (want.channels <= 0 || want.channels == (int)d->coll.nChannels);
+                (want.channels <= 0 || (int)d->coll.nChannels <= want.channels); /* NCCL may run fewer */
     pthread_mutex_lock(&c->mu);
-    ocoll_t* r = &c->colls[c->coll_next++ % ONLINE_COLL_POOL];
+    ocoll_t* r = &c->colls[c->coll_next % ONLINE_COLL_POOL];
+    for (int tries = 0; tries < 16 && r->magic == REC_MAGIC; tries++) /* one whose channels are still due: skip */
+      r = &c->colls[++c->coll_next % ONLINE_COLL_POOL];
+    c->coll_next++;
     r->magic = REC_MAGIC;
     r->gen++;
     r->comm = c;

@@ -1131,8 +1131,8 @@ static ocfg_t static_cfg(const row_t* r, float** costTable, int numAlgo, int num
 
 /* Online mode: the arm the schedule gives this call, forced where NCCL left it enabled; arm 0 (and an
  * arm NCCL disabled, identically on every rank) runs the static table's decision. */
-static void apply_online(ctx_t* ctx, const row_t* r, int coll, size_t nBytes, float** costTable, int numAlgo,
-                         int numProto, int* nChannels) {
+static void apply_online(ctx_t* ctx, const row_t* r, int coll, size_t nBytes, int pipe, float** costTable,
+                         int numAlgo, int numProto, int* nChannels) {
   ocfg_t arm0 = static_cfg(r, costTable, numAlgo, numProto);
   obucket_t* b = NULL;
   ocfg_t cfg = arm0, ran = arm0;
@@ -1150,7 +1150,9 @@ static void apply_online(ctx_t* ctx, const row_t* r, int coll, size_t nBytes, fl
     }
   }
   if (arm == 0) apply_row(ctx, r, coll, nBytes, costTable, numAlgo, numProto, nChannels);
-  if (b) online_note(b, timed ? arm : -1, ran, nBytes);
+  /* NCCL aggregates grouped tasks (numPipeOps > 1) into one decision whose events carry each task's own
+   * size: such a call keeps its place in the schedule but is not matched to events */
+  if (b && pipe <= 1) online_note(b, timed ? arm : -1, ran, nBytes);
 }
 #endif
 
@@ -1161,7 +1163,7 @@ static ncclrl_result_t apply(ctx_t* ctx, int coll, size_t nBytes, int pipe, int 
   const row_t* r = lookup(ctx, coll, nBytes, pipe, regbuff);
 #ifdef NCCLRL_ONLINE
   if (ctx->online) {
-    apply_online(ctx, r, coll, nBytes, costTable, numAlgo, numProto, nChannels);
+    apply_online(ctx, r, coll, nBytes, pipe, costTable, numAlgo, numProto, nChannels);
     return NCCLRL_SUCCESS;
   }
 #endif

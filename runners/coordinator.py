@@ -169,13 +169,14 @@ class Coordinator:
     def line(self, conn: int, text: str, now: float) -> None:
         """One line from a rank."""
         w = text.split()
-        if not w:
+        if not w or conn not in self.conn_ranks:  # a connection already refused: nothing it says counts
             return
         try:
             if w[0] == "VERSION":
                 if len(w) != 2 or w[1] != str(PROTOCOL_VERSION):
                     self._send(conn, f"REJECT version {w[1] if len(w) > 1 else '?'} is not {PROTOCOL_VERSION}")
                     self.closing.add(conn)
+                    self.closed(conn, now)
                     return
                 self._send(conn, f"WELCOME {PROTOCOL_VERSION} {int(self.round_timeout_s * 1000)}")
             elif w[0] == "HELLO":
@@ -190,6 +191,7 @@ class Coordinator:
             log.warning("# connection %d: %s: %s", conn, e, text[:200])
             self._send(conn, f"REJECT malformed {str(e).replace(' ', '_')[:80]}")
             self.closing.add(conn)
+            self.closed(conn, now)  # at once: its reports so far must not complete a round it will not hear of
 
     def _hello(self, conn: int, w: list[str], now: float) -> None:
         version, cid, rank, nranks, nnodes = int(w[1]), int(w[2], 16), int(w[3]), int(w[4]), int(w[5])
@@ -210,9 +212,9 @@ class Coordinator:
     def _bye(self, conn: int, w: list[str], now: float) -> None:
         """A rank's communicator was destroyed: its leaving is no fault, unless a round waits on it."""
         cid, rank = int(w[1], 16), int(w[2])
-        comm = self.comms[cid]
-        if comm.conns.get(rank) != conn:
-            raise ValueError(f"rank {rank} of {cid:016x} leaves on another connection")
+        comm = self.comms.get(cid)
+        if comm is None or comm.conns.get(rank) != conn:
+            return  # a communicator this connection never joined: nothing to leave
         del comm.conns[rank]
         self.conn_ranks.get(conn, set()).discard((cid, rank))
         comm.left.add(rank)
@@ -220,6 +222,8 @@ class Coordinator:
                    if any(rnd not in run.decided and rank not in reps for rnd, reps in run.reports.items())]
         if waiting:
             self._freeze(cid, f"rank {rank} left while {bucket_name(waiting[0])} waited for its report", now)
+        elif len(comm.left) == comm.nranks:
+            del self.comms[cid]  # every rank left: the id may come back (a reused unique id) as a new communicator
 
     def _report(self, conn: int, w: list[str], now: float) -> None:
         cid, rank, b, rnd, k, fp, narms = int(w[1], 16), int(w[2]), int(w[3]), int(w[4]), int(w[5]), w[6], int(w[7])
@@ -243,6 +247,9 @@ class Coordinator:
         run = comm.buckets.setdefault(b, BucketRun(narms=narms, fp=fp))
         if run.finished or rnd in run.decided or rnd != run.rounds_done:
             raise ValueError(f"a report for round {rnd} of {bucket_name(b)}, which is not open")
+        if now >= run.deadline.get(rnd, math.inf):  # past the round's timeout: ranks may have given up
+            self._freeze(cid, f"round {rnd} of {bucket_name(b)} completed after its {self.round_timeout_s:g} s", now)
+            return
         reports = run.reports.setdefault(rnd, {})
         reports[rank] = Report(k=k, fp=fp, n=n, sum_us=s, sumsq_us=q)
         run.deadline.setdefault(rnd, now + self.round_timeout_s)

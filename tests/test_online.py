@@ -90,6 +90,32 @@ def test_a_rank_that_stops_reporting_aborts_the_round_and_freezes_the_communicat
     assert all("PLAN" not in x for x in sum(lines(core).values(), []))
 
 
+def test_a_round_completed_past_its_timeout_freezes_instead_of_deciding():
+    core = Coordinator("round-robin", round_timeout_s=2.0)
+    hello(core, 1, 0)
+    hello(core, 2, 1)
+    lines(core)
+    report(core, 1, 0, 0, 2, ZERO3, now=10.0)
+    report(core, 2, 1, 0, 2, ZERO3, now=12.5)  # the loop lagged: tick never ran, rank 0 may have given up
+    out = lines(core)
+    assert out[1] == out[2] and out[1][0].startswith("VERDICT 0000000000000abc 260 0 2 ABORT")
+    assert all("PLAN" not in x for x in out[1])
+
+
+def test_a_refused_connection_cannot_complete_a_round():
+    core = Coordinator("round-robin", round_timeout_s=5.0)
+    hello(core, 1, 0)
+    hello(core, 2, 1)
+    lines(core)
+    report(core, 1, 0, 0, 2, ZERO3)
+    core.line(1, "BOGUS", 0.1)  # rank 0's process is refused: it will treat the coordinator as gone
+    report(core, 1, 0, 0, 2, ZERO3, now=0.2)  # a line already buffered behind it is not read
+    report(core, 2, 1, 0, 2, ZERO3, now=0.3)
+    out = lines(core)
+    assert all("PLAN" not in x for x in sum(out.values(), []))
+    assert any(x.startswith("FREEZE") for x in out[2])
+
+
 def test_ranks_that_disagree_on_the_arms_freeze_the_communicator():
     core = Coordinator("halving")
     hello(core, 1, 0)
