@@ -102,6 +102,7 @@ class JobOutcome:
     verdicts: int
     commits: int
     freezes: int
+    ranks_frozen: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -263,12 +264,14 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
         part = outs[victim]
         divergent |= part != full[0][:len(part)]
     notes = []
+    ranks_frozen = 0
     for r in range(ranks):
         err = (work / f"rank{r}.err").read_text()
+        ranks_frozen += "frozen on the static table" in err
         if "ERROR: AddressSanitizer" in err or "runtime error:" in err:
             crashed = True
             notes.append(f"rank {r}: sanitizer report")
     recs = [json.loads(x) for x in log_path.read_text().splitlines()] if log_path.exists() else []
     return JobOutcome(fault, sanitized, ranks, ncalls, hung, divergent, crashed, codes, round(wall, 3),
                       sum(1 for x in recs if x.get("verdict")), sum(1 for x in recs if x.get("verdict") == "COMMIT"),
-                      sum(1 for x in recs if x.get("event") == "freeze"), notes)
+                      sum(1 for x in recs if x.get("event") == "freeze"), ranks_frozen, notes)

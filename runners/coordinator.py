@@ -345,8 +345,8 @@ async def serve(core: Coordinator, host: str, port: int, ready: Callable[[int], 
                 core.line(conn, raw.decode("ascii", "replace").strip(), time.monotonic())
                 flush()
                 wake.set()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # a rank gone, or the server stopping: the handler ends quietly either way
         finally:
             core.closed(conn, time.monotonic())
             flush()
@@ -367,6 +367,8 @@ async def serve(core: Coordinator, host: str, port: int, ready: Callable[[int], 
                 await asyncio.wait_for(wake.wait(), timeout=timeout)
             core.tick(time.monotonic())
             flush()
+        for wr in list(writers.values()):  # stopping: every rank sees its connection end (and freezes)
+            wr.close()
 
 
 @dataclass

@@ -80,7 +80,7 @@ echo; echo
 
 step "--version" 0 5 "ncclrl --version"
 step "--help" 0 40 "ncclrl --help"
-for c in pretrain export finetune tune sweep validate benchmark show composer "plugin build" "plugin verify" e2e \
+for c in pretrain export finetune tune sweep validate benchmark show composer coordinator "plugin build" "plugin verify" e2e \
          decisions predict calibrate topologies parse detect profile; do
   step "$c --help" 0 4 "ncclrl $c --help"
 done
@@ -100,6 +100,8 @@ step "calibrate" 0 14 "ncclrl calibrate nccltests-g4.txt topology=h200-1x4 outpu
 step "finetune" 0 16 "ncclrl finetune backend=replay replay_store=h200x2.sqlite topology=h200-2x1-sock budget=60s store=finetune.sqlite out=finetuned"
 step "finetune strategy=ppo" 0 16 "ncclrl finetune backend=replay replay_store=h200x2.sqlite topology=h200-2x1-sock strategy=ppo serve_steps=20000 budget=60s store=finetune-ppo.sqlite out=finetuned-ppo"
 step "composer" 0 16 "ncclrl composer run_dir=composer problems=4 judge=2 draws=1 train.total_timesteps=256 train.n_envs=2 train.n_steps=128 train.batch_size=128 && ls composer"
+step "coordinator" 0 12 "(ncclrl coordinator port=0 port_file=port log=verdicts.jsonl & pid=\$!; for i in \$(seq 100); do [ -s port ] && break; sleep 0.1; done; exec 3<>/dev/tcp/127.0.0.1/\$(cat port); echo 'VERSION 1' >&3; head -n1 <&3; kill \$pid; wait \$pid)"
+step "coordinator policy=nope" 2 4 "ncclrl coordinator policy=nope"
 step "tune" 0 12 "ncclrl tune backend=replay replay_store=h200x2.sqlite topology=h200-2x1-sock method=random budget=60s store=tune.sqlite out=tuned"
 step "show" 0 12 "ncclrl show finetuned/nccl_tuner.csv plot=finetuned/map.png"
 step "validate" 0 16 "ncclrl validate loopback/nccl_tuner.csv conf=loopback/nccl.conf topology=h100-2x1-loopback min_bytes=8 max_bytes=64M rounds=3 samples=3 store=loopback/store.sqlite measure=false"

@@ -43,23 +43,24 @@ def main() -> int:
                                  "ranks": a.ranks, "calls": o.calls, "hung": int(o.hung),
                                  "divergent": int(o.divergent), "crashed": int(o.crashed),
                                  "verdicts": o.verdicts, "commits": o.commits, "freezes": o.freezes,
-                                 "wall_s": o.wall_s})
+                                 "ranks_frozen": o.ranks_frozen, "wall_s": o.wall_s})
                     print(fault, job, sanitized, seed, o.hung, o.divergent, o.crashed, o.commits, o.freezes,
                           file=sys.stderr, flush=True)
     with open(out / "faults.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
-    lines = ["| fault | jobs | hangs | divergent | crashes | jobs with a commit | jobs frozen | wall s (max) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| fault | jobs | hangs | divergent | crashes | jobs with a commit | jobs the coordinator froze | "
+             "ranks that froze (of all) | wall s (max) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for fault in FAULTS:
         r = [x for x in rows if x["fault"] == fault]
         lines.append(f"| {fault} | {len(r)} | {sum(x['hung'] for x in r)} | {sum(x['divergent'] for x in r)} | "
                      f"{sum(x['crashed'] for x in r)} | {sum(x['commits'] > 0 for x in r)} | "
-                     f"{sum(x['freezes'] > 0 for x in r)} | {max(x['wall_s'] for x in r):.1f} |")
+                     f"{sum(x['freezes'] > 0 for x in r)} | {sum(x['ranks_frozen'] for x in r)} of "
+                     f"{sum(x['ranks'] for x in r)} | {max(x['wall_s'] for x in r):.1f} |")
     n = len(rows)
     lines.append(f"| **all** | {n} | {sum(x['hung'] for x in rows)} | {sum(x['divergent'] for x in rows)} | "
-                 f"{sum(x['crashed'] for x in rows)} | | | |")
+                 f"{sum(x['crashed'] for x in rows)} | | | | |")
     (out / "faults.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -49,9 +49,13 @@ def main(src: str) -> int:
         same = len({tuple(c) for c in commits.values()}) == 1
         rank0 = next((n for n in names if CALL.search(texts[n])), None)
         calls = [m.groups() for m in CALL.finditer(texts[rank0])] if rank0 else []
+        shape = re.search(r"online mode on communicator [0-9a-f]{16} \(rank \d+ of (\d+)\)", texts[names[0]])
+        nranks = int(shape.group(1))
         for _cid, coll, lg, arm, what, k, rounds, _ev in commits[names[0]]:
             lg, k = int(lg), int(k)
-            seq = [c for c in calls if c[0] == NAMES[coll] and 1 << lg <= int(c[1]) < 2 << lg]
+            # NCCL logs AllGather and ReduceScatter per rank; the plugin sees nBytes = count x size x nranks
+            scale = nranks if coll in ("allgather", "reducescatter") else 1
+            seq = [c for c in calls if c[0] == NAMES[coll] and 1 << lg <= int(c[1]) * scale < 2 << lg]
             cfg = [(a.lower(), p.lower(), int(hi) - int(lo) + 1) for _, _, a, p, lo, hi in seq]
             explored = Counter(f"{a}/{p}/{c}" for a, p, c in cfg[:k])
             after = cfg[k:]
