@@ -144,11 +144,57 @@ class _FakeCoordinator:
         self.sock.close()
 
 
+ROUND_TIMEOUT_S = 1.0
+GATHER_S = 0.2
+
+
+class SharedCoordinator:
+    """One ``ncclrl coordinator`` process for several jobs (each its own communicator id), as a
+    cluster's would serve several jobs: the jobs of a test run pay its start once. Faults that kill
+    or replace the coordinator still get their own.
+
+    :param work: folder for its log (``coordinator.jsonl``) and port file
+    :param policy: its exploration policy
+    """
+
+    def __init__(self, work: Path, policy: str = "round-robin") -> None:
+        work.mkdir(parents=True, exist_ok=True)
+        self.log_path = work / "coordinator.jsonl"
+        self.err = (work / "coordinator.err").open("w")
+        self.proc, self.address = _start_coordinator(work, policy, self.log_path, self.err, dict(os.environ))
+
+    def close(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.err.close()
+
+
+def _start_coordinator(work: Path, policy: str, log_path: Path, err, env: dict[str, str]) -> tuple[subprocess.Popen,
+                                                                                                   str]:
+    port_file = work / "port"
+    port_file.unlink(missing_ok=True)
+    coord = subprocess.Popen(
+        [sys.executable, "-m", "ncclrl", "coordinator", "host=127.0.0.1", "port=0", f"policy={policy}",
+         f"round_timeout_s={ROUND_TIMEOUT_S}", "slots=8", f"log={log_path}", f"port_file={port_file}"],
+        stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=work)
+    t0 = time.monotonic()
+    while not port_file.exists():
+        if coord.poll() is not None or time.monotonic() - t0 > 60:
+            raise RuntimeError(f"the coordinator did not start: {(work / 'coordinator.err').read_text()[-2000:]}")
+        time.sleep(0.05)
+    return coord, f"127.0.0.1:{port_file.read_text().strip()}"
+
+
 def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job: str = "ddp", steps: int = 60,
             bytes_factor: int = 256, preset: str = "h200-2x2-sock", policy: str = "round-robin",
             sanitized: bool = False, seed: int = 0, deadline_s: float = 120.0, data: Path | None = None,
-            pace_us: float = 2000.0) -> JobOutcome:
-    """Run one job of ``ranks`` processes with ``fault`` injected; see the module docstring."""
+            pace_us: float = 2000.0, shared: SharedCoordinator | None = None) -> JobOutcome:
+    """Run one job of ``ranks`` processes with ``fault`` injected; see the module docstring. With
+    ``shared``, the job reports to that coordinator (under a communicator id of its own) unless
+    the fault needs a coordinator of its own."""
     if fault not in FAULTS:
         raise ValueError(f"fault must be one of {', '.join(FAULTS)}, got {fault!r}")
     data = data or Path(__file__).resolve().parents[1] / "tests" / "data" / "profiles"
@@ -161,7 +207,7 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
     (work / "candidates-other.csv").write_text("\n".join(cand[:-1]) + "\n")
     lib = build / ("asan" if sanitized else "") / "libnccl-tuner-ncclrl.so"
     prog = build / ("asan" if sanitized else "") / "online_rank"
-    round_timeout_s, gather_s = 1.0, 0.2
+    round_timeout_s, gather_s = ROUND_TIMEOUT_S, GATHER_S
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCLRL_", "NCCL_"))}
     env.update({"NCCLRL_TUNER_MODE": "online", "NCCLRL_ONLINE_CANDIDATES": str(work / "candidates.csv"),
                 "NCCLRL_ONLINE_GATHER_S": str(gather_s), "NCCLRL_ONLINE_WAIT_S": "5",
@@ -178,19 +224,13 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
         env["NCCLRL_ONLINE_COORD"] = f"127.0.0.1:{fake.port}"
     elif fault == "no-coordinator":
         env["NCCLRL_ONLINE_COORD"] = f"127.0.0.1:{_free_port()}"  # nobody listens there
+    elif shared is not None and fault != "coordinator-killed":
+        env["NCCLRL_ONLINE_COORD"] = shared.address
+        log_path = shared.log_path
     else:
-        port_file = work / "port"
-        port_file.unlink(missing_ok=True)
-        coord = subprocess.Popen(
-            [sys.executable, "-m", "ncclrl", "coordinator", "host=127.0.0.1", "port=0", f"policy={policy}",
-             f"round_timeout_s={round_timeout_s}", "slots=8", f"log={log_path}", f"port_file={port_file}"],
-            stdout=subprocess.DEVNULL, stderr=_log(stack, work / "coordinator.err"), env=env, cwd=work)
-        t0 = time.monotonic()
-        while not port_file.exists():
-            if coord.poll() is not None or time.monotonic() - t0 > 60:
-                raise RuntimeError(f"the coordinator did not start: {(work / 'coordinator.err').read_text()[-2000:]}")
-            time.sleep(0.05)
-        env["NCCLRL_ONLINE_COORD"] = f"127.0.0.1:{port_file.read_text().strip()}"
+        coord, env["NCCLRL_ONLINE_COORD"] = _start_coordinator(work, policy, log_path,
+                                                               _log(stack, work / "coordinator.err"), env)
+    comm = f"{int.from_bytes(os.urandom(8), 'little') | 1:016x}"
     ncalls = len(calls)
     # inside the first explored round (2 warm-up calls, then 8 slots) of the busiest bucket: its 7th call
     keys = [(c, int(n).bit_length()) for c, n in calls]
@@ -201,7 +241,8 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
     t_start = time.monotonic()
     for r in range(ranks):
         args = [str(prog), str(lib), str(work / "calls.txt"), str(work / "times.txt"), str(work / f"rank{r}.txt"),
-                "--rank", str(r), "--nranks", str(ranks), "--seed", str(seed), "--pace-us", str(pace_us)]
+                "--rank", str(r), "--nranks", str(ranks), "--seed", str(seed), "--pace-us", str(pace_us),
+                "--comm", comm]
         renv = dict(env)
         if r == victim:
             if fault == "rank-killed":
@@ -272,6 +313,7 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
             crashed = True
             notes.append(f"rank {r}: sanitizer report")
     recs = [json.loads(x) for x in log_path.read_text().splitlines()] if log_path.exists() else []
+    recs = [x for x in recs if x.get("comm") == comm]
     return JobOutcome(fault, sanitized, ranks, ncalls, hung, divergent, crashed, codes, round(wall, 3),
                       sum(1 for x in recs if x.get("verdict")), sum(1 for x in recs if x.get("verdict") == "COMMIT"),
                       sum(1 for x in recs if x.get("event") == "freeze"), ranks_frozen, notes)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ncclrl.envs.online_harness import FAULTS, run_job
+from ncclrl.envs.online_harness import FAULTS, SharedCoordinator, run_job
 from ncclrl.runners.coordinator import Coordinator
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugin"
@@ -177,6 +177,13 @@ def build(tmp_path_factory) -> Path:
     return b
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    c = SharedCoordinator(tmp_path_factory.mktemp("coordinator"))
+    yield c
+    c.close()
+
+
 def decisions(work: Path, rank: int) -> set[tuple[str, str, str]]:
     return {tuple(x.split()[3:6]) for x in (work / f"rank{rank}.txt").read_text().splitlines()}
 
@@ -186,8 +193,8 @@ EXPLORES = {"none", "clock-skew", "garbage"}
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_every_fault_ends_without_hang_divergence_or_crash(build, tmp_path, fault):
-    out = run_job(build, tmp_path, fault, ranks=4, job="ddp", steps=40, pace_us=1000)
+def test_every_fault_ends_without_hang_divergence_or_crash(build, shared, tmp_path, fault):
+    out = run_job(build, tmp_path, fault, ranks=4, job="ddp", steps=40, pace_us=1000, shared=shared)
     assert not out.hung, out
     assert not out.divergent, out
     assert not out.crashed, (out, [(tmp_path / f"rank{r}.err").read_text()[-1500:] for r in range(4)])
@@ -200,8 +207,8 @@ def test_every_fault_ends_without_hang_divergence_or_crash(build, tmp_path, faul
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_every_fault_under_address_and_undefined_behaviour_sanitizers(build, tmp_path, fault):
-    out = run_job(build, tmp_path, fault, ranks=3, job="fsdp", steps=30, pace_us=1000, sanitized=True)
+def test_every_fault_under_address_and_undefined_behaviour_sanitizers(build, shared, tmp_path, fault):
+    out = run_job(build, tmp_path, fault, ranks=3, job="fsdp", steps=30, pace_us=1000, sanitized=True, shared=shared)
     assert not (out.hung or out.divergent or out.crashed), (out, [(tmp_path / f"rank{r}.err").read_text()[-3000:]
                                                                  for r in range(3)])
 
