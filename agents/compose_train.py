@@ -26,6 +26,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from ncclrl.agents import mlp
 from ncclrl.agents.compose import (
     BAND_CHOICES,
     CANDIDATES,
@@ -306,11 +307,7 @@ class PolicyComposer(Composer):
         self.layers, self.meta = layers, meta
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
-        h = np.asarray(obs, dtype=np.float64)
-        for w, b in self.layers[:-1]:
-            h = np.tanh(h @ w + b)
-        w, b = self.layers[-1]
-        return h @ w + b
+        return mlp.forward(self.layers, obs)
 
     def act(self, run: ComposeRun) -> Action | None:
         if self.macros:
@@ -323,31 +320,18 @@ class PolicyComposer(Composer):
         return None if i == STOP else Action.of(i)
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        arrays = {}
-        for j, (w, b) in enumerate(self.layers):
-            arrays[f"w{j}"], arrays[f"b{j}"] = w, b
-        np.savez(path.with_suffix(".npz"), **arrays)
-        meta = {**self.meta, "layers": len(self.layers), "cell_features": list(CELL_FEATURES),
-                "run_features": list(RUN_FEATURES), "macros": self.macros,
-                "macro_features": list(MACRO_FEATURES) if self.macros else [],
-                "actions": ["stop", *MACROS] if self.macros else N_ACTIONS}
-        path.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
-        return path.with_suffix(".json")
+        return mlp.save(path, self.layers, {
+            **self.meta, "cell_features": list(CELL_FEATURES), "run_features": list(RUN_FEATURES),
+            "macros": self.macros, "macro_features": list(MACRO_FEATURES) if self.macros else [],
+            "actions": ["stop", *MACROS] if self.macros else N_ACTIONS})
 
     @classmethod
     def load(cls, path: str | Path) -> PolicyComposer:
-        path = Path(path)
-        js = path.with_suffix(".json")
-        if not js.is_file():
-            raise ConfigError("composer", f"file not found: {js}")
-        meta = json.loads(js.read_text())
+        layers, meta = mlp.load(path, "composer", "train one with ncclrl composer")
         if meta.get("cell_features") != list(CELL_FEATURES) or meta.get("run_features") != list(RUN_FEATURES) \
                 or (meta.get("macros") and meta.get("actions") != ["stop", *MACROS]):
-            raise ConfigError("composer", f"{js} was trained on other features; retrain it")
-        with np.load(path.with_suffix(".npz"), allow_pickle=False) as z:
-            layers = [(z[f"w{j}"], z[f"b{j}"]) for j in range(int(meta["layers"]))]
+            raise ConfigError("composer", f"{Path(path).with_suffix('.json')} was trained on other features; "
+                              "retrain it")
         return cls(layers, meta)
 
 

@@ -24,7 +24,6 @@ The study that picks :data:`SHIPPED_POLICY` is docs/results/online-sim.md.
 from __future__ import annotations
 
 import functools
-import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ncclrl.agents import mlp
 from ncclrl.costmodel.errors import ConfigError
 
 #: most arms per bucket the plugin holds
@@ -382,11 +382,7 @@ class PPOPolicy(OnlinePolicy):
                               f"do not fit {OBS_DIM} features -> {len(ACTIONS)} actions")
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
-        x = np.asarray(obs, dtype=np.float64)
-        for w, b in self.layers[:-1]:
-            x = np.tanh(x @ w + b)
-        w, b = self.layers[-1]
-        return x @ w + b
+        return mlp.forward(self.layers, obs)
 
     def act(self, state: BucketState) -> int:
         """The action the policy takes in ``state``."""
@@ -398,26 +394,15 @@ class PPOPolicy(OnlinePolicy):
 
     def save(self, path: str | Path) -> Path:
         """Write ``path`` (.json: metadata) and its .npz (weights)."""
-        path = Path(path).with_suffix(".json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        arrays = {f"w{i}": w for i, (w, _) in enumerate(self.layers)}
-        arrays |= {f"b{i}": b for i, (_, b) in enumerate(self.layers)}
-        np.savez(path.with_suffix(".npz"), **arrays)
-        meta = dict(self.meta) | {"layers": len(self.layers), "obs_dim": OBS_DIM, "actions": list(ACTIONS),
-                                  "arm_features": list(ARM_FEATURES), "global_features": list(GLOBAL_FEATURES)}
-        path.write_text(json.dumps(meta, indent=1) + "\n")
-        return path
+        return mlp.save(path, self.layers, dict(self.meta) | {
+            "obs_dim": OBS_DIM, "actions": list(ACTIONS), "arm_features": list(ARM_FEATURES),
+            "global_features": list(GLOBAL_FEATURES)})
 
     @classmethod
     def load(cls, path: str | Path | None = None, horizon_calls: int | None = None) -> PPOPolicy:
         """The policy saved at ``path`` (default: the shipped one, :func:`policy_path`)."""
-        js = Path(path).with_suffix(".json") if path is not None else policy_path()
-        if not js.is_file() or not js.with_suffix(".npz").is_file():
-            raise ConfigError("online_policy", f"no weights at {js} (+ .npz); train them with "
-                              "docs/results/scripts/online_sim.py")
-        meta = json.loads(js.read_text())
-        with np.load(js.with_suffix(".npz"), allow_pickle=False) as z:
-            layers = [(z[f"w{i}"], z[f"b{i}"]) for i in range(int(meta["layers"]))]
+        layers, meta = mlp.load(path if path is not None else policy_path(), "online_policy",
+                                "train them with docs/results/scripts/online_sim.py")
         return cls(layers, meta, horizon_calls)
 
 

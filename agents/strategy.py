@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ncclrl.agents import mlp
 from ncclrl.agents.problem import BudgetExhausted, Decision, Evaluator, Problem
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import format_gpu_s
@@ -795,12 +796,7 @@ class PolicyController:
         self.layers, self.meta = layers, meta
 
     def scores(self, feats: np.ndarray) -> np.ndarray:
-        h = feats
-        for i, (w, b) in enumerate(self.layers):
-            h = h @ w + b
-            if i < len(self.layers) - 1:
-                h = np.tanh(h)
-        return h[:, 0]
+        return mlp.forward(self.layers, feats)[:, 0]
 
     def save(self, path: Path) -> Path:
         """Writes ``path`` (JSON) and its weights next to it (same name, ``.npz``)."""

@@ -27,7 +27,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.platforms import draw_platform
 from ncclrl.costmodel.simulator import Configs, Simulator
 from ncclrl.costmodel.topology import load_topology
+from ncclrl.envs.launch import start_coordinator
 
 FAULTS = ("none", "rank-killed", "coordinator-killed", "rank-stalled", "rank-paused", "clock-skew", "garbage",
           "version-mismatch", "no-coordinator", "no-profiler", "arms-differ")
@@ -160,8 +160,7 @@ class SharedCoordinator:
     def __init__(self, work: Path, policy: str = "round-robin") -> None:
         work.mkdir(parents=True, exist_ok=True)
         self.log_path = work / "coordinator.jsonl"
-        self.err = (work / "coordinator.err").open("w")
-        self.proc, self.address = _start_coordinator(work, policy, self.log_path, self.err, dict(os.environ))
+        self.proc, self.address = _start_coordinator(work, policy, self.log_path, dict(os.environ))
 
     def close(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -169,23 +168,12 @@ class SharedCoordinator:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-        self.err.close()
 
 
-def _start_coordinator(work: Path, policy: str, log_path: Path, err, env: dict[str, str]) -> tuple[subprocess.Popen,
-                                                                                                   str]:
-    port_file = work / "port"
-    port_file.unlink(missing_ok=True)
-    coord = subprocess.Popen(
-        [sys.executable, "-m", "ncclrl", "coordinator", "host=127.0.0.1", "port=0", f"policy={policy}",
-         f"round_timeout_s={ROUND_TIMEOUT_S}", "slots=8", f"log={log_path}", f"port_file={port_file}"],
-        stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=work)
-    t0 = time.monotonic()
-    while not port_file.exists():
-        if coord.poll() is not None or time.monotonic() - t0 > 60:
-            raise RuntimeError(f"the coordinator did not start: {(work / 'coordinator.err').read_text()[-2000:]}")
-        time.sleep(0.05)
-    return coord, f"127.0.0.1:{port_file.read_text().strip()}"
+def _start_coordinator(work: Path, policy: str, log_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    proc, port = start_coordinator(work, ["host=127.0.0.1", f"policy={policy}", f"round_timeout_s={ROUND_TIMEOUT_S}",
+                                          "slots=8", f"log={log_path.resolve()}"], work / "coordinator.err", env)
+    return proc, f"127.0.0.1:{port}"
 
 
 def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job: str = "ddp", steps: int = 60,
@@ -228,8 +216,7 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
         env["NCCLRL_ONLINE_COORD"] = shared.address
         log_path = shared.log_path
     else:
-        coord, env["NCCLRL_ONLINE_COORD"] = _start_coordinator(work, policy, log_path,
-                                                               _log(stack, work / "coordinator.err"), env)
+        coord, env["NCCLRL_ONLINE_COORD"] = _start_coordinator(work, policy, log_path, env)
     comm = f"{int.from_bytes(os.urandom(8), 'little') | 1:016x}"
     ncalls = len(calls)
     # inside the first explored round (2 warm-up calls, then 8 slots) of the busiest bucket: its 7th call

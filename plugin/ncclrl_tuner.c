@@ -1133,7 +1133,10 @@ static ocfg_t static_cfg(const row_t* r, float** costTable, int numAlgo, int num
  * arm NCCL disabled, identically on every rank) runs the static table's decision. */
 static void apply_online(ctx_t* ctx, const row_t* r, int coll, size_t nBytes, int pipe, float** costTable,
                          int numAlgo, int numProto, int* nChannels) {
-  ocfg_t arm0 = static_cfg(r, costTable, numAlgo, numProto);
+  /* what arm 0 runs matters only to a bucket still to form or exploring (its calls are matched to
+   * events): a committed or frozen bucket skips the cost-table scan */
+  const obucket_t* cur = coll >= 0 && coll < NCCLRL_NUM_COLLS ? ctx->online->b[coll][log2_bucket(nBytes)] : NULL;
+  ocfg_t arm0 = !cur || cur->state == B_EXPLORE ? static_cfg(r, costTable, numAlgo, numProto) : (ocfg_t){-1, -1, 0};
   obucket_t* b = NULL;
   ocfg_t cfg = arm0, ran = arm0;
   int timed = 0;

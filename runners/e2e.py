@@ -49,6 +49,7 @@ from ncclrl.envs.launch import (
     launch_commands,
     payload_json,
     run_to_end,
+    start_coordinator,
 )
 from ncclrl.envs.live import plugin_library, require_gpus
 from ncclrl.envs.torch_workers import RANK_VARS
@@ -410,23 +411,13 @@ class OnlineCoordinator:
     def __enter__(self) -> OnlineCoordinator:
         if not self.cfg.online:
             return self
-        port_file = self.out_dir.resolve() / "coordinator.port"
-        port_file.unlink(missing_ok=True)
-        args = [sys.executable, "-m", "ncclrl", "coordinator", "host=0.0.0.0", "port=0", f"port_file={port_file}",
-                f"log={self.out_dir.resolve() / 'coordinator.jsonl'}"]
+        keys = ["host=0.0.0.0", f"log={self.out_dir.resolve() / 'coordinator.jsonl'}"]
         if self.cfg.online_policy:
-            args.append(f"policy={self.cfg.online_policy}")
-        self.err = open(self.out_dir / "coordinator.log", "w")
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=self.err, cwd=self.out_dir)
-        t0 = time.time()
-        while not port_file.exists():
-            if self.proc.poll() is not None or time.time() - t0 > 60:
-                raise ConfigError("online", "the coordinator did not start: "
-                                  + (self.out_dir / "coordinator.log").read_text()[-500:])
-            time.sleep(0.05)
+            keys.append(f"policy={self.cfg.online_policy}")
+        self.proc, port = start_coordinator(self.out_dir, keys, self.out_dir / "coordinator.log")
         here = self.e2e.launcher.kind == "local" or self.e2e.launcher.emulated
         host = self.cfg.online_host or ("127.0.0.1" if here else socket.getfqdn())
-        self.address = f"{host}:{port_file.read_text().strip()}"
+        self.address = f"{host}:{port}"
         log.info("# online side: coordinator at %s, verdicts in %s", self.address, self.out_dir / "coordinator.jsonl")
         return self
 
@@ -437,7 +428,6 @@ class OnlineCoordinator:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-            self.err.close()
 
 
 def main_e2e(cfg: DictConfig) -> int:
