@@ -16,6 +16,7 @@ prior gets.
 from __future__ import annotations
 
 import math
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,13 +24,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ncclrl.costmodel import nccl as N
-from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.errors import ConfigError, JobError
 from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST, JobCost
 from ncclrl.costmodel.noise import JobNoise, pooled_median, robust_median
 from ncclrl.costmodel.platforms import Platform
 from ncclrl.costmodel.simulator import Configs, Simulator
 from ncclrl.costmodel.space import DEFAULT, Key, Point, call_configs, knob_grid, point_configs, size_grid
 from ncclrl.costmodel.topology import Topology
+from ncclrl.envs.jobs import Interrupted, stop_requested
 
 # measure(knobs, points, samples, tag) -> samples per point (None: failed); one job per call live
 Measure = Callable[[Point, list[Point], int, str], list[list[float] | None]]
@@ -147,8 +149,9 @@ class Evaluator:
     the job cost model's (:class:`ncclrl.costmodel.jobcost.JobCost`, from the samples the job
     took), live the wall time the measuring callable reports (``measure.last_wall_s``; a job answered
     from a store is charged the model's). A request is one job; it keeps the longest prefix of its
-    points that the budget left pays for (the rest answer ``None``, uncharged; live, the prefix is
-    chosen on the prior's predicted times before the job starts). When not even the job's launch and
+    points that the budget left pays for (the rest answer ``None``, uncharged), chosen before the
+    job starts: on the times a replay will answer (``measure.predict``), live on the prior's
+    predicted times. When not even the job's launch and
     first point fit, the budget is spent: :attr:`remaining` is 0 from then on. A live job is chosen
     on predicted times (the prior's, scaled by how the points measured so far compare with it), so
     a live run can end past its budget by what the last job's prediction missed; ``gpu_s`` always
@@ -189,15 +192,42 @@ class Evaluator:
         #: per point, every job's median (us) and the job's number
         self.jobs: dict[tuple[tuple[int, ...], int, int, Key], list[tuple[int, float]]] = {}
         self.deadline = None if wall_s is None else time.monotonic() + wall_s
+        self.wall_s = wall_s
+        #: why no further job starts ("" while the run may go on): the budget, the wall clock, a
+        #: signal, a failed job
+        self.stop_reason = ""
+        self.interrupted: int | None = None  # the stop signal that ended the run, if any
+        self.failure = ""  # the failed job's one line, if a job failed
 
     @property
     def remaining(self) -> float:
-        """GPU-seconds left: 0 once the budget is spent or the wall-clock limit (if any) is reached."""
-        if self._spent or (self.deadline is not None and time.monotonic() > self.deadline):
+        """GPU-seconds left: 0 once the budget is spent, the wall-clock limit (if any) is reached, a
+        stop signal came or a job failed (:attr:`stop_reason` says which)."""
+        if not self.stop_reason:
+            if self._spent:
+                self.stop_reason = "budget spent" if self.calls else "budget too small: not one job fits in it"
+            elif self.deadline is not None and time.monotonic() > self.deadline:
+                self.stop_reason = f"wall clock: wall_s={self.wall_s:g} reached"
+            elif stop_requested():
+                self.interrupted = stop_requested(acknowledge=True)
+                self.stop_reason = f"interrupted by {signal.Signals(self.interrupted).name}"
+        if self.stop_reason:
             return 0.0
         if self.max_points is not None and self.points >= self.max_points:
             return 0.0
         return max(self.budget - self.gpu_s, 0.0)
+
+    def _call(self, k: Point, pts: list[Point], samples: int, tag: str) -> list[list[float] | None] | None:
+        """One job through the measuring callable; ``None`` when a stop signal ended it or the
+        cluster failed it (:attr:`stop_reason` then says so; what the job finished is in the store)."""
+        try:
+            return list(self._measure(k, pts, samples, tag))
+        except Interrupted as e:
+            self.interrupted, self.stop_reason = e.signum, f"interrupted by {e.name}"
+        except JobError as e:
+            self.failure = str(e)
+            self.stop_reason = f"a job failed: {' '.join(str(e).split())[:300]}"
+        return None
 
     def count_model(self, n: int) -> None:
         """Record ``n`` evaluations of a model (a prediction of one point's time)."""
@@ -277,15 +307,31 @@ class Evaluator:
         items = [(N.COLLECTIVES.index(p.collective), p.nbytes, (p.algo, p.proto, p.channels)) for p in pts]
         prior = self.prior_times(k, items)
         if live:  # choose the prefix before the job starts, on predicted times
-            scale = float(np.exp(np.median(self._log_ratio))) if self._log_ratio else 1.0
-            n = self._fits(self.cost.point_wall_s(prior * scale, samples) * self.nranks)
+            predict = getattr(self._measure, "predict", None)
+            if predict is not None:  # a replay knows what its job will answer: the times it is charged for
+                t = np.array([robust_median(r) if r else np.nan for r in predict(k, pts, samples, tag or self.tag)])
+                est = np.where(np.isnan(t), prior, t)
+            else:
+                scale = float(np.exp(np.median(self._log_ratio))) if self._log_ratio else 1.0
+                est = prior * scale
+            n = self._fits(self.cost.point_wall_s(est, samples) * self.nranks)
             if n == 0:
                 self._spent = True
                 return [None] * len(pts_all)
             take = pts[:n]
-            res = list(self._measure(k, take, samples, tag or self.tag))
+            got = self._call(k, take, samples, tag or self.tag)
+            if got is None:  # a signal or a failed job: the GPU-time it took is charged
+                wall = getattr(self._measure, "last_wall_s", None)
+                if wall is not None:
+                    self.gpu_s += float(wall) * self.nranks
+                    self.calls += 1
+                return [None] * len(pts_all)
+            res = got
         else:
-            res = list(self._measure(k, pts, samples, tag or self.tag))
+            got = self._call(k, pts, samples, tag or self.tag)
+            if got is None:
+                return [None] * len(pts_all)
+            res = got
             t = np.array([robust_median(r) if r else np.nan for r in res])
             t = np.where(np.isnan(t), prior, t)  # a failed point costs what the prior says it would have
             n = self._fits(self.cost.point_wall_s(t, samples) * self.nranks)

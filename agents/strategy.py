@@ -1146,6 +1146,8 @@ class Search:
                 break
             self.pending = job
             self.flush()
+        if self.ev.stop_reason:  # the budget, the wall clock, a signal or a failed job, as it was
+            reason = self.ev.stop_reason
         t = self.table
         self.log(f"# {reason}: {self.ev.points} points measured in {self.ev.calls} jobs, "
                  f"{format_gpu_s(self.ev.gpu_s)}; {len(t.rows)} rows, knob setting {t.knob}")
@@ -1175,6 +1177,8 @@ class Search:
                     reason = "the strategy stopped: no candidate worth its measurement"
                 break
         self.flush()
+        if self.ev.stop_reason and reason == "budget spent":
+            reason = self.ev.stop_reason
         t = self.table
         self.log(f"# {reason}: {self.ev.points} points measured in {self.ev.calls} jobs, "
                  f"{format_gpu_s(self.ev.gpu_s)}; {len(t.rows)} rows, knob setting {t.knob}")

@@ -29,7 +29,6 @@ import argparse
 import gzip
 import json
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from ncclrl.envs.jobs import free_port
 
 # c10d operators that move data between ranks (names as the dispatcher spells them)
 _C10D_OPS = {
@@ -211,12 +212,6 @@ def _worker(rank: int, nproc: int, port: int, job: str, device_kind: str, steps:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo; cuda: nccl, one GPU per rank")
@@ -233,7 +228,8 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")
         os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")  # the name older torch reads for NCCL
     for job in a.jobs:
-        mp.spawn(_worker, args=(a.nproc, _free_port(), job, a.device, a.steps, a.warmup, a.out, a.flight_recorder),
+        port = free_port("127.0.0.1")
+        mp.spawn(_worker, args=(a.nproc, port, job, a.device, a.steps, a.warmup, a.out, a.flight_recorder),
                  nprocs=a.nproc, join=True)
         print(f"recorded {job} into {a.out}")
 

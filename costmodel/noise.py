@@ -118,7 +118,8 @@ def t_quantile(df: int, q: float = 0.975) -> float:
 
 @dataclass(frozen=True)
 class Comparison:
-    """``b`` against ``a``: ``ratio`` = a / b (> 1: b is faster), its 95% interval, the verdict."""
+    """``b`` against ``a``: ``ratio`` = a / b (> 1: b is faster), its 95% interval, the verdict and
+    the two-sided p-value of "ratio = 1" (one comparison alone: no multiplicity control)."""
 
     a_us: float  # geometric mean of a's job medians
     b_us: float
@@ -127,6 +128,28 @@ class Comparison:
     ratio_hi: float
     verdict: str  # "faster" (b faster than a beyond the noise), "slower" or "same"
     df: int  # degrees of freedom of the between-job sigma (0: within-job intervals only)
+    p_value: float = float("nan")  # two-sided, of the test the interval inverts (see compare)
+
+
+@functools.lru_cache(maxsize=256)
+def _quantile(df: int, q: float) -> float:
+    """The Student-t quantile of ``df`` degrees of freedom (``df == 0``: the normal one), cached:
+    a validation asks for the same few hundreds of times."""
+    if df > 0:
+        return t_quantile(df, q)
+    from scipy.special import ndtri
+
+    return float(ndtri(q))
+
+
+def _p_two_sided(stat: float, df: int) -> float:
+    """Two-sided p-value of a t statistic of ``df`` degrees of freedom (``df == 0``: normal)."""
+    from scipy.special import ndtr, stdtr
+
+    if not np.isfinite(stat):
+        return 0.0 if np.isinf(stat) else float("nan")
+    x = -abs(float(stat))
+    return float(min(1.0, 2.0 * (stdtr(df, x) if df > 0 else ndtr(x))))
 
 
 def compare(a_jobs: Sequence[Sequence[float]], b_jobs: Sequence[Sequence[float]], sigma: float, df: int,
@@ -137,24 +160,64 @@ def compare(a_jobs: Sequence[Sequence[float]], b_jobs: Sequence[Sequence[float]]
     ``t_q(df) * sigma * sqrt(1/n_a + 1/n_b)`` (at least the two sides' within-job half-widths).
     "faster"/"slower" when that interval of the ratio excludes 1 and the two sides' pooled-sample
     95% intervals do not overlap either; with no between-job estimate (``df == 0``) the latter
-    alone decides.
+    alone decides. This is one comparison at its own 95%: over many sizes use :func:`judge`,
+    which controls the family-wise error.
+
+    ``p_value`` is the two-sided p-value of "ratio = 1" of the test that interval inverts: the
+    statistic ``log ratio / se`` with ``se = half-width / t_q(df)`` (the between-job standard
+    error ``sigma * sqrt(1/n_a + 1/n_b)`` unless the within-job floor is wider), Student-t of
+    ``df`` degrees of freedom, normal when ``df == 0``; so ``p_value < 2 (1 - q)`` exactly when
+    the interval excludes 1.
     """
-    a = [list(j) for j in a_jobs if len(j)]
-    b = [list(j) for j in b_jobs if len(j)]
+    return _compare(a_jobs, b_jobs, sigma, df, q)
+
+
+def _compare(a_jobs, b_jobs, sigma: float, df: int, q: float = 0.975, a_logs=None, b_logs=None) -> Comparison:
+    """:func:`compare`, given (optionally) each side's log job medians, one per job of
+    ``a_jobs``/``b_jobs`` (:func:`judge` has them already: the medians are most of its time)."""
+    keep_a, keep_b = [bool(len(j)) for j in a_jobs], [bool(len(j)) for j in b_jobs]
+    a = [list(j) for j, k in zip(a_jobs, keep_a, strict=True) if k]
+    b = [list(j) for j, k in zip(b_jobs, keep_b, strict=True) if k]
     if not a or not b:
         raise ValueError("compare: both sides need at least one job with samples")
-    d = log_geomean(a) - log_geomean(b)  # log(a / b)
+    la = log_geomean(a) if a_logs is None else float(np.mean([v for v, k in zip(a_logs, keep_a, strict=True) if k]))
+    lb = log_geomean(b) if b_logs is None else float(np.mean([v for v, k in zip(b_logs, keep_b, strict=True) if k]))
+    d = la - lb  # log(a / b)
 
     _, alo, ahi = summarize([x for j in a for x in j])
     _, blo, bhi = summarize([x for j in b for x in j])
     within = "faster" if bhi < alo else ("slower" if blo > ahi else "same")  # pooled 95% intervals apart
     half = float(np.log(ahi / alo) + np.log(bhi / blo)) / 2 if min(alo, blo) > 0 else 0.0
     if df > 0:
-        half = max(half, t_quantile(df, q) * sigma * float(np.sqrt(1 / len(a) + 1 / len(b))))
+        half = max(half, _quantile(int(df), q) * sigma * float(np.sqrt(1 / len(a) + 1 / len(b))))
     between = "faster" if d - half > 0 else ("slower" if d + half < 0 else "same")
     verdict = within if df == 0 else (between if between == within else "same")
-    return Comparison(a_us=float(np.exp(log_geomean(a))), b_us=float(np.exp(log_geomean(b))), ratio=float(np.exp(d)),
-                      ratio_lo=float(np.exp(d - half)), ratio_hi=float(np.exp(d + half)), verdict=verdict, df=int(df))
+    se = half / _quantile(int(df) if df > 0 else 0, q)
+    if se > 0:
+        p = _p_two_sided(d / se, int(df))
+    else:  # no spread at all: any difference is certain, none is no evidence
+        p = float("nan") if not np.isfinite(d) else (0.0 if d != 0 else 1.0)
+    return Comparison(a_us=float(np.exp(la)), b_us=float(np.exp(lb)), ratio=float(np.exp(d)),
+                      ratio_lo=float(np.exp(d - half)), ratio_hi=float(np.exp(d + half)), verdict=verdict, df=int(df),
+                      p_value=p)
+
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjustment of a family of p-values: sorted ascending, the ``i``-th smallest
+    (from 1) times ``m - i + 1``, made non-decreasing along that order and capped at 1. Rejecting
+    every hypothesis whose adjusted p-value is <= alpha keeps the family-wise error (the chance of
+    one false rejection or more) at alpha, whatever the dependence between the tests. A NaN
+    p-value counts in ``m`` as 1 (never rejected) and stays NaN."""
+    p = np.asarray(p_values, dtype=float).ravel()
+    m = p.size
+    if m == 0:
+        return p.copy()
+    filled = np.where(np.isnan(p), 1.0, p)
+    order = np.argsort(filled, kind="stable")
+    adj = np.minimum(1.0, np.maximum.accumulate(filled[order] * (m - np.arange(m))))
+    out = np.empty(m)
+    out[order] = adj
+    return np.where(np.isnan(p), np.nan, out)
 
 
 def aa_noise(frame, sizes: Sequence[int], span_s: float = 600.0,
@@ -184,28 +247,53 @@ def aa_noise(frame, sizes: Sequence[int], span_s: float = 600.0,
     return {s: (float(sigma[i]), int(df[i])) for i, s in enumerate(sizes)}
 
 
+#: the family-wise error :func:`judge` keeps its verdicts of one report to
+FWER_ALPHA = 0.05
+
+
 def judge(topo, points: list[Point], base: list[list[list[float]]], tuned: list[list[list[float]]],
-          digest: str = "") -> pd.DataFrame:
+          digest: str = "", alpha: float = FWER_ALPHA) -> pd.DataFrame:
     """The judge of a table against NCCL's defaults, from measured jobs: per point, the tuned jobs
     against the base jobs under the between-job noise model above, sigma from the repeated jobs of
     both sides pooled over neighbouring sizes of the same collective. ``base[i]``/``tuned[i]``:
-    point ``i``'s samples, one list per job."""
-    rows = []
+    point ``i``'s samples, one list per job.
+
+    The verdicts control the family-wise error over every point judged (all collectives and sizes
+    of the report): each point's two-sided p-value of "speedup = 1" (:func:`compare`'s test, column
+    ``p_value``) is adjusted by Holm's step-down method over the report (``p_holm``); a point is
+    ``faster`` or ``slower`` (the direction of its estimate) only where ``p_holm <= alpha`` and
+    :func:`compare` calls it so on its own (its 95% interval excludes 1 and the two sides'
+    pooled-sample intervals are apart), else ``same``. So a table equal to NCCL's defaults
+    everywhere gets one or more verdicts other than ``same`` in at most ``alpha`` of its
+    validations (when the noise model holds). ``speedup_lo``/``speedup_hi`` stay each point's own
+    95% interval, not adjusted for multiplicity. ``alpha`` larger than ``2 (1 - q)`` of
+    :func:`compare` (0.05) adds nothing: the per-point interval must exclude 1 as well. The
+    frame's ``attrs`` carry ``fwer`` (alpha), ``family`` (points in the family) and ``method``."""
+    rows, ps, verdicts = [], [], []
     for coll in dict.fromkeys(p.collective for p in points):
         idx = [i for i, p in enumerate(points) if p.collective == coll and base[i] and tuned[i]]
-        groups = [[[log_median(j) for j in base[i]], [log_median(j) for j in tuned[i]]] for i in idx]
+        groups = [[[log_median(j) if len(j) else float("nan") for j in base[i]],
+                   [log_median(j) if len(j) else float("nan") for j in tuned[i]]] for i in idx]
         sigma, df = pooled_sigma(groups)
         bf = float(N.bus_factor(N.COLLECTIVES.index(coll), topo.nranks))
         for k, i in enumerate(idx):
-            c = compare(base[i], tuned[i], float(sigma[k]), int(df[k]))
+            c = _compare(base[i], tuned[i], float(sigma[k]), int(df[k]), a_logs=groups[k][0], b_logs=groups[k][1])
             nb = points[i].nbytes
+            ps.append(c.p_value)
+            verdicts.append(c.verdict)
             rows.append({"topology": topo.name, "collective": coll, "nbytes": nb, "base_us": c.a_us,
                          "tuned_us": c.b_us, "speedup": c.ratio, "speedup_lo": c.ratio_lo, "speedup_hi": c.ratio_hi,
                          "verdict": c.verdict, "jobs": min(len(base[i]), len(tuned[i])),
                          "sigma_between": float(sigma[k]), "df": c.df,
                          "base_busbw_gbps": nb * bf / c.a_us / 1e3, "tuned_busbw_gbps": nb * bf / c.b_us / 1e3,
-                         "table_sha256_12": digest})
-    return pd.DataFrame(rows)
+                         "table_sha256_12": digest, "p_value": c.p_value})
+    adjusted = holm(ps)
+    for row, v, ph in zip(rows, verdicts, adjusted, strict=True):
+        row["p_holm"] = float(ph)
+        row["verdict"] = v if ph <= alpha else "same"  # NaN: never rejected
+    out = pd.DataFrame(rows)
+    out.attrs.update(fwer=float(alpha), family=len(rows), method="holm")
+    return out
 
 
 # -- the job noise model: what a fresh job of a point measures ------------------------------------

@@ -1,5 +1,5 @@
 """One rank of an end-to-end training job: ``python -m ncclrl.envs.e2e_worker``, started by any
-launcher (:mod:`ncclrl.envs.launch`) for ``ncclrl e2e``.
+launcher (:mod:`ncclrl.envs.jobs`) for ``ncclrl e2e``.
 
 The rank trains a small decoder-only transformer (random weights, random tokens, nothing
 downloaded) with DDP, then with FSDP (``fully_shard`` per block), each a fresh model for
@@ -25,15 +25,12 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from datetime import timedelta
 
 from ncclrl.costmodel.table import CONF_KEYS, fingerprint
-from ncclrl.envs.launch import JOB_ENV, TABLE_ENV, decode, first_node, rank_env, rank_gpu, run_worker
-from ncclrl.envs.worker import Out
-
-EXIT_WATCHDOG = 124
+from ncclrl.envs.jobs import TABLE_ENV, rank_gpu
+from ncclrl.envs.jobs.rank import Out, join_job, run_worker
 
 
 def received(env: dict[str, str] | None = None) -> dict:
@@ -43,15 +40,6 @@ def received(env: dict[str, str] | None = None) -> dict:
     return {"table": fingerprint(e[TABLE_ENV]) if TABLE_ENV in e else "",
             "knobs": {k: e[k] for k in sorted(CONF_KEYS) if k in e},
             "plugin": e.get("NCCL_TUNER_PLUGIN", "")}
-
-
-def _watchdog(out: Out, limit_s: float) -> None:
-    """Ends the rank when it has written nothing for ``limit_s`` (its driver gave up on it)."""
-    while True:
-        time.sleep(min(5.0, limit_s / 4))
-        if time.time() - out.last > limit_s:
-            out("error", f"watchdog: no progress for {limit_s:.0f} s; this rank ends")
-            os._exit(EXIT_WATCHDOG)
 
 
 def build_model(torch, job: dict):
@@ -128,17 +116,10 @@ def train(torch, dist, job: dict, mode: str, dev, rank: int, sync, out: Out) -> 
 
 
 def main() -> int:
-    job = decode(os.environ[JOB_ENV])
-    rank, world, local = rank_env(kind=job.get("kind"))
-    out = Out(rank)
+    me = join_job()
+    job, rank, world, local, out = me.job, me.rank, me.world, me.local, me.out
     device = job["device"]
     gpn = int(job["gpus_per_node"])
-    if job.get("emulate_nodes") and int(job["nranks"]) > gpn:
-        os.environ["NCCL_HOSTID"] = f"ncclrl-node{int(os.environ.get('GROUP_RANK', rank // gpn))}"
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-    if not os.environ.get("MASTER_ADDR") and os.environ.get("SLURM_JOB_NODELIST"):
-        os.environ["MASTER_ADDR"] = first_node(os.environ["SLURM_JOB_NODELIST"])
-    threading.Thread(target=_watchdog, args=(out, float(job["timeout_s"]) + 30.0), daemon=True).start()
 
     import torch
     import torch.distributed as dist
@@ -184,8 +165,7 @@ def main() -> int:
         if device == "cuda":
             torch.cuda.empty_cache()
     dist.barrier()
-    out("done", "")
-    dist.destroy_process_group()
+    out("done", "")  # then exit without tearing NCCL down (run_worker's os._exit)
     return 0
 
 

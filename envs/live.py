@@ -5,7 +5,6 @@ the rendezvous."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from importlib.resources import files
 from pathlib import Path
@@ -45,11 +44,22 @@ HANG = "NCCL hung"
 # hung there, or a rank, a node or the network stalled; the store's status is "timeout"
 TIMEOUT = "timed out"
 
+# in the error of a point abandoned because its first calls took many times NCCL's own choice at its
+# size (ncclrl.envs.torch_workers); the store's status is "slow"
+TOO_SLOW_WORDS = "too slow"
+
 
 def is_hang(error: str | None) -> bool:
     """Whether a stored failure is a hang or a timeout (or a point skipped after one), not a crash
     or a start failure: what a sweep does not try again at larger sizes (after_hang=skip)."""
     return bool(error) and (HANG in error or error.startswith(TIMEOUT))
+
+
+def hang_group(p) -> tuple:
+    """What a hang on ``p`` says NCCL will hang on at larger sizes: its collective, algorithm and
+    protocol; for NCCL's own algorithm (which NCCL picks per size) only at the same channel count,
+    so that a hang of it at NCCL's count never skips NCCL's plain default."""
+    return (p.collective, p.algo, p.proto) + ((p.channels,) if p.algo == "default" else ())
 
 
 def require_gpus(nranks: int, key: str = "backend", instead: str = "use backend=replay with a recorded sweep") -> None:
@@ -74,12 +84,6 @@ class WorkerError(RuntimeError):
 
 def elem_size(coll: int) -> int:
     return 1 if coll in (N.ALLGATHER, N.BROADCAST) else 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_collective(dist, torch, coll: int, nbytes: int, world: int, dev, group=None):

@@ -3,52 +3,64 @@
 from __future__ import annotations
 
 import logging
+import signal
 import time
 import uuid
 
 from ncclrl.costmodel.space import Point
 from ncclrl.envs.backend import Backend
-from ncclrl.envs.launch import Terminated
-from ncclrl.envs.live import HANG, TIMEOUT, is_hang, timing_label
+from ncclrl.envs.jobs import Interrupted, stop_requested
+from ncclrl.envs.live import HANG, TIMEOUT, TOO_SLOW_WORDS, hang_group, is_hang, timing_label
 from ncclrl.envs.store import Store, bad_time
 
 log = logging.getLogger(__name__)
 
-def hang_group(p: Point) -> tuple:
-    """What a hang on ``p`` says NCCL will hang on at larger sizes: its collective, algorithm and
-    protocol; for NCCL's own algorithm (which NCCL picks per size) only at the same channel count,
-    so that a hang of it at NCCL's count never skips NCCL's plain default."""
-    return (p.collective, p.algo, p.proto) + ((p.channels,) if p.algo == "default" else ())
-
-
 def measure_whole(workers: Backend, points: list[Point], store: Store, topology: str, *, backend: str, samples: int,
-                  tag: str, after_hang: str = "retry", deadline: float | None = None,
+                  tag: str, after_hang: str = "skip", deadline: float | None = None,
                   unmeasured: list[int] | None = None) -> list[list[float] | None]:
     """Measure ``points`` in as many jobs as it takes and store every one: each job keeps what it
-    finished; a point NCCL hung on (or that failed) is stored as failed and left out of the next
-    job. With ``after_hang="skip"``, once NCCL hangs on an algorithm/protocol at some size, that
-    algorithm/protocol is stored as failed without measuring at larger sizes, and at that size
-    for the points after the hung one (same collective; the knobs are the job's; the job ran the
-    points before it). No job starts after ``deadline`` (``time.time()``); the
-    points it leaves are neither measured nor stored, and their indices go to ``unmeasured``. A
-    job's rows are committed together as it ends, so a kill keeps every finished job whole and no
-    part of the one it was in.
-    Returns each point's samples (``None``: failed or left)."""
+    finished; a point NCCL hung on, that was too slow (its first calls far slower than NCCL's own
+    choice) or that failed is stored as failed and left out of the next job. With
+    ``after_hang="skip"`` (the default), a point is never measured where the store records that
+    NCCL hung, timed out or was too slow on its algorithm/protocol at its size or a smaller one under
+    the same knobs, in any command (:meth:`Store.blocked`; such points answer ``None`` and are not
+    stored again), and once a job hangs or is too slow on one, its larger sizes (and that size for
+    the points after it) are stored as failed without measuring. No job starts after ``deadline``
+    (``time.time()``) or once SIGINT/SIGTERM came; the points it leaves are neither measured nor
+    stored, and their indices go to ``unmeasured``. A job's rows are committed together as it ends,
+    so a kill keeps every finished job whole and no part of the one it was in.
+    Returns each point's samples (``None``: failed, blocked or left)."""
     results: list[list[float] | None] = [None] * len(points)
     remaining = list(range(len(points)))
     job = ""
     launch = workers.launch
+    skip = after_hang == "skip"
+    if skip:
+        blocked = store.blocked(topology=topology, backend=backend)
+        held = []
+        for i in remaining:
+            p = points[i]
+            hit = blocked.get((tuple(map(int, p.knobs)), hang_group(p)))
+            if hit is not None and hit[0] <= p.nbytes and not (p.algo == "default" and not p.channels):
+                held.append(i)
+        if held:
+            p = points[held[0]]
+            log.info("# %d points not measured: the store records NCCL hung, timed out or was too slow on their "
+                     "algorithm/protocol at their size or a smaller one under the same knobs (e.g. %s %d B %s/%s/%d)",
+                     len(held), p.collective, p.nbytes, p.algo, p.proto, p.channels)
+            remaining = [i for i in remaining if i not in set(held)]
 
     def add(i: int, smp: list[float], **kw) -> None:
         store.add(points[i], smp, backend=backend, topology=topology, nccl_version=workers.nccl_version, tag=tag,
                   job=job, **kw)
 
     def fail(i: int, error: str) -> None:
-        status = "timeout" if error.startswith(TIMEOUT) else "failed"
+        status = "timeout" if error.startswith(TIMEOUT) else "slow" if error.startswith(TOO_SLOW_WORDS) else "failed"
         add(i, [], timing=timing_label(launch, "eager"), status=status, error=error[:500])
 
     while remaining:
-        if deadline is not None and time.time() > deadline and job:  # the first job always runs
+        late = deadline is not None and time.time() > deadline and job  # the first job always runs
+        if late or stop_requested():
             if unmeasured is not None:
                 unmeasured.extend(remaining)
             break
@@ -74,7 +86,7 @@ def measure_whole(workers: Backend, points: list[Point], store: Store, topology:
                     p = points[i]
                     log.warning("# %s %d B %s/%s/%d: %s", p.collective, p.nbytes, p.algo, p.proto, p.channels,
                                 fails[j])
-                    if after_hang == "skip" and is_hang(fails[j]):
+                    if skip and (is_hang(fails[j]) or fails[j].startswith(TOO_SLOW_WORDS)):
                         hung.append(i)
                 else:
                     nxt.append(i)
@@ -90,15 +102,16 @@ def measure_whole(workers: Backend, points: list[Point], store: Store, topology:
                 same = {i for i in nxt
                         if hang_group(points[i]) == hang_group(h) and (points[i].nbytes, i) > (h.nbytes, hi)}
                 for i in sorted(same):
-                    cause = HANG if HANG in (workers.failures.get(remaining.index(hi), "") or HANG) else TIMEOUT
+                    first = workers.failures.get(remaining.index(hi), "") or HANG
+                    cause = HANG if HANG in first else TOO_SLOW_WORDS if first.startswith(TOO_SLOW_WORDS) else TIMEOUT
                     fail(i, f"not measured: {cause} on {h.algo}/{h.proto} at {h.nbytes} B with these knobs "
                          "(after_hang=retry measures it)")
                 if same:
                     log.warning("# %s %s/%s: %d points at >= %d B not measured after the hang", h.collective, h.algo,
                                 h.proto, len(same), h.nbytes)
                 nxt = [i for i in nxt if i not in same]
-        if terminated:  # SIGTERM: what the job finished is stored; now end
-            raise Terminated(128 + 15)
+        if terminated:  # SIGINT/SIGTERM: what the job finished is stored; now end
+            raise Interrupted(terminated if type(terminated) is int else stop_requested() or signal.SIGTERM)
         if stuck:
             break
         remaining = nxt

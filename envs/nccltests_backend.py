@@ -6,7 +6,7 @@ One *launch* covers every requested size of one configuration (``-b``/``-e``/``-
 one sample per size (nccl-tests averages ``-n`` iterations); the samples of a request are taken
 round-robin over its configurations, so NCCL's default and the candidates see the same drift.
 
-What each launcher (:class:`ncclrl.envs.launch.LaunchConfig`, group ``launcher=``) runs, for a
+What each launcher (:class:`ncclrl.envs.jobs.LaunchConfig`, group ``launcher=``) runs, for a
 topology of N nodes x G GPUs (arguments as a list, no shell; ``extra_args`` go just before the
 binary):
 
@@ -85,14 +85,16 @@ from ncclrl.costmodel.nccltests import (
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.table import fingerprint, format_row
 from ncclrl.envs.backend import Backend
-from ncclrl.envs.launch import (
+from ncclrl.envs.jobs import (
+    FORWARD,
     LOCAL_HOSTS,
     MAX_ENV_BYTES,
     TABLE_ENV,
-    Job,
+    Interrupted,
+    JobOptions,
     LaunchConfig,
-    ending_on_sigterm,
     job_folder,
+    run_job,
 )
 from ncclrl.envs.live import SAFE_ENV, TIMEOUT
 
@@ -101,7 +103,6 @@ log = logging.getLogger(__name__)
 PROGRAMS = {"allreduce": "all_reduce_perf", "allgather": "all_gather_perf", "reducescatter": "reduce_scatter_perf",
             "broadcast": "broadcast_perf", "reduce": "reduce_perf"}
 NVLS = ("as-is", "off")
-FORWARD = ("NCCL_", "NCCLRL_")
 # what NCCL logs by default (NCCL_DEBUG_SUBSYS unset) and what the table check needs besides
 NCCL_DEFAULT_SUBSYS = "INIT,BOOTSTRAP,ENV"
 DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,TUNING"}
@@ -336,26 +337,12 @@ class NcclTestsBackend(Backend):
         log_file = workdir / "launcher.log"
         start = log_file.stat().st_size if log_file.exists() else 0
         reader = OutputTail(log_file, start)
-        early, timed_out = "", False
-        t0 = time.time()
-        with ending_on_sigterm() as latch:
-            job = Job([(cmd, {})], env, workdir, grace_s=self.launcher.grace_s)
-            job.read_grace_s = READ_GRACE_S  # nccl-tests' output is its log, complete at its exit
-            try:
-                while True:
-                    latch.check()
-                    done = job.done()
-                    watch.add(reader.new_lines())
-                    early = watch.verdict(final=False)
-                    if early or done:
-                        break
-                    if time.time() - t0 > self.timeout_s:
-                        timed_out = True
-                        break
-                    time.sleep(0.05)
-            finally:
-                job.kill()  # whatever is left of the launch, on every node
-                job.close()
+        opts = JobOptions(timeout_s=self.timeout_s, grace_s=self.launcher.grace_s, read_grace_s=READ_GRACE_S,
+                          progress="total", poll_s=0.05)
+        end = run_job([(cmd, {})], env, workdir, opts, _Verdict(watch), on_poll=lambda: watch.add(reader.new_lines()))
+        if end.interrupted:  # whatever is left of the launch was ended, on every node
+            raise Interrupted(end.interrupted)
+        job, early, timed_out = end.job, end.stopped, end.timed_out
         if job.lingering:
             log.warning("# %s: a process the launch left behind still holds its output; the launch ended at its "
                         "exit, later output is not read", Path(cmd[0]).name)
@@ -436,6 +423,22 @@ class NcclTestsBackend(Backend):
 
     def close(self) -> None:
         pass
+
+
+class _Verdict:
+    """A launch's :class:`ncclrl.envs.jobs.Watch`: it stops when the ranks disagree on the table."""
+
+    def __init__(self, watch: TableWatch) -> None:
+        self.watch = watch
+
+    def add(self, records) -> None:
+        pass
+
+    def stop(self) -> str:
+        return self.watch.verdict(final=False)
+
+    def finished(self) -> bool:
+        return False
 
 
 class OutputTail:

@@ -38,7 +38,7 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.platforms import draw_platform
 from ncclrl.costmodel.simulator import Configs, Simulator
 from ncclrl.costmodel.topology import load_topology
-from ncclrl.envs.launch import start_coordinator
+from ncclrl.envs.jobs import free_port, start_coordinator
 
 FAULTS = ("none", "rank-killed", "coordinator-killed", "rank-stalled", "rank-paused", "clock-skew", "garbage",
           "version-mismatch", "no-coordinator", "no-profiler", "arms-differ")
@@ -109,12 +109,6 @@ class JobOutcome:
 def _log(stack: contextlib.ExitStack, path: Path):
     """A process's log file, closed with ``stack`` once the processes have ended."""
     return stack.enter_context(path.open("w"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _FakeCoordinator:
@@ -211,7 +205,7 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
         fake = _FakeCoordinator()
         env["NCCLRL_ONLINE_COORD"] = f"127.0.0.1:{fake.port}"
     elif fault == "no-coordinator":
-        env["NCCLRL_ONLINE_COORD"] = f"127.0.0.1:{_free_port()}"  # nobody listens there
+        env["NCCLRL_ONLINE_COORD"] = f"127.0.0.1:{free_port('127.0.0.1')}"  # nobody listens there
     elif shared is not None and fault != "coordinator-killed":
         env["NCCLRL_ONLINE_COORD"] = shared.address
         log_path = shared.log_path

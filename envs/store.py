@@ -29,7 +29,7 @@ from urllib.parse import quote
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.noise import summarize
 from ncclrl.costmodel.space import KNOB_FIELDS, Point
-from ncclrl.envs.live import HANG, timing_label
+from ncclrl.envs.live import HANG, hang_group, timing_label
 
 log = logging.getLogger(__name__)
 # how long a writer waits for another process's transaction on the same store
@@ -253,17 +253,36 @@ class Store:
     def has(self, point: Point, *, backend: str, topology: str, tag: str, launch: str | None = None,
             hung: bool = False) -> bool:
         """Whether ``point`` has a measurement (``status='ok'`` with a median above 0) under ``tag``;
-        only one taken with ``launch`` (torch|nccl) when given; with ``hung``, a recorded hang counts
-        too (``NCCL hung``, or a point skipped after one). A timeout never counts: the next run of
-        the same command measures it again."""
+        only one taken with ``launch`` (torch|nccl) when given; with ``hung``, a recorded hang, timeout
+        or too-slow point counts too (``NCCL hung``, a point skipped after one, status ``timeout`` or
+        ``slow``): such a point is never measured again (``after_hang=retry`` measures it)."""
         where = dict(zip(KNOB_FIELDS, map(int, point.knobs), strict=True))
         q, args = self._where(dict(topology=topology, backend=backend, collective=point.collective,
                                    nbytes=int(point.nbytes), algo=point.algo, proto=point.proto,
                                    channels=int(point.channels), tag=tag, **where), launch)
         q += (" AND ((status='ok' AND typeof(median_us) IN ('real', 'integer') AND median_us > 0)"
-              + (" OR (status='failed' AND instr(error, ?) > 0))" if hung else ")"))
+              + (" OR status IN ('timeout', 'slow') OR (status='failed' AND instr(error, ?) > 0))" if hung else ")"))
         return self._db.execute(f"SELECT 1 FROM measurements{q} LIMIT 1",
                                 args + [HANG] * hung).fetchone() is not None
+
+    def blocked(self, *, topology: str, backend: str) -> dict[tuple, tuple[int, str]]:
+        """Where NCCL hung, timed out or ran far too slowly, in any command's measurements for
+        ``topology`` and ``backend``: per (knob setting, :func:`ncclrl.envs.live.hang_group`), the
+        smallest such size and its error. Those points, and their group at larger sizes under the same
+        knobs, are never measured again (NCCL's own choice is never blocked: it is the reference)."""
+        knob_cols = ", ".join(KNOB_FIELDS)
+        rows = self._db.execute(
+            f"SELECT collective, algo, proto, channels, {knob_cols}, nbytes, status, error FROM measurements"
+            " WHERE topology=? AND backend=? AND (status IN ('timeout', 'slow') OR (status='failed' AND"
+            " instr(error, ?) > 0)) ORDER BY nbytes", [topology, backend, HANG]).fetchall()
+        out: dict[tuple, tuple[int, str]] = {}
+        for coll, algo, proto, ch, *rest in rows:
+            knobs, nbytes, _status, error = tuple(map(int, rest[:len(KNOB_FIELDS)])), *rest[len(KNOB_FIELDS):]
+            if algo == "default" and int(ch) == 0:
+                continue
+            key = (knobs, hang_group(Point(coll, int(nbytes), algo, proto, int(ch))))
+            out.setdefault(key, (int(nbytes), str(error or "")))
+        return out
 
     def add_job(self, job: str, *, backend: str, topology: str, tag: str, nccl_version: str = "?",
                 launcher: str = "", command: str = "", hosts: list | None = None, gpus: list | None = None,

@@ -1,5 +1,5 @@
 """One rank of a measuring job: ``python -m ncclrl.envs.worker``, started by any launcher
-(:mod:`ncclrl.envs.launch`).
+(:mod:`ncclrl.envs.jobs`).
 
 The rank learns who it is from its launcher's environment, its job from ``NCCLRL_JOB`` and the
 table it forces from ``NCCLRL_TUNER_TABLE_DATA`` (the plugin reads the same variable). Before NCCL
@@ -19,47 +19,25 @@ rank outlives a job its driver gave up on, even on a node the driver cannot sign
 
 ``device: cpu`` in the job runs the same path on CPUs with gloo standing in for NCCL (the timings
 mean nothing); tests use it to exercise launchers, rendezvous and faults without a GPU, and only
-there ``NCCLRL_FAKE_FAULT=hang|die:RANK:ITEM`` makes a rank hang or die at a point.
+there ``NCCLRL_FAKE_FAULT=hang|die|crawl:RANK:ITEM`` makes a rank hang, die or crawl at a point.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import socket
-import sys
 import threading
 import time
 from datetime import timedelta
 
 from ncclrl.costmodel.table import fingerprint
-from ncclrl.envs.launch import JOB_ENV, MARK, TABLE_ENV, decode, first_node, rank_env, rank_gpu, run_worker
+from ncclrl.envs.jobs.config import rank_gpu
+from ncclrl.envs.jobs.rank import Out, join_job, run_worker
+from ncclrl.envs.jobs.spec import TABLE_ENV
 
 MAX_REPS = 50  # repetitions per sample: enough that an 8 B call's launch cost is amortized
 EXIT_MISMATCH = 3
-EXIT_WATCHDOG = 124
-
-
-class Out:
-    """This rank's records on standard output (one line each, flushed), and its progress clock."""
-
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
-        self.last = time.time()
-        self._lock = threading.Lock()
-
-    def __call__(self, kind: str, payload, wait_s: float = -1) -> None:
-        text = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
-        if not self._lock.acquire(timeout=wait_s):
-            return
-        try:
-            sys.stdout.write(f"{MARK}{self.rank}|{kind}|{text.replace(chr(10), ' ')}\n")
-            sys.stdout.flush()
-            self.last = time.time()
-        finally:
-            self._lock.release()
 
 
 # what decides NCCL's algorithm, protocol and channels besides the table: ranks must agree on it
@@ -74,15 +52,6 @@ def _read(path: str) -> bytes:
             return f.read()
     except OSError:
         return b""
-
-
-def _die_with_parent() -> None:
-    """Linux: this process gets SIGKILL when the process that started it dies."""
-    try:
-        libc = ctypes.CDLL(None)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 class ComputeLoad:
@@ -154,16 +123,6 @@ class ComputeLoad:
         return loaded / self._products_us(self.count)
 
 
-def _watchdog(out: Out, limit_s: float) -> None:
-    while True:
-        time.sleep(min(5.0, limit_s / 4))
-        if time.time() - out.last > limit_s:
-            try:  # a best effort: the driver may be gone, the pipe broken or full
-                out("error", f"watchdog: no progress for {limit_s:.0f} s; this rank ends", wait_s=2.0)
-            finally:
-                os._exit(EXIT_WATCHDOG)
-
-
 def _gpu_facts(torch, gpu: int) -> dict:
     facts = {"gpu": "cpu", "cuda": torch.version.cuda or "", "driver": ""}
     if torch.cuda.is_available() and gpu < torch.cuda.device_count():
@@ -196,25 +155,29 @@ def _fault(device: str, rank: int, item: int) -> None:
         time.sleep(10**6)
 
 
+def _crawl(device: str, rank: int, item: int, op):
+    """``device: cpu`` only: ``NCCLRL_FAKE_FAULT=crawl:RANK:ITEM`` makes every call of that point
+    on that rank take ``NCCLRL_FAKE_CRAWL_S`` seconds more (a configuration far slower than NCCL's)."""
+    spec = os.environ.get("NCCLRL_FAKE_FAULT", "")
+    if device != "cpu" or not spec.startswith("crawl:") or spec.split(":")[1:] != [str(rank), str(item)]:
+        return op
+    delay = float(os.environ.get("NCCLRL_FAKE_CRAWL_S", "0.5"))
+
+    def crawling() -> None:
+        time.sleep(delay)
+        op()
+
+    return crawling
+
+
 def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
-    job = decode(os.environ[JOB_ENV])
-    rank, world, local = rank_env(kind=job.get("kind"))
-    out = Out(rank)
-    _die_with_parent()
+    me = join_job()
+    job, rank, world, local, out = me.job, me.rank, me.world, me.local, me.out
     device = job.get("device", "cuda")
-    gpn = int(job["gpus_per_node"])
-    if job.get("emulate_nodes") and int(job["nranks"]) > gpn:
-        node = int(os.environ.get("GROUP_RANK", rank // gpn))
-        os.environ["NCCL_HOSTID"] = f"ncclrl-node{node}"
-        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     if job.get("mode") == "verify":  # one log of NCCL's decisions: rank 0's, on its standard output
         os.environ["NCCL_DEBUG"] = "INFO" if rank == 0 else "WARN"
         os.environ["NCCL_DEBUG_SUBSYS"] = "INIT,TUNING"
         os.environ.pop("NCCL_DEBUG_FILE", None)
-    nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
-    if not os.environ.get("MASTER_ADDR") and nodelist:  # rank 0 runs on the step's first node
-        os.environ["MASTER_ADDR"] = first_node(nodelist)
-    threading.Thread(target=_watchdog, args=(out, float(job["timeout_s"]) + 30.0), daemon=True).start()
 
     import torch
     import torch.distributed as dist
@@ -348,9 +311,13 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
         out("log", f"compute load: {load.describe()}")
     items = job["items"]
     samples, budget_us = int(job["samples"]), float(job["budget_us"])
+    too_slow = float(job.get("too_slow", 0) or 0)
+    too_slow_min_us = float(job.get("too_slow_min_us", 0) or 0)
     groups: dict[tuple[str, int], list[int]] = {}
-    for i, (coll, base, _size) in enumerate(items):
+    for i, (coll, base, *_rest) in enumerate(items):
         groups.setdefault((coll, base), []).append(i)
+    for idx in groups.values():  # NCCL's own choice first: the other points are held to its time
+        idx.sort(key=lambda i: not _is_default(items[i]))
     # warm the process and the connections before the first point (4 bytes have no table row)
     warm = make_op("allreduce", 4)
     for _ in range(20):
@@ -362,19 +329,36 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
         for i in idx:
             out("item", str(i))
             _fault(device, rank, i)
-            op = make_op(coll, items[i][2])
+            op = _crawl(device, rank, i, make_op(coll, items[i][2]))
             op()
             op()
             sync()
             ests.append(max(timed(op, 1), 1.0))
             ops.append(op)
+            if rank == 0:  # the driver holds the next points' first calls to this time (too_slow)
+                out("est", {"i": i, "us": round(ests[-1], 3), "d": int(_is_default(items[i]))})
         # every decision that changes how many calls a rank issues is agreed, never taken alone
         ests = agree(ests, dist.ReduceOp.MAX)
+        ref = ests[0] if _is_default(items[idx[0]]) else None
+
+        limit_us = max(too_slow * ref, too_slow_min_us) if too_slow and ref is not None else float("inf")
+        suspects = [j for j in range(1, len(idx)) if ests[j] > limit_us]
+        if suspects:  # one timed call can spike: timed twice more, the fastest of three counts
+            again = agree([min(timed(ops[j], 1), timed(ops[j], 1)) for j in suspects], dist.ReduceOp.MAX)
+            for j, e in zip(suspects, again, strict=True):
+                ests[j] = min(ests[j], max(e, 1.0))
+        abandoned = [bool(j) and ests[j] > limit_us for j in range(len(idx))]
+        if rank == 0:
+            for j in (j for j, x in enumerate(abandoned) if x):  # never timed further, never captured
+                out("slow", {"i": idx[j], "us": round(ests[j], 3), "ref": round(ref, 3)})
         reps = [int(min(max(budget_us / e, 1), MAX_REPS)) for e in ests]
         graphs: list = [None] * len(idx)
         if cuda and job["timing"] == "graph":
             ok = []
             for j, op in enumerate(ops):
+                if abandoned[j]:
+                    ok.append(0.0)
+                    continue
                 try:
                     g = torch.cuda.CUDAGraph()
                     cap = stream if stream is not None else torch.cuda.Stream()
@@ -389,15 +373,18 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
                     ok.append(0.0)
             ok = agree(ok, dist.ReduceOp.MIN)
             graphs = [g if k == 1.0 else None for g, k in zip(graphs, ok, strict=True)]
-            for g in graphs:
-                if g is not None:
-                    g.replay()  # the first replay uploads the graph
+            for graph in graphs:
+                if graph is not None:
+                    graph.replay()  # the first replay uploads the graph
+            g = graph = None
             sync()
         res = [[0.0] * samples for _ in idx]
         slow = [[0.0] * samples for _ in idx]  # the compute load's slowdown while each sample ran
         for k in range(samples):
             out("log", f"sample {k}")
             for j in range(len(idx)):
+                if abandoned[j]:
+                    continue
                 if rank == 0:  # names the point if NCCL hangs while it is timed
                     out("item", str(idx[j]))
                 if load is not None:
@@ -415,19 +402,26 @@ def main() -> int:  # noqa: C901 - one job, start to end, in the order it runs
             slow_flat = agree([x for r in slow for x in r], dist.ReduceOp.MAX)  # the most slowed rank's
         if rank == 0:
             for j, i in enumerate(idx):
+                if abandoned[j]:
+                    continue
                 mode = timing_label(launch, "graph" if graphs[j] is not None else "eager")
                 rec = {"i": i, "s": [round(x, 4) for x in flat[j * samples:(j + 1) * samples]], "m": mode}
                 if load is not None:
                     rec["g"] = [round(x, 4) for x in slow_flat[j * samples:(j + 1) * samples]]
                 out("result", rec)
-        del ops, graphs
+        del ops, graphs  # every CUDA graph that captured NCCL calls is freed before the next group
     sync()
     dist.barrier()
-    if direct is not None:
-        direct.destroy()
+    # done, then exit without tearing NCCL down (run_worker's os._exit): a communicator destroyed
+    # while anything still holds a graph of its calls can block, and the driver ends a rank that
+    # said done and did not exit (JobOptions.exit_grace_s)
     out("done", "")
-    dist.destroy_process_group()
     return 0
+
+
+def _is_default(item) -> bool:
+    """Whether a job item is NCCL's own choice (its fourth field; older jobs: the first point of its size)."""
+    return bool(item[3]) if len(item) > 3 else item[1] == item[2]
 
 
 def verify(job: dict, out: Out, rank: int, world: int, dev, device: str) -> int:

@@ -28,12 +28,13 @@ from ncclrl.costmodel.calibrate import (
     measurements_from_store,
 )
 from ncclrl.costmodel.detect import detect, report
-from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.errors import ConfigError, JobError
 from ncclrl.costmodel.nccltests import NcclTestsError, env_sources, parse_file, parse_file_runs, run_env
 from ncclrl.costmodel.replica import default_decisions
 from ncclrl.costmodel.simulator import Configs, SimParams, Simulator
 from ncclrl.costmodel.topology import dump_topology, load_topology, preset_names
 from ncclrl.costmodel.units import parse_bytes
+from ncclrl.envs.jobs import Interrupted
 from ncclrl.envs.live import PLUGIN_DIR, build_plugin
 from ncclrl.envs.store import open_readonly
 from ncclrl.runners import (
@@ -503,11 +504,18 @@ def main(argv: list[str] | None = None) -> int:
             print(command_help(cmd))
             return 0
         return run_command(cmd, rest)
+    except JobError as e:  # the cluster's doing, not the user's input
+        print(f"ncclrl: error: {e}", file=sys.stderr)
+        return 1
     except (ConfigError, NcclTestsError) as e:
         print(f"ncclrl: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
+    except Interrupted as e:  # the job in flight was ended; what was measured is stored
+        print(f"ncclrl: interrupted by {e.name}; what was measured is in the store, and the same command resumes",
+              file=sys.stderr)
+        return int(e.code)
     except KeyboardInterrupt:
         print("ncclrl: interrupted; what was measured is in the store, and the same command resumes",
               file=sys.stderr)

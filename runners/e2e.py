@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -36,23 +35,26 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.errors import ConfigError, JobError
 from ncclrl.costmodel.table import CONF_KEYS, fingerprint, parse_example_rows, read_conf_env
 from ncclrl.costmodel.topology import load_topology
-from ncclrl.envs.launch import (
+from ncclrl.envs.jobs import (
     JOB_ENV,
     MAX_ENV_BYTES,
     TABLE_ENV,
+    JobOptions,
+    JobSpec,
     LaunchConfig,
+    base_env,
     encode,
     job_folder,
-    launch_commands,
     payload_json,
     run_to_end,
     start_coordinator,
+    stop_coordinator,
+    user_env,
 )
 from ncclrl.envs.live import plugin_library, require_gpus
-from ncclrl.envs.torch_workers import RANK_VARS
 from ncclrl.runners.config import Command, register
 
 log = logging.getLogger(__name__)
@@ -282,8 +284,7 @@ class E2E:
     def side_env(self, side: str) -> dict[str, str]:
         """What the ranks of one side are handed on top of the user's NCCL_* environment: the table,
         the plugin and the knobs, or ``NCCL_TUNER_PLUGIN=none`` alone."""
-        env = {k: v for k, v in os.environ.items()
-               if k.startswith(("NCCL_", "NCCLRL_")) and k not in (TABLE_ENV, "NCCLRL_TUNER_TABLE", JOB_ENV)}
+        env = user_env()
         if side in ("table", ONLINE):
             env.update({"NCCL_TUNER_PLUGIN": self.plugin, TABLE_ENV: self.table_text, **self.knobs})
         if side == ONLINE:
@@ -304,17 +305,17 @@ class E2E:
 
     def run_job(self, modes: list[str], side: str, log_dir: Path) -> dict[str, Any]:
         """One job to its end: rank 0's step times per mode and what every rank said it received."""
-        env = dict(self.side_env(side), **{JOB_ENV: encode(self.job(modes, side))})
-        base = {k: v for k, v in os.environ.items()
-                if k not in RANK_VARS and k not in (TABLE_ENV, "NCCLRL_TUNER_TABLE")}
+        spec = JobSpec(self.launcher, self.topo.nodes, self.topo.gpus_per_node,
+                       dict(self.side_env(side), **{JOB_ENV: encode(self.job(modes, side))}), module=WORKER,
+                       options=JobOptions(timeout_s=self.cfg.timeout_s, grace_s=self.launcher.grace_s))
         log_dir.mkdir(parents=True, exist_ok=True)
-        cmds = launch_commands(self.launcher, self.topo.nodes, self.topo.gpus_per_node, env, module=WORKER)
-        records, _ = run_to_end(cmds, base, log_dir, self.cfg.timeout_s, self.launcher.grace_s)
+        records, _ = run_to_end(spec.commands(), base_env(), log_dir, self.cfg.timeout_s, self.launcher.grace_s,
+                                spec.nranks)
         hellos = {r.rank: payload_json(r.payload) for r in records if r.kind == "hello"}
         steps = [payload_json(r.payload) for r in records if r.kind == "steps" and r.rank == 0]
         by_mode = {s["mode"]: [float(x) for x in s["step_time_ms"]] for s in steps}
         if sorted(by_mode) != sorted(modes) or any(len(v) != self.cfg.steps for v in by_mode.values()):
-            raise ConfigError("launcher", f"{side} job: rank 0 reported step times for {sorted(by_mode)}, "
+            raise JobError("launcher", f"{side} job: rank 0 reported step times for {sorted(by_mode)}, "
                               f"expected {self.cfg.steps} steps of each of {', '.join(modes)}")
         self.check_received(side, hellos)
         return {"step_time_ms": by_mode,
@@ -326,14 +327,14 @@ class E2E:
         fingerprint), the knobs and the plugin, or none of them."""
         missing = sorted(set(range(self.topo.nranks)) - set(hellos))
         if missing:
-            raise ConfigError("launcher", f"{side} job: ranks {missing} never reported")
+            raise JobError("launcher", f"{side} job: ranks {missing} never reported")
         want_fp = self.table_fp if side != "default" else ""
         want_plugin = self.plugin if side != "default" else "none"
         user = {k: v for k, v in os.environ.items() if k in CONF_KEYS}  # the user's own, on both sides
         want_knobs = dict(user, **self.knobs) if side != "default" else user
         for r, h in sorted(hellos.items()):
             if h.get("table") != want_fp or h.get("plugin") != want_plugin or h.get("knobs") != want_knobs:
-                raise ConfigError("launcher", f"{side} job: rank {r} received table {h.get('table')!r}, "
+                raise JobError("launcher", f"{side} job: rank {r} received table {h.get('table')!r}, "
                                   f"plugin {h.get('plugin')!r}, knobs {h.get('knobs')}; expected table {want_fp!r}, "
                                   f"plugin {want_plugin!r}, knobs {want_knobs}")
             if not h.get("plugin_found", True):
@@ -405,7 +406,7 @@ class OnlineCoordinator:
 
     def __init__(self, cfg: E2EConfig, e2e: E2E, out_dir: Path) -> None:
         self.cfg, self.e2e, self.out_dir = cfg, e2e, out_dir
-        self.proc: subprocess.Popen | None = None
+        self.proc = None  # the coordinator's process, once started
         self.address = ""
 
     def __enter__(self) -> OnlineCoordinator:
@@ -422,12 +423,7 @@ class OnlineCoordinator:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        stop_coordinator(self.proc)
 
 
 def main_e2e(cfg: DictConfig) -> int:

@@ -18,7 +18,6 @@ Only needs PyTorch with CUDA, numpy and PyYAML on the GPU machine.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -34,9 +33,19 @@ from ncclrl.costmodel.replica import default_decisions, eligible_mask, scheduled
 from ncclrl.costmodel.table import fingerprint, parse_example_rows
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
-from ncclrl.envs.launch import TABLE_ENV, LaunchConfig, encode, launch_commands, payload_json, run_to_end
+from ncclrl.envs.jobs import (
+    JOB_ENV,
+    TABLE_ENV,
+    JobOptions,
+    JobSpec,
+    LaunchConfig,
+    base_env,
+    encode,
+    payload_json,
+    run_to_end,
+    user_env,
+)
 from ncclrl.envs.live import elem_size, plugin_library, require_gpus
-from ncclrl.envs.torch_workers import RANK_VARS
 from ncclrl.runners.config import Command, register
 
 LOG_LINE = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): (\d+) Bytes -> Algo (\w+) proto (\w+) "
@@ -123,11 +132,9 @@ def run_job(cases: list[dict], env: dict, topo, iters: int, out: Path, tag: str,
            "timeout_s": timeout_s, "nranks": topo.nranks, "gpus_per_node": topo.gpus_per_node, "kind": launcher.kind,
            "emulate_nodes": launcher.emulated and topo.nodes > 1, "share_gpu": launcher.share_gpu, "launch": "torch",
            "timing": "eager", "items": []}
-    full = {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "NCCLRL_")) and k != "NCCLRL_TUNER_TABLE"}
-    full.update(env, NCCLRL_JOB=encode(job))
-    base = {k: v for k, v in os.environ.items() if k not in RANK_VARS and k != "NCCLRL_TUNER_TABLE"}
-    records, text = run_to_end(launch_commands(launcher, topo.nodes, topo.gpus_per_node, full), base, log_dir,
-                               timeout_s, launcher.grace_s)
+    spec = JobSpec(launcher, topo.nodes, topo.gpus_per_node, {**user_env(), **env, JOB_ENV: encode(job)},
+                   options=JobOptions(timeout_s=timeout_s, grace_s=launcher.grace_s))
+    records, text = run_to_end(spec.commands(), base_env(), log_dir, timeout_s, launcher.grace_s, spec.nranks)
     (log_dir / "nccl-rank0.log").write_text(text)
     t = {}
     for r in records:

@@ -10,86 +10,28 @@ import logging
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from ncclrl.costmodel import nccl as N
-from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.errors import ConfigError, JobError
 from ncclrl.costmodel.noise import geomean
 from ncclrl.costmodel.space import KNOB_FIELDS, Point, call_configs, knob_grid, size_grid
 from ncclrl.costmodel.topology import Topology, load_topology
 from ncclrl.costmodel.units import parse_bytes
-from ncclrl.envs.launch import LaunchConfig
-from ncclrl.envs.live import LAUNCHES, WorkerError, plugin_library, require_gpus, timing_label
+from ncclrl.envs.jobs import Interrupted, ending_on_signals, stop_requested
+from ncclrl.envs.live import WorkerError, plugin_library, timing_label
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.nccltests_backend import NcclTestsBackend
 from ncclrl.envs.store import Store
-from ncclrl.envs.torch_workers import LOADS, NVLS, TableWorkers
 from ncclrl.runners.config import Command, parse, register
+from ncclrl.runners.live import LiveConfig, check_launch, check_load, exit_code, launcher_of, live_workers, load_tag
 from ncclrl.runners.progress import progress
 
 log = logging.getLogger(__name__)
-
-@dataclass
-class LiveConfig:
-    """Keys every live command shares.
-
-    :param topology: the platform the GPUs form: a preset name (``ncclrl topologies``) or a YAML path
-    :param collectives: the collectives to measure, a list (``[allreduce,allgather]``)
-    :param min_bytes: the smallest size (8, 64K, 1M, ...)
-    :param max_bytes: the largest size
-    :param samples: timed calls per point in a job; the job's median is what counts
-    :param timing: eager (calls issued one by one) or graph (captured in a CUDA graph)
-    :param timeout_s: a job that makes no progress for this many seconds (>= 1) is stopped, its point recorded as
-        hung
-    :param store: the SQLite measurement store every measurement goes to (resumable)
-    :param launch: how the PyTorch workers issue collectives: nccl (NCCL called directly) or torch
-        (torch.distributed)
-    :param launcher: how a job's processes start on the cluster (group launcher=: local, torchrun,
-        srun, mpirun; then launcher.hosts=[...], launcher.extra_args=...)
-    :param nvls: as-is (NVLink SHARP as your environment has it) or off (NCCL_NVLS_ENABLE=0 for every job)
-    :param log_dir: keep each job's per-rank records and the launcher's output here (empty: not kept)
-    """
-
-    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"launcher": "local"}])
-
-    topology: str = "h200-1x4"
-    collectives: list[str] = field(default_factory=lambda: ["allreduce"])
-    min_bytes: str = "8"
-    max_bytes: str = "256M"
-    samples: int = 7
-    timing: str = "graph"
-    timeout_s: float = 300.0
-    store: str = "runs/store.sqlite"
-    launch: str = "nccl"
-    launcher: LaunchConfig = field(default_factory=LaunchConfig)
-    nvls: str = "as-is"
-    log_dir: str = ""
-
-    def check(self) -> None:
-        self.launcher.check()
-        if self.nvls not in NVLS:
-            raise ConfigError("nvls", f"unknown value {self.nvls!r}; allowed: {', '.join(NVLS)}")
-        for c in self.collectives:
-            N.parse_name("collectives", c, N.COLLECTIVES)
-        if not self.collectives:
-            raise ConfigError("collectives", f"needs at least one of {', '.join(N.COLLECTIVES)}")
-        lo, hi = parse_bytes(self.min_bytes, "min_bytes"), parse_bytes(self.max_bytes, "max_bytes")
-        if hi < lo:
-            raise ConfigError("max_bytes", f"must be >= min_bytes ({self.min_bytes}), got {self.max_bytes}")
-        if self.timing not in ("graph", "eager"):
-            raise ConfigError("timing", f"unknown value {self.timing!r}; allowed: graph, eager")
-        if self.launch not in LAUNCHES:
-            raise ConfigError("launch", f"unknown value {self.launch!r}; allowed: torch (torch.distributed calls), "
-                              "nccl (NCCL called directly from the workers)")
-        if self.samples < 1:
-            raise ConfigError("samples", f"must be >= 1, got {self.samples}")
-        if self.timeout_s <= 0:
-            raise ConfigError("timeout_s", f"must be > 0, got {self.timeout_s}")
-
 
 @dataclass
 class SweepConfig(LiveConfig):
@@ -140,51 +82,6 @@ class SweepConfig(LiveConfig):
             raise ConfigError("wall_s", f"must be a whole number of seconds >= 0 (0: no limit), got {self.wall_s}")
 
 
-def launcher_of(args: DictConfig) -> LaunchConfig:
-    """The command's launcher (``launcher=`` group), checked."""
-    node = args.get("launcher") if hasattr(args, "get") else None
-    if isinstance(node, DictConfig):
-        node = OmegaConf.to_container(node)
-    return LaunchConfig.of(node)
-
-
-def live_workers(args: DictConfig, topo: Topology, knobs: Point, *, timing: str | None = None,
-                 timeout_s: float | None = None, table: str | Path | None = None) -> TableWorkers:
-    """The PyTorch workers of a live command: the topology's nodes and ranks, started by its launcher."""
-    return TableWorkers(topo.nranks, topo.nodes, knobs, timing=timing or args["timing"],
-                        timeout_s=float(timeout_s if timeout_s is not None else args["timeout_s"]),
-                        launch=args["launch"], launcher=launcher_of(args), nvls=args.get("nvls", "as-is"),
-                        log_dir=args.get("log_dir") or None, table=table, load=args.get("load", "none"),
-                        load_n=int(args.get("load_n", 4096)))
-
-
-def check_load(load: str, load_n: int, backend: str) -> None:
-    """The ``load`` and ``load_n`` keys of a live command, checked against its ``backend``."""
-    if load not in LOADS:
-        raise ConfigError("load", f"unknown value {load!r}; allowed: {', '.join(LOADS)}")
-    if load != "none" and backend != "torch":
-        raise ConfigError("load", "a compute load runs in the PyTorch workers only: backend=torch")
-    if not 16 <= load_n <= 65536:
-        raise ConfigError("load_n", f"must be 16 to 65536, got {load_n}")
-
-
-def load_tag(args: DictConfig, tag: str | None = None) -> str:
-    """The tag a command stores under: ``tag`` (default: the ``tag`` key), plus ``+gemmN`` under a
-    compute load, so that loaded and isolated timings never pool."""
-    load = args.get("load", "none") if hasattr(args, "get") else "none"
-    return (tag or args["tag"]) + (f"+{load}{int(args.get('load_n', 4096))}" if load != "none" else "")
-
-
-def check_launch(args: DictConfig, topo: Topology) -> None:
-    """Before anything is stored: a local launch needs every GPU here; a cluster launch one host
-    per node when hosts are named."""
-    launcher = launcher_of(args)
-    if launcher.kind == "local":
-        require_gpus(launcher.gpus_needed(topo.nranks))
-    elif launcher.hosts and len(launcher.hosts) != topo.nodes:
-        raise ConfigError("launcher.hosts", f"{topo.name} has {topo.nodes} nodes, {len(launcher.hosts)} hosts given")
-
-
 def parse_args(argv: list[str]) -> DictConfig:
     """The sweep's config from ``key=value`` overrides (what ``ncclrl sweep`` composes)."""
     return parse(COMMAND, argv)
@@ -192,8 +89,11 @@ def parse_args(argv: list[str]) -> DictConfig:
 
 def main_sweep(cfg: DictConfig) -> int:
     if cfg["backend"] == "torch":  # no GPUs or the wrong hosts: one line, before the store is touched
-        check_launch(cfg, load_topology(cfg["topology"]))
+        check_launch(cfg, load_topology(cfg["topology"]), "backend=nccl-tests with the nccl-tests binaries of a GPU "
+                     "machine; a sweep measures GPUs")
     r = run_sweep(cfg)
+    if r["interrupted"] or r["failure"]:
+        return exit_code(r)
     if r["failed"] and not r["measured"]:  # not one point measured: a failed run, whatever was stored
         print(f"ncclrl: error: sweep: every one of the {r['failed']} points it tried failed, none was measured "
               f"(the last: {' '.join(r['error'].split())[:300]}); each failure is in the store {cfg['store']}",
@@ -249,10 +149,14 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
                 skipped += sum(done[1:])
         if todo:
             plan.append((knobs, todo))
-    with progress("sweep", sum(len(p) for _k, todo in plan for p in todo)) as bar:
+    stopped: Interrupted | JobError | None = None  # a signal, or the cluster failing a job: no further job
+    with ending_on_signals(), progress("sweep", sum(len(p) for _k, todo in plan for p in todo)) as bar:
         for knobs, todo in plan:
             n_todo = sum(map(len, todo))
-            if deadline is not None and time.time() > deadline:
+            sig = stop_requested(acknowledge=True)
+            if sig and stopped is None:
+                stopped = Interrupted(sig)
+            if (deadline is not None and time.time() > deadline) or stopped is not None:
                 left += n_todo
                 continue
             label = " ".join(f"{k}={v}" for k, v in knobs.env().items()) or "NCCL defaults"
@@ -272,6 +176,10 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
                     res = measure_whole(workers, [p for pts in todo for p in pts], store, topo.name,
                                         backend=args["backend"], samples=samples, tag=tag,
                                         after_hang=args["after_hang"], deadline=deadline, unmeasured=cut)
+                except (Interrupted, JobError) as e:  # what the job finished is stored; no further job
+                    stopped, left = e, left + n_todo
+                    bar.advance(n_todo)
+                    continue
                 finally:
                     workers.close()
                 got = sum(r is not None for r in res)
@@ -280,9 +188,15 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
                 continue
             try:
                 for pts in todo:
+                    if stopped is not None:
+                        left += len(pts)
+                        continue
                     bar.advance(len(pts))
                     try:
                         res = workers.measure(pts, samples=samples)
+                    except (Interrupted, JobError) as e:  # what was stored stays; no further launch
+                        stopped, left = e, left + len(pts)
+                        continue
                     except WorkerError as e:
                         for p in pts:
                             store.add(p, [], backend=args["backend"], topology=topo.name, nccl_version="?",
@@ -301,7 +215,12 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
                 workers.close()
     log.info("# measured %d points, %d already in %s, %d failed, %.0f s", measured, skipped, args["store"], failed,
              time.time() - t0)
-    if left:
+    if isinstance(stopped, Interrupted):
+        log.warning("# interrupted by %s: %d points not measured; what was measured is stored, and the same command "
+                    "measures the rest", stopped.name, left)
+    elif stopped is not None:
+        log.warning("# a job failed: %s; %d points not measured; the same command measures them", stopped, left)
+    elif left:
         log.warning("# wall_s=%s reached: %d points not measured; run the same command again to measure them",
                     args["wall_s"], left)
     print_tables(store, topo, colls, tag, out, launch)
@@ -309,7 +228,9 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
         stored = store.frame(topology=topo.name, tag=tag, status="failed")
         if not stored.empty:
             last_error = str(stored["error"].iloc[-1])
-    return {"measured": measured, "skipped": skipped, "failed": failed, "left": left, "error": last_error}
+    return {"measured": measured, "skipped": skipped, "failed": failed, "left": left, "error": last_error,
+            "interrupted": stopped.name if isinstance(stopped, Interrupted) else None,
+            "failure": str(stopped) if isinstance(stopped, JobError) else None}
 
 
 def best_table(store: Store, topo: Topology, coll: str, tag: str = "sweep", launch: str | None = None):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +35,14 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import format_gpu_s, parse_budget
 from ncclrl.costmodel.topology import load_topology
+from ncclrl.envs.jobs import ending_on_signals
 from ncclrl.envs.replay import replay_noise
 from ncclrl.envs.store import Store
 from ncclrl.runners.config import Command, parse, register
-from ncclrl.runners.finetune import (
+from ncclrl.runners.live import (
     TunedLiveConfig,
+    check_launch,
+    exit_code,
     grid_reference,
     live_problem,
     make_measure,
@@ -107,8 +111,10 @@ def parse_args(argv: list[str]) -> DictConfig:
 
 
 def main_tune(args: DictConfig) -> int:
-    run_tune(args)
-    return 0
+    if args["backend"] == "torch":  # no GPUs or the wrong hosts: one line, before the store is touched
+        check_launch(args, load_topology(args["topology"]), "backend=replay with a recorded sweep (replay_store=) "
+                     "or grid (grid=)")
+    return exit_code(run_tune(args))
 
 
 def run_tune(args: DictConfig) -> dict[str, Any]:
@@ -122,7 +128,7 @@ def run_tune(args: DictConfig) -> dict[str, Any]:
     tag = f"tune:{args['method']}"
     t0 = time.time()
     budget = parse_budget(args["budget"], predicted_sweep_gpu_s(problem, int(args["samples"])))
-    with progress(f"tune {args['method']} (GPU-s)", budget) as bar:
+    with ending_on_signals(), progress(f"tune {args['method']} (GPU-s)", budget) as bar:
         measure = make_measure(args, topo, store, None, sweep)
         ev = Evaluator(problem, measure, budget, samples=int(args["samples"]), tag=tag,
                        wall_s=float(args["wall_s"]) or None)
@@ -139,7 +145,13 @@ def run_tune(args: DictConfig) -> dict[str, Any]:
              args["method"], topo.name, ev.points, ev.calls, format_gpu_s(ev.gpu_s), format_gpu_s(ev.budget), wall,
              env, len(rows), paths["csv"])
     summary = {"method": args["method"], "measured": ev.points, "jobs": ev.calls, "gpu_s": round(ev.gpu_s, 1),
-               "budget_gpu_s": round(ev.budget, 1), "wall_s": wall, "rows": len(rows), "conf": d.conf.env()}
+               "budget_gpu_s": round(ev.budget, 1), "wall_s": wall, "rows": len(rows), "conf": d.conf.env(),
+               "reason": ev.stop_reason or "the tuner stopped",
+               "interrupted": signal.Signals(ev.interrupted).name if ev.interrupted else None,
+               "failure": ev.failure or None}
+    if ev.interrupted or ev.failure:
+        log.warning("# %s: the table, nccl.conf and summary.json hold what the tuner decided on the measurements so "
+                    "far; the same command resumes from the store %s", ev.stop_reason, args["store"])
     if isinstance(sweep, Instance):
         summary.update(grid_reference(sweep, d.conf, rows))
     elif sweep is not None:

@@ -15,7 +15,7 @@ import pytest
 
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.table import CONF_KEYS, fingerprint
-from ncclrl.envs.launch import TABLE_ENV
+from ncclrl.envs.jobs import TABLE_ENV
 from ncclrl.runners import e2e
 from ncclrl.runners.cli import main
 

@@ -31,7 +31,7 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.table import format_row
 from ncclrl.costmodel.topology import load_topology
-from ncclrl.envs.launch import LaunchConfig
+from ncclrl.envs.jobs import LaunchConfig
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.nccltests_backend import NcclTestsBackend
 from ncclrl.envs.replay import recorded_sweep, replay_noise
@@ -93,7 +93,7 @@ def test_p2_a_process_holding_the_output_after_a_complete_run_is_done_not_hung(p
     assert left == []  # the process left behind, in a session of its own, was ended with its launch
 
 
-def test_p3_a_timeout_is_stored_as_timeout_and_measured_again_next_run(perf, monkeypatch, tmp_path):
+def test_p3_a_timeout_is_stored_as_timeout_and_never_measured_again_unless_retried(perf, monkeypatch, tmp_path):
     monkeypatch.setenv("FAKE_PERF_HANG_ON", "tree_LL")
     pts = [Point("allreduce", 8), Point("allreduce", 1 << 20, "tree", "ll", 0)]
     with Store(tmp_path / "s.sqlite") as s:
@@ -101,15 +101,21 @@ def test_p3_a_timeout_is_stored_as_timeout_and_measured_again_next_run(perf, mon
                       after_hang="skip")
         row = s.frame(algo="tree").iloc[0]
         assert row.status == "timeout" and row.error.startswith("timed out after 1 s")
-        # the sweep's resume test (after_hang=skip): done, and the timeout is not
+        # the sweep's resume test (after_hang=skip): both done, the timeout is never measured again
         assert s.has(pts[0], backend="nccl-tests", topology="h200-1x4", tag="sweep", hung=True)
-        assert not s.has(pts[1], backend="nccl-tests", topology="h200-1x4", tag="sweep", hung=True)
+        assert s.has(pts[1], backend="nccl-tests", topology="h200-1x4", tag="sweep", hung=True)
+        assert not s.has(pts[1], backend="nccl-tests", topology="h200-1x4", tag="sweep")
         s.add(pts[1], [], backend="nccl-tests", topology="t2", nccl_version="x", timing="eager", tag="sweep",
               status="failed", error="NCCL hung at 8 B")  # a hang NCCL named stays skipped
         assert s.has(pts[1], backend="nccl-tests", topology="t2", tag="sweep", hung=True)
     monkeypatch.delenv("FAKE_PERF_HANG_ON")
-    with Store(tmp_path / "s.sqlite") as s:  # the next run measures it
-        res = measure_whole(backend(perf), [pts[1]], s, "h200-1x4", backend="nccl-tests", samples=1, tag="sweep")
+    with Store(tmp_path / "s.sqlite") as s:  # the next run, any command, never measures it again
+        rows = s.count()
+        res = measure_whole(backend(perf), [pts[1]], s, "h200-1x4", backend="nccl-tests", samples=1, tag="tune")
+        assert res == [None] and s.count() == rows
+        # ... unless told to retry it
+        res = measure_whole(backend(perf), [pts[1]], s, "h200-1x4", backend="nccl-tests", samples=1, tag="sweep",
+                            after_hang="retry")
         assert res[0] and s.has(pts[1], backend="nccl-tests", topology="h200-1x4", tag="sweep")
 
 
@@ -730,11 +736,11 @@ def test_u15_a_sweep_where_every_launch_failed_exits_non_zero(perf, monkeypatch,
 
 
 def test_u15_a_process_killed_with_sigkill_leaves_no_job_folder_behind(tmp_path, monkeypatch):
-    from ncclrl.envs.launch import job_folder
+    from ncclrl.envs.jobs import job_folder
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", None)
-    code = "import time\nfrom ncclrl.envs.launch import job_folder\nwith job_folder('job') as d:\n" \
+    code = "import time\nfrom ncclrl.envs.jobs import job_folder\nwith job_folder('job') as d:\n" \
            "    print(d, flush=True)\n    time.sleep(60)\n"
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
     left = Path(p.stdout.readline().strip())

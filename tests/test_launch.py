@@ -21,7 +21,7 @@ import pytest
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.topology import dump_topology, load_topology
-from ncclrl.envs.launch import (
+from ncclrl.envs.jobs import (
     LaunchConfig,
     decode,
     first_node,
@@ -231,7 +231,7 @@ def test_the_job_reaches_every_rank_in_its_environment(plugin, tmp_path):
 
 PREEMPTED = """
 import sys
-from ncclrl.envs.launch import LaunchConfig
+from ncclrl.envs.jobs import LaunchConfig
 from ncclrl.envs.torch_workers import TableWorkers
 from ncclrl.runners.sweep import parse_args, run_sweep
 args = parse_args(sys.argv[2:])
@@ -297,7 +297,7 @@ def test_plugin_verify_runs_its_jobs_through_the_launcher(plugin, tmp_path, caps
 def test_records_glued_by_a_launcher_are_all_found():
     """Open MPI forwarding many ranks can glue one rank's line onto another's, or NCCL's output onto
     a record: each record is still read, a result's JSON whole."""
-    from ncclrl.envs.launch import parse_records, payload_json
+    from ncclrl.envs.jobs import parse_records, payload_json
 
     recs, rest = parse_records('[1,1]<stdout>:NCCLRL|1|item|3NCCLRL|0|result|{"i": 2, "s": [1.5], "m": "graph"}'
                                "vm:1:1 [0] NCCL INFO Channel 00\n")
@@ -341,9 +341,9 @@ def test_a_sweep_under_load_stores_apart_with_the_compute_slowdown(plugin, tmp_p
     under TAG+gemmN (never pooled with isolated timings) with the load's slowdown per sample."""
     import functools
 
-    from ncclrl.runners import sweep
+    from ncclrl.runners import live, sweep
 
-    monkeypatch.setattr(sweep, "TableWorkers", functools.partial(TableWorkers, device="cpu", plugin=plugin))
+    monkeypatch.setattr(live, "TableWorkers", functools.partial(TableWorkers, device="cpu", plugin=plugin))
     store = tmp_path / "store.sqlite"
     common = ["topology=h200-2x1-sock", "min_bytes=1K", "max_bytes=2K", "samples=2", f"store={store}",
               "launch=torch", "timing=eager", "timeout_s=30"]
@@ -362,20 +362,20 @@ def test_sigterm_during_a_read_is_acted_on_between_reads_and_only_once():
     """SIGTERM while a job's records are being taken must not cut the batch (a batch cut at its
     first record lost the ranks' hellos while later results were stored): it is latched, raised
     at the next check, not again when the block ends, and raised at the end if nobody checked."""
-    from ncclrl.envs.launch import Terminated, ending_on_sigterm
+    from ncclrl.envs.jobs import Interrupted, ending_on_signals
 
     kept = []
-    with pytest.raises(Terminated) as e, ending_on_sigterm() as latch:
+    with pytest.raises(Interrupted) as e, ending_on_signals() as latch:
         os.kill(os.getpid(), signal.SIGTERM)
         for i in range(20000):  # the handler runs here, between two bytecodes
             kept.append(i)
         latch.check()
     assert len(kept) == 20000 and e.value.code == 128 + signal.SIGTERM
-    with ending_on_sigterm() as latch:
+    with ending_on_signals() as latch:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)
         assert latch.handled() and not latch.handled()
-    with pytest.raises(Terminated), ending_on_sigterm():
+    with pytest.raises(Interrupted), ending_on_signals():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.05)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL or callable(signal.getsignal(signal.SIGTERM))
@@ -420,7 +420,7 @@ def test_a_daemon_a_rank_started_is_ended_with_its_job(how, tmp_path):
     """Under mpirun, rank 1 starts a daemon (double fork, its own session, reparented away from the
     rank): it is ended with the job, whether the job ends well or is ended at its timeout. The
     daemon carries the job's token in its environment, which no new session or parent drops."""
-    from ncclrl.envs.launch import run_to_end
+    from ncclrl.envs.jobs import run_to_end
 
     marker = f"ncclrl-test-daemon-{tmp_path.name}"
     cmd = ["mpirun", "-np", "2", "-H", "localhost:2", "--oversubscribe", "--bind-to", "none", sys.executable, "-c",
@@ -460,7 +460,7 @@ def test_a_job_that_hands_its_table_gets_no_deployment_variables(tmp_path, monke
     exported in the user's shell never reach a job that hands its own table (an empty one: NCCL's
     defaults): the plugin would read the deployment's file, or fail the job's init on the
     fingerprint; a job without a table of its own keeps them."""
-    from ncclrl.envs.launch import OTHER_TABLE_ENV, TABLE_ENV, run_to_end
+    from ncclrl.envs.jobs import OTHER_TABLE_ENV, TABLE_ENV, run_to_end
 
     deploy = {"NCCLRL_TUNER_TABLE_FINGERPRINT": "0123456789abcdef", "NCCLRL_TUNER_TABLE": "/shared/t.csv",
               "NCCL_TUNER_CONFIG_FILE": "/shared/t.csv"}
@@ -483,7 +483,7 @@ def test_a_job_that_hands_its_table_gets_no_deployment_variables(tmp_path, monke
     (5, 5, 8, True, True, 0),
 ])
 def test_each_rank_takes_its_gpu(rank, local, visible, emulated, share, gpu):
-    from ncclrl.envs.launch import rank_gpu
+    from ncclrl.envs.jobs import rank_gpu
 
     assert rank_gpu(rank, local, visible, emulated, share) == gpu
 
@@ -505,7 +505,7 @@ def test_a_two_node_job_on_one_gpu_starts_with_share_gpu(plugin, monkeypatch):
     accepted with it; its two ranks are two nodes (their own NCCL_HOSTID) handed share_gpu."""
     import torch
 
-    from ncclrl.envs.launch import JOB_ENV, decode
+    from ncclrl.envs.jobs import JOB_ENV, decode
     from ncclrl.runners.sweep import check_launch, parse_args
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -597,7 +597,7 @@ Root Cause (first observed failure):
 def test_torchruns_summary_names_every_failed_rank_and_its_traceback_is_not_the_ranks_words():
     """Both entries of a node's failure summary are failed ranks with their codes; the agent's
     traceback (its frames and ChildFailedError) is never taken for a rank's error line."""
-    from ncclrl.envs.launch import LauncherOutput, exit_words
+    from ncclrl.envs.jobs import LauncherOutput, exit_words
 
     out = LauncherOutput()
     for line in TORCHRUN_TWO_FAILED.splitlines():

@@ -20,7 +20,7 @@ import pytest
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.table import fingerprint, format_row
-from ncclrl.envs.launch import TABLE_ENV, LaunchConfig
+from ncclrl.envs.jobs import TABLE_ENV, LaunchConfig
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.nccltests_backend import NcclTestsBackend, TableWatch
 from ncclrl.envs.store import Store
@@ -328,7 +328,7 @@ def test_mpirun_one_rank_output_for_two_ranks(bindir, monkeypatch, alone):
 DRIVER = textwrap.dedent("""
     import sys
     from ncclrl.costmodel.space import Point
-    from ncclrl.envs.launch import LaunchConfig
+    from ncclrl.envs.jobs import LaunchConfig
     from ncclrl.envs.measure import measure_whole
     from ncclrl.envs.nccltests_backend import NcclTestsBackend, TableWatch
     from ncclrl.envs.store import Store

@@ -403,7 +403,7 @@ def test_a_sweep_with_the_other_launch_measures_again(tmp_path):
 
 
 def test_job_records_keep_finished_sizes_and_name_the_stuck_point(tmp_path):
-    from ncclrl.envs.launch import parse_record
+    from ncclrl.envs.jobs import parse_record
     from ncclrl.envs.torch_workers import JobRecords
 
     lines = ['NCCLRL|0|hello|{"host": "a", "gpu": "H200", "world": 2}', '[1,1]<stdout>:NCCLRL|1|hello|{"host": "b"}',
@@ -528,9 +528,9 @@ def test_a_store_from_before_the_inline_knob_opens_and_resumes(tmp_path):
 
 def test_a_job_preempted_before_its_first_point_stores_no_point_and_ends_the_run(tmp_path):
     """SIGTERM ended the job before it finished any point: nothing is stored as failed (the
-    resumed run measures those points), only the job itself, and the run ends with Terminated;
+    resumed run measures those points), only the job itself, and the run ends with Interrupted;
     a preempted job that finished points stores those."""
-    from ncclrl.envs.launch import Terminated
+    from ncclrl.envs.jobs import Interrupted
 
     topo = load_topology("h200-2x2-sock")
     knobs = knob_grid(topo, "full")[0]
@@ -550,7 +550,7 @@ def test_a_job_preempted_before_its_first_point_stores_no_point_and_ends_the_run
 
     for finished in (0, 2):
         with Store(tmp_path / f"s{finished}.sqlite") as s:
-            with pytest.raises(Terminated):
+            with pytest.raises(Interrupted):
                 measure_whole(Preempted(topo, knobs, "eager", 15, finished=finished), pts, s, topo.name,
                               backend="torch", samples=3, tag="sweep")
             df = s.frame()

@@ -13,10 +13,10 @@ from pathlib import Path
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.topology import load_topology
-from ncclrl.runners.finetune import (
+from ncclrl.runners.finetune import parse_args
+from ncclrl.runners.live import (
     SWEEP_BANDS,
     live_problem,
-    parse_args,
     sizes_on_sweep,
     sweep_reference,
     table_speedup_on_sweep,
