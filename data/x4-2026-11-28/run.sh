@@ -17,7 +17,8 @@ W=$S/part$PART
 mkdir -p "$W"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # the lent machines' rule
 PP=$(mktemp -d); ln -s "$PWD" "$PP/ncclrl"; export PYTHONPATH="$PP:$PWD/.whl/deps" PYTHONUNBUFFERED=1
-ncclrl() { python3 -m ncclrl "$@"; }
+mkdir -p "$PP/bin"; printf '#!/bin/sh\nexec python3 -m ncclrl "$@"\n' > "$PP/bin/ncclrl"; chmod +x "$PP/bin/ncclrl"
+export PATH="$PP/bin:$PATH"  # the ncclrl command, as an installed package gives it
 START=$(date +%s)
 CALL_S=${CALL_S:-560}  # the device call's limit, less the packing: no command runs past it
 run() {  # run LIMIT_S COMMAND...: its output, wall time and exit code, within what the call has left
