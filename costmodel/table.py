@@ -34,9 +34,13 @@ def format_row(collective: str, min_bytes: int | str, max_bytes: int | str, algo
 
 def parse_example_rows(text: str) -> list[dict[str, Any]]:
     """Rows as NVIDIA's example plugin reads them (first match wins; lines > 256 chars dropped;
-    the optional ``numPipeOps`` and ``regBuff`` columns, -1 when absent)."""
-    rows = []
+    the optional ``numPipeOps`` and ``regBuff`` columns, -1 when absent); ``nccl_choice``: the row
+    follows ncclrl's mark of a row stating NCCL's choice (ncclrl's plugin skips it)."""
+    rows, marked = [], False
     for line in text.splitlines():
+        if line.strip().startswith("#ncclrl:nccl-choice"):
+            marked = True
+            continue
         if len(line) > 256 or not line.strip() or line.lstrip().startswith("#"):
             continue
         f = [x.strip() for x in line.split(",")]
@@ -45,7 +49,8 @@ def parse_example_rows(text: str) -> list[dict[str, Any]]:
         opt = [int(x) for x in f[8:10]] + [-1, -1]
         rows.append({"collective": f[0], "min_bytes": int(f[1]), "max_bytes": int(f[2]), "algo": f[3],
                      "proto": f[4], "channels": int(f[5]), "nNodes": int(f[6]), "nRanks": int(f[7]),
-                     "numPipeOps": opt[0], "regBuff": opt[1]})
+                     "numPipeOps": opt[0], "regBuff": opt[1], "nccl_choice": marked})
+        marked = False
     return rows
 
 
@@ -216,7 +221,9 @@ class Table:
         shapes = self.shapes()
         named = "" if len(shapes) < 2 else "\n# communicator shapes (nNodes x nRanks): " + \
             ", ".join(f"{n}x{r}" for n, r in shapes)
-        lines = [f"# {self.title}{where}{named}", CSV_HEADER] + [r.line() for r in self.rows]
+        lines = [f"# {self.title}{where}{named}", CSV_HEADER]
+        for r in self.rows:  # NCCL's choice: our plugin leaves it to NCCL, the example plugin runs the row
+            lines += [NCCL_CHOICE_MARK, r.line()] if r.source == FILLED else [r.line()]
         return "\n".join(lines) + "\n"
 
     def write(self, out_dir: Path, json_name: str = "nccl_tuner.json", extra: dict[str, Any] | None = None,
@@ -262,7 +269,8 @@ class Table:
         except ValueError as e:
             raise ConfigError("table", f"{path}: {e}") from None
         rows = [Row(r["collective"], r["min_bytes"], r["max_bytes"], r["algo"], r["proto"], r["channels"],
-                    nnodes=r["nNodes"], nranks=r["nRanks"]) for r in raw]
+                    nnodes=r["nNodes"], nranks=r["nRanks"], **({"source": FILLED} if r["nccl_choice"] else {}))
+                for r in raw]
         conf_path = path.with_name("nccl.conf")
         return cls(topology, rows, read_conf_env(conf_path) if conf_path.is_file() else {})
 
@@ -270,6 +278,10 @@ class Table:
 # -- completion: every size of every collective and shape, explicit everywhere ----------------------
 
 FILLED = "nccl-default"  # the source of a row that states NCCL's own choice (the replica's prediction)
+# the comment line written before such a row: ncclrl's plugin skips the row and NCCL decides that size
+# itself (its real choice, not a prediction of it); plugins that need every size covered (NVIDIA's
+# example, which runs any size no row covers on one channel) read it as a comment and run the row
+NCCL_CHOICE_MARK = "#ncclrl:nccl-choice"
 COLLECTIVES = EXAMPLE_COLLECTIVES  # NCCL's order
 
 
@@ -646,6 +658,8 @@ class TableCheck:
     :param refused: why the plugin refuses the whole table (NCCL decides everything), or ""
     :param verdicts: per row or rejected line, in line order
     :param shapes: the communicator shapes checked, ``(nNodes, nRanks, rows loaded)`` (-1: a value no row names)
+    :param nccl_choice: rows marked as stating NCCL's choice (:data:`NCCL_CHOICE_MARK`): the plugin
+        skips them and NCCL decides those sizes itself
     """
 
     source: str
@@ -655,6 +669,7 @@ class TableCheck:
     refused: str = ""
     verdicts: list[RowVerdict] = field(default_factory=list)
     shapes: list[tuple[int, int, int]] = field(default_factory=list)
+    nccl_choice: int = 0
 
     @property
     def rejected(self) -> list[RowVerdict]:
@@ -673,7 +688,8 @@ class TableCheck:
         if self.refused:
             return f"plugin check: refused whole, NCCL decides everything: {self.refused}"
         return (f"plugin check: {self.size} bytes, fingerprint {self.fingerprint}, {len(self.accepted)} rows load, "
-                f"{len(self.rejected)} rejected")
+                f"{len(self.rejected)} rejected" + (f", {self.nccl_choice} marked as NCCL's choice (NCCL decides "
+                                                    "those sizes)" if self.nccl_choice else ""))
 
 
 def plugin_checker(build_dir: str | Path | None = None) -> Path:
@@ -720,6 +736,8 @@ def check_table(path: str | Path, checker: str | Path | None = None) -> TableChe
             out.size, out.fingerprint, out.rows = int(f[0]), f[1], int(f[2])
         elif kind == "refused":
             out.refused = rest
+        elif kind == "nccl_choice":
+            out.nccl_choice = int(f[0])
         elif kind == "shape":
             out.shapes.append((int(f[0]), int(f[1]), int(f[2])))
         elif kind == "accepted":

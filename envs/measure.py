@@ -63,6 +63,8 @@ def measure_whole(workers: Backend, points: list[Point], store: Store, topology:
         if late or stop_requested():
             if unmeasured is not None:
                 unmeasured.extend(remaining)
+            if not job and not late:  # a stop signal before any job: nothing ran, nothing to return
+                raise Interrupted(stop_requested(acknowledge=True) or signal.SIGTERM)
             break
         job = uuid.uuid4().hex[:12]  # one id per set of processes: the unit of between-job noise
         res = workers.measure([points[i] for i in remaining], samples=samples)

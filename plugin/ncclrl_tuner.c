@@ -123,6 +123,7 @@ typedef struct {
   int nparts[NCCLRL_NUM_COLLS];
   row_t* storage;
   int nrows, rejected, applicable;
+  int nccl_choice; /* rows marked as stating NCCL's choice for other plugins: left to NCCL here */
   int strict;     /* a table is required: its source was named by a variable, or its fingerprint is expected */
   int fail;       /* strict, and NCCLRL_TUNER_ON_ERROR is not fallback: a table not loaded fails this init */
   int has_expect; /* NCCLRL_TUNER_TABLE_FINGERPRINT was given: expect */
@@ -209,6 +210,11 @@ static char* trim(char* s) {
 static void lower(char* s) {
   for (; *s; s++) *s = ascii_lower(*s);
 }
+
+/* A comment line that marks the next row as stating NCCL's own choice (the replica's prediction),
+ * written so that plugins which need every size covered (NVIDIA's example) run that choice; this
+ * plugin skips the row and leaves the call to NCCL, whose real choice it is. */
+#define NCCL_CHOICE_MARK "#ncclrl:nccl-choice"
 
 /* Parse one line into *r. Returns 1 for a row, 0 for blank/comment, -1 for an error (logged). */
 static int parse_line(ctx_t* ctx, const char* path, int lineno, char* line, row_t* r) {
@@ -323,7 +329,7 @@ static int parse_text(ctx_t* ctx, const char* origin, const char* text, size_t l
     return -1;
   }
   char line[MAX_LINE];
-  int lineno = 0;
+  int lineno = 0, nccl_choice = 0;
   const char* p = text;
   const char* end = text + len;
   while (p < end) {
@@ -340,10 +346,19 @@ static int parse_text(ctx_t* ctx, const char* origin, const char* text, size_t l
     }
     memcpy(line, start, line_len);
     line[line_len] = '\0';
+    if (strncmp(trim(line), NCCL_CHOICE_MARK, sizeof(NCCL_CHOICE_MARK) - 1) == 0) {
+      nccl_choice = 1; /* the next row states NCCL's predicted choice for plugins that need every size covered */
+      continue;
+    }
     row_t r;
     int rc = parse_line(ctx, origin, lineno, line, &r);
-    if (rc < 0) { ctx->rejected++; continue; }
+    if (rc < 0) { ctx->rejected++; nccl_choice = 0; continue; }
     if (rc == 0) continue;
+    if (nccl_choice) { /* NCCL decides that size itself here: its real choice, not a prediction of it */
+      nccl_choice = 0;
+      ctx->nccl_choice++;
+      continue;
+    }
     if (count == cap) {
       row_t* bigger = cap <= INT32_MAX / 2 ? realloc(rows, sizeof(row_t) * (size_t)cap * 2) : NULL;
       if (!bigger) {
@@ -612,7 +627,7 @@ static void load_text(ctx_t* ctx, const char* origin, const char* text, size_t l
   row_t* rows = NULL;
   int n = 0;
   if (parse_text(ctx, origin, text, len, &rows, &n) != 0) return;
-  ctx->nrows = n;
+  ctx->nrows = n + ctx->nccl_choice; /* every well-formed row of the text, those left to NCCL included */
   n = select_rows(ctx, origin, rows, n);
   if (n < 0) {
     free(rows);
@@ -632,9 +647,12 @@ static void load_text(ctx_t* ctx, const char* origin, const char* text, size_t l
   ctx->storage = rows;
   ctx->applicable = n;
   ctx->loaded = 1;
+  char marked[96] = "";
+  if (ctx->nccl_choice)
+    snprintf(marked, sizeof(marked), ", %d marked as NCCL's choice (left to NCCL)", ctx->nccl_choice);
   LOG(ctx, NCCLRL_LOG_INFO, PREFIX "table from %s (%zu bytes, %d rows, fingerprint %016llx): %d for this "
-      "communicator (%zu ranks, %zu nodes), %d rejected; tuner ABI v%d", origin, len, ctx->nrows,
-      (unsigned long long)hash, ctx->applicable, ctx->nranks, ctx->nnodes, ctx->rejected, ctx->version);
+      "communicator (%zu ranks, %zu nodes), %d rejected%s; tuner ABI v%d", origin, len, ctx->nrows,
+      (unsigned long long)hash, ctx->applicable, ctx->nranks, ctx->nnodes, ctx->rejected, marked, ctx->version);
 }
 
 static const char* file_kind(mode_t mode) {

@@ -11,6 +11,7 @@
  * Output, one record a line, fields separated by tabs:
  *   ncclrl-table-check  1
  *   table     BYTES  FINGERPRINT  ROWS                      (ROWS: well-formed rows, every shape)
+ *   nccl_choice  N                                          (rows marked as NCCL's choice: not loaded)
  *   refused   MESSAGE                                      (the whole table: NCCL decides everywhere)
  *   shape     NNODES  NRANKS  ACCEPTED                     (-1: a value no row names)
  *   accepted  LINE  COLL  MIN  MAX  ALGO  PROTO  CHANNELS  NNODES  NRANKS  PIPEOPS  REGBUFF  CHUNK
@@ -111,6 +112,7 @@ int main(int argc, char** argv) {
     rows = NULL;
   }
   printf("table\t%zu\t%016llx\t%d\n", len, (unsigned long long)fnv1a64(text, len), n);
+  printf("nccl_choice\t%d\n", ctx.nccl_choice); /* rows marked as NCCL's choice: skipped, NCCL decides */
   if (refused) {
     printf("refused\t%s\n", refused);
     return 0;

@@ -13,12 +13,14 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.table import (
     FILLED,
     MAX_BYTES,
+    NCCL_CHOICE_MARK,
     Row,
     Table,
     TableCheck,
     check_table,
     check_text,
     check_unit,
+    parse_example_rows,
     read_conf_env,
     uncovered_spans,
 )
@@ -101,11 +103,20 @@ def plugin_view(path: Path) -> tuple[Table, TableCheck]:
     for v in check.accepted:
         c, lo, hi, a, p, ch, nn, nr = v.row[:8]
         src = by_line.get(v.line)
-        rows.append(Row(c, lo, hi, "default" if a == "-1" else a, "default" if p == "-1" else p, ch, nnodes=nn,
-                        nranks=nr, source=src.source if src else "",
-                        default_time_us=src.default_time_us if src else None, time_us=src.time_us if src else None))
+        rows.append((v.line, Row(c, lo, hi, "default" if a == "-1" else a, "default" if p == "-1" else p, ch,
+                                 nnodes=nn, nranks=nr, source=src.source if src else "",
+                                 default_time_us=src.default_time_us if src else None,
+                                 time_us=src.time_us if src else None)))
+    # rows marked as NCCL's choice: the plugin leaves those sizes to NCCL; listed for what they state
+    lines = path.read_text(errors="replace").splitlines()
+    for i in data_lines:
+        if i >= 2 and lines[i - 2].strip().startswith(NCCL_CHOICE_MARK):
+            (r,) = parse_example_rows(lines[i - 1])
+            rows.append((i, Row(r["collective"], r["min_bytes"], r["max_bytes"], r["algo"], r["proto"], r["channels"],
+                                nnodes=r["nNodes"], nranks=r["nRanks"], source=FILLED)))
     conf = path.with_name("nccl.conf")
-    return Table(None, rows, read_conf_env(conf) if conf.is_file() else {}), check
+    return Table(None, [r for _i, r in sorted(rows, key=lambda x: x[0])],
+                 read_conf_env(conf) if conf.is_file() else {}), check
 
 
 def _differences(rows: list[Row], most: int = 8) -> list[str]:
@@ -150,7 +161,8 @@ def show(table: str, plot: str | None = None) -> int:
     timed = any(r.time_us and r.default_time_us for r in tab.rows)
     origins = [_origin(r) if r.source else UNKNOWN_LABEL for r in tab.rows]
     print(f"# row: {TUNED_LABEL} = the table's decision; {FILLED_LABEL} = NCCL's own choice for those sizes, "
-          "written out (the replica's prediction of it)"
+          "written out (the replica's prediction of it) for plugins that need every size covered; ncclrl's plugin "
+          "leaves those sizes to NCCL"
           + (f"; {UNKNOWN_LABEL} = unknown (no JSON written with this CSV)" if UNKNOWN_LABEL in origins else ""))
     print("# sizes in bytes, both ends included; nodes/ranks: the communicator shape (any: every shape)")
     w = max([len(_bytes(x)) for r in tab.rows for x in (r.min_bytes, r.max_bytes)] + [9])

@@ -208,7 +208,8 @@ def test_finetune_on_a_public_grid_calibrates_first(tmp_path, monkeypatch):
     from ncclrl.runners.finetune import parse_args, run_finetune
 
     monkeypatch.setenv("NCCLRL_SHARED_DATA", str(_public()))
-    args = parse_args(["backend=replay", "topology=a100-2x4-sock", "grid=a100-2x4-step", "budget=0.5sweep",
+    # a whole sweep's GPU-time: the calibrating first job (NCCL's defaults at every size) fits in it
+    args = parse_args(["backend=replay", "topology=a100-2x4-sock", "grid=a100-2x4-step", "budget=1sweep",
                        "calibrate=auto", f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'out'}"])
     run_finetune(args)
     cal = json.loads((tmp_path / "out" / "finetune.json").read_text())["evidence"]["calibration"]

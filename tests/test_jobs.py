@@ -153,19 +153,21 @@ def test_sigterm_mid_run_still_exports_what_the_measurements_support(tmp_path, m
     143; the same command then resumes from the store to its budget."""
     from ncclrl.envs import replay
 
-    calls = []
+    calls, after = [], []
     real = replay.ReplayWorkers.measure
 
     def measure(self, points, samples=5, **kw):
-        calls.append(len(points))
-        if len(calls) == 2:
+        (after if calls and calls[-1] == "sent" else calls).append(len(points))
+        if len(calls) == 3:  # in the second job (each job's answers are also predicted before it starts)
             os.kill(os.getpid(), signal.SIGTERM)  # the handler only sets the latch: the job ends normally
+            calls.append("sent")
         return real(self, points, samples, **kw)
 
     monkeypatch.setattr(replay.ReplayWorkers, "measure", measure)
     summary = run_finetune(parse_args(_replay_args(tmp_path)))
-    assert len(calls) == 2 and summary["interrupted"] == "SIGTERM" and summary["jobs"] == 2
-    assert summary["reason"] == "interrupted by SIGTERM"
+    assert calls[-1] == "sent" and after == []  # nothing started after the signal
+    assert summary["interrupted"] == "SIGTERM" and summary["reason"] == "interrupted by SIGTERM"
+    assert summary["jobs"] == 1  # the job the signal came before never started, and is not charged
     _check_exported(tmp_path / "out", summary)
     monkeypatch.setattr(replay.ReplayWorkers, "measure", real)
     again = run_finetune(parse_args(_replay_args(tmp_path)))

@@ -239,7 +239,8 @@ def factory(topo, knobs, timing, timeout_s):
     return TableWorkers(topo.nranks, topo.nodes, knobs, timing="eager", timeout_s=timeout_s, plugin=sys.argv[1],
                         launch="torch", launcher=LaunchConfig(kind="mpirun", grace_s=2.0), device="cpu")
 r = run_sweep(args, sys.stdout, factory)
-print("MEASURED", r["measured"], "SKIPPED", r["skipped"])
+print("MEASURED", r["measured"], "SKIPPED", r["skipped"], "INTERRUPTED", r["interrupted"])
+sys.exit(143 if r["interrupted"] == "SIGTERM" else 0)
 """
 
 
@@ -258,9 +259,12 @@ def test_a_preempted_sweep_keeps_every_finished_job_and_resumes(plugin, tmp_path
     while time.time() < deadline and (not store.exists() or Store(store).count() == 0):
         time.sleep(0.3)  # the first job stored (a job's points are stored together)
     p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=30)
-    # 143: SIGTERM during a job (the job is ended, what it finished stored); -15: between two jobs
+    out, err = p.communicate(timeout=30)
+    # 143: SIGTERM during a job (the job is ended, what it finished stored, the tables of what was measured
+    # printed, the run says it was interrupted); -15: between two jobs
     assert p.returncode in (143, -15), err[-500:]
+    if p.returncode == 143:
+        assert "INTERRUPTED SIGTERM" in out and "interrupted by SIGTERM" in err
     kept = Store(store).count()
     assert kept > 0
     time.sleep(0.5)

@@ -19,6 +19,7 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.replica import auto_channels, build_model, default_decisions
 from ncclrl.costmodel.table import (
     MAX_BYTES,
+    NCCL_OWN,
     Row,
     Table,
     check_text,
@@ -181,7 +182,9 @@ def probe_sizes(rows: list[dict], rng: random.Random) -> list[int]:
 
 
 def disagreements(text: str, checker: Path, shapes: list[tuple[int, int]]) -> list[tuple]:
-    """Where ncclrl's plugin (its own code) and NVIDIA's example plugin (its rules) decide differently."""
+    """Where ncclrl's plugin (its own code) and NVIDIA's example plugin (its rules) decide differently,
+    but for sizes whose row is marked as NCCL's choice: there ncclrl's plugin must leave the call to
+    NCCL (its real choice) while the example plugin runs the row (the replica's prediction of it)."""
     check = check_text(text, checker)
     assert check.ok, [v.message for v in check.rejected] or check.refused
     rows = parse_example_rows(text)
@@ -195,6 +198,10 @@ def disagreements(text: str, checker: Path, shapes: list[tuple[int, int]]) -> li
             for s in sizes:
                 ours = plugin_decision(sub, coll, s, nodes, nranks)
                 theirs = example_decision(mine, coll, s, nodes, nranks)
+                row = next((r for r in mine if r["min_bytes"] <= s <= r["max_bytes"] and r["nNodes"] in (-1, nodes)
+                            and r["nRanks"] in (-1, nranks)), None)
+                if row is not None and row["nccl_choice"]:
+                    theirs = (NCCL_OWN, NCCL_OWN, 0)
                 if ours != theirs:
                     out.append((coll, nodes, nranks, s, ours, theirs))
     return out

@@ -250,7 +250,9 @@ def test_finetune_under_a_compute_load_measures_beside_it_and_stores_apart(tmp_p
         seen.append((args["load"], int(args["load_n"])))
         return Loaded(topo, knobs, "eager", 10)
 
-    monkeypatch.setattr(F, "live_workers", live)
+    from ncclrl.runners import live as L
+
+    monkeypatch.setattr(L, "live_workers", live)
     monkeypatch.setattr(F, "check_launch", lambda *_a: None)
     prof = _profile(tmp_path / "job.yaml")
     args = F.parse_args(["backend=torch", "topology=h200-2x2-sock", "load=gemm", "load_n=64", f"profile={prof}",
