@@ -89,13 +89,16 @@ def plan_cases(rows: list[dict], topo, max_bytes: int) -> list[dict]:
     return cases
 
 
-def expected(case: dict, rows: list[dict], topo, nccl_default: tuple[str, str, int] | None) -> tuple[str, str, int]:
+def expected(case: dict, rows: list[dict], topo, nccl_default: tuple[str, str, int] | None,
+             as_row: bool = False) -> tuple[str, str, int]:
     """What NCCL must log with the plugin: the row's decision as NCCL's scheduler spreads it, or
-    NCCL's own choice (as logged by the run without the plugin) where the table does not apply."""
+    NCCL's own choice (as logged by the run without the plugin) where the table does not apply or
+    the row is marked as NCCL's choice (the plugin leaves those sizes to NCCL). ``as_row``: what a
+    marked row states (the replica's prediction of NCCL's choice, which NVIDIA's example plugin runs)."""
     c, s = case["coll"], case["nbytes"]
     d = default_decisions(topo, c, [s])
     default = nccl_default or (N.ALGOS[d.algo[0]], N.PROTOS[d.proto[0]], int(d.channels[0]))
-    if case["row"] is None:
+    if case["row"] is None or (rows[case["row"]].get("nccl_choice") and not as_row):
         return default
     r = rows[case["row"]]
     if r["algo"] == "-1":
@@ -195,7 +198,8 @@ def load_problems(loaded: dict | None, text: str, nrows: int, topo) -> list[str]
     if loaded["rejected"]:
         out.append(f"the plugin rejected {loaded['rejected']} rows (its WARN lines in the log say which)")
     if loaded["applicable"] != nrows:
-        out.append(f"the plugin applies {loaded['applicable']} rows to this communicator, the table has {nrows}")
+        out.append(f"the plugin applies {loaded['applicable']} rows to this communicator, the table has {nrows} "
+                   "it must apply (rows marked as NCCL's choice are left to NCCL)")
     if (loaded["ranks"], loaded["nodes"]) != (topo.nranks, topo.nodes):
         out.append(f"the communicator has {loaded['ranks']} ranks on {loaded['nodes']} nodes, the topology "
                    f"{topo.nranks} on {topo.nodes}")
@@ -224,7 +228,7 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
     without = run_job([dict(c, timed=False) for c in cases], {"NCCL_TUNER_PLUGIN": "none"}, topo, 0, out,
                       "default", launcher, device=device)
     loaded = plugin_loads(with_plugin["log"])
-    problems = load_problems(loaded, text, len(rows), topo)
+    problems = load_problems(loaded, text, sum(not r["nccl_choice"] for r in rows), topo)
     logged = match_log(with_plugin["log"], cases, topo.nranks)
     nccl_own = match_log(without["log"], cases, topo.nranks)
     report, ok_all = [], True
@@ -236,7 +240,10 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
                  "expected": "/".join(map(str, want)), "nccl_logged": "/".join(map(str, got)) if got else "missing"}
         if case["row"] is not None:
             r = rows[case["row"]]
-            entry["as_written"] = r["algo"] == "-1" or want[:2] == (r["algo"], r["proto"])
+            entry["as_written"] = r["algo"] == "-1" or want[:2] == (r["algo"], r["proto"]) or r["nccl_choice"]
+            if r["nccl_choice"]:  # NCCL decides; does the row (the replica's prediction) state its choice?
+                entry["nccl_choice"] = True
+                entry["predicted"] = "/".join(map(str, expected(case, rows, topo, own, as_row=True)))
         entry["nccl_without_plugin"] = "/".join(map(str, own)) if own else "missing"
         if case["row"] is None:
             entry.update(time_us=t, default_time_us=base)
@@ -270,6 +277,11 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
                            for e in mine)
         cannot = "" if all(e["as_written"] for e in mine) else \
             " (NCCL cannot run it here at some of these sizes: NCCL's own choice there, as the plugin must leave it)"
+        if r["nccl_choice"]:  # the plugin leaves it to NCCL; say whether the written prediction was right
+            off = [e for e in mine if e.get("predicted") != e["nccl_logged"]]
+            cannot = (f" (marked as NCCL's choice: left to NCCL; the row's prediction, which NVIDIA's example "
+                      f"plugin would run, differs at {len(off)} of {len(mine)} sizes)" if off else
+                      " (marked as NCCL's choice: left to NCCL, and the row states it right)")
         print(f"{'✅' if good else '❌'} row {i + 1}: {r['collective']} {r['min_bytes']}-{r['max_bytes']} "
               f"{r['algo']}/{r['proto']}/{r['channels']}: {detail}{cannot}")
     unc = [e for e in report if e["row"] is None]

@@ -264,7 +264,7 @@ def test_a_preempted_sweep_keeps_every_finished_job_and_resumes(plugin, tmp_path
     # printed, the run says it was interrupted); -15: between two jobs
     assert p.returncode in (143, -15), err[-500:]
     if p.returncode == 143:
-        assert "INTERRUPTED SIGTERM" in out and "interrupted by SIGTERM" in err
+        assert "INTERRUPTED SIGTERM" in out
     kept = Store(store).count()
     assert kept > 0
     time.sleep(0.5)

@@ -115,3 +115,23 @@ def test_the_plugin_must_say_it_loaded_the_whole_table(tmp_path, monkeypatch):
                       ("", "logged no table")):
         rc, report = run_verify(tmp_path, monkeypatch, TABLE, 1 << 30, line=line)
         assert rc == 1 and any(why in p for p in report["load_problems"]), (why, report["load_problems"])
+
+
+def test_a_row_marked_as_nccls_choice_must_be_left_to_nccl_and_its_prediction_is_judged(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """A row marked as NCCL's choice: the plugin must not load it (NCCL decides that size), and the
+    report says whether the row's prediction was NCCL's real choice. NCCL choosing tree/simple/1
+    there (the faked log) passes, with the prediction called wrong; the plugin applying the marked
+    row fails."""
+    marked = TABLE + "#ncclrl:nccl-choice\nallreduce,8192,16777215,ring,ll,2,1,4\n"
+    rows = parse_example_rows(marked)
+    assert [r["nccl_choice"] for r in rows] == [False, False, True]
+    case = {"row": 2, "coll": N.ALLREDUCE, "nbytes": 8192}
+    assert expected(case, rows, load_topology("h200-1x4"), ("tree", "simple", 1)) == ("tree", "simple", 1)
+    assert expected(case, rows, load_topology("h200-1x4"), ("tree", "simple", 1), as_row=True)[:2] == ("ring", "ll")
+    rc, report = run_verify(tmp_path, monkeypatch, marked, 1 << 30, line=plugin_line(marked, 2))
+    assert rc == 0 and report["load_problems"] == []
+    out = capsys.readouterr().out
+    assert "row 3: allreduce 8192-16777215 ring/ll/2" in out and "marked as NCCL's choice: left to NCCL" in out
+    rc, report = run_verify(tmp_path, monkeypatch, marked, 1 << 30, line=plugin_line(marked, 3))
+    assert rc == 1 and any("the table has 2 it must apply" in p for p in report["load_problems"])

@@ -194,8 +194,12 @@ def run_job(commands: list[tuple[list[str], dict[str, str]]], base_env: dict[str
                     break
                 time.sleep(options.poll_s)
         finally:
-            job.kill()
-            job.close()
+            if all(c == 0 for c in job.poll()):  # it ended by itself: read its output to the end, then end what
+                job.close()                      # it left running (a daemon may still be forwarding its output)
+                job.kill()
+            else:
+                job.kill()
+                job.close()
         new = job.take()
         records += new
         w.add(new)
