@@ -8,7 +8,7 @@
 # NCCL's own logs to $OUT/partN.tar.gz. The runs keep their files in $S (default /tmp/x4), which
 # later parts read (PART=3 reads PART 2's table).
 # Usage (repository root, .whl/deps as in data/h100x1-loopback-2026-11-25/README.md; REV: the code's revision):
-#   OUT=/tmp/w PART=1 REV=$(git rev-parse --short HEAD) bash data/x4-2026-11-28/run.sh
+#   OUT=/tmp/w PART=1 REV=$(git rev-parse --short HEAD) bash data/h200x4-2026-11-28/run.sh
 set -u
 OUT=${OUT:?set OUT}
 PART=${PART:?set PART}
