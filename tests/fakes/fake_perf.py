@@ -34,9 +34,11 @@ Cues (environment):
 """
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -157,6 +159,29 @@ for i in range(ngpus):
                   f"fingerprint {fnv1a(raw)}): {rows} for this communicator ({world * ngpus} ranks), 0 rejected; "
                   "tuner ABI v5")
 
+
+
+def init_barrier() -> None:
+    """NCCL's init is collective: no rank runs a collective (rank 0: prints a row) before every
+    rank has finished its init, so every rank's init lines reach the launcher before rank 0's
+    rows. The fake ranks meet in a folder named by their launch (Open MPI's job id, Slurm's step);
+    rank 0 waits (10 s at most) until every rank has been there."""
+    e = os.environ
+    job = e.get("OMPI_MCA_ess_base_jobid") or e.get("PMIX_NAMESPACE") or \
+        (f"slurm{e.get('SLURM_JOB_ID', '')}.{e.get('SLURM_STEP_ID', '')}" if "SLURM_PROCID" in e else "")
+    if not job or world < 2:
+        return
+    meet = Path(tempfile.gettempdir()) / f"fake-perf-init-{job}"
+    meet.mkdir(exist_ok=True)
+    (meet / f"rank{rank}").touch()
+    if rank == 0:
+        end = time.time() + 10
+        while time.time() < end and len(list(meet.glob("rank*"))) < world:
+            time.sleep(0.01)
+        shutil.rmtree(meet, ignore_errors=True)
+
+
+init_barrier()
 if os.environ.get("FAKE_PERF_DIE_RANK") == str(rank):
     os.kill(pid, signal.SIGKILL)
 if mismatch or os.environ.get("FAKE_PERF_HANG_RANK", "") != "" or os.environ.get("FAKE_PERF_DIE_RANK", "") != "":
