@@ -345,7 +345,8 @@ class Evaluator:
             self.gpu_s += float(wall) * self.nranks
         else:
             t = np.array([robust_median(r) if r else np.nan for r in res])
-            t = np.where(np.isnan(t), prior[: len(take)], t)
+            # a point that answered nothing (held back, failed) costs what the job was cut on
+            t = np.where(np.isnan(t), (est if live else prior)[: len(take)], t)
             self.gpu_s += self.cost.job_gpu_s(t, samples, self.nranks)
         self.points += len(take)
         self.calls += 1

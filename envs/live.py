@@ -55,6 +55,15 @@ def is_hang(error: str | None) -> bool:
     return bool(error) and (HANG in error or error.startswith(TIMEOUT))
 
 
+def block_group(p, channel_wide: bool) -> tuple:
+    """What a failure of ``p`` holds back at its size and larger ones under the same knobs: a hang NCCL
+    named, its whole :func:`hang_group` (every channel count); a point too slow or timed out, only its
+    algorithm/protocol at the same channel count (slowness depends on the channels, and a timeout
+    may have been the host's)."""
+    g = hang_group(p)
+    return g if channel_wide or p.algo == "default" else g + (int(p.channels),)
+
+
 def hang_group(p) -> tuple:
     """What a hang on ``p`` says NCCL will hang on at larger sizes: its collective, algorithm and
     protocol; for NCCL's own algorithm (which NCCL picks per size) only at the same channel count,

@@ -10,7 +10,7 @@ import uuid
 from ncclrl.costmodel.space import Point
 from ncclrl.envs.backend import Backend
 from ncclrl.envs.jobs import Interrupted, stop_requested
-from ncclrl.envs.live import HANG, TIMEOUT, TOO_SLOW_WORDS, hang_group, is_hang, timing_label
+from ncclrl.envs.live import HANG, TIMEOUT, TOO_SLOW_WORDS, block_group, is_hang, timing_label
 from ncclrl.envs.store import Store, bad_time
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,9 @@ def measure_whole(workers: Backend, points: list[Point], store: Store, topology:
         held = []
         for i in remaining:
             p = points[i]
-            hit = blocked.get((tuple(map(int, p.knobs)), hang_group(p)))
+            k = tuple(map(int, p.knobs))
+            hit = min((h for h in (blocked.get((k, block_group(p, True))), blocked.get((k, block_group(p, False))))
+                       if h is not None), default=None)
             if hit is not None and hit[0] <= p.nbytes and not (p.algo == "default" and not p.channels):
                 held.append(i)
         if held:
@@ -101,8 +103,10 @@ def measure_whole(workers: Backend, points: list[Point], store: Store, topology:
                     fail(i, "job made no progress")
             for hi in [] if stuck else hung:  # the job warmed the points before the hung one (item order): those ran
                 h = points[hi]
-                same = {i for i in nxt
-                        if hang_group(points[i]) == hang_group(h) and (points[i].nbytes, i) > (h.nbytes, hi)}
+                wide = HANG in (workers.failures.get(remaining.index(hi), "") or "")  # a hang NCCL named
+                same = {i for i in nxt if block_group(points[i], wide) == block_group(h, wide)
+                        and (points[i].nbytes, i) > (h.nbytes, hi)
+                        and not (points[i].algo == "default" and not points[i].channels)}  # NCCL's own: the reference
                 for i in sorted(same):
                     first = workers.failures.get(remaining.index(hi), "") or HANG
                     cause = HANG if HANG in first else TOO_SLOW_WORDS if first.startswith(TOO_SLOW_WORDS) else TIMEOUT

@@ -29,7 +29,7 @@ from urllib.parse import quote
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.noise import summarize
 from ncclrl.costmodel.space import KNOB_FIELDS, Point
-from ncclrl.envs.live import HANG, hang_group, timing_label
+from ncclrl.envs.live import HANG, block_group, timing_label
 
 log = logging.getLogger(__name__)
 # how long a writer waits for another process's transaction on the same store
@@ -267,7 +267,7 @@ class Store:
 
     def blocked(self, *, topology: str, backend: str) -> dict[tuple, tuple[int, str]]:
         """Where NCCL hung, timed out or ran far too slowly, in any command's measurements for
-        ``topology`` and ``backend``: per (knob setting, :func:`ncclrl.envs.live.hang_group`), the
+        ``topology`` and ``backend``: per (knob setting, :func:`ncclrl.envs.live.block_group`), the
         smallest such size and its error. Those points, and their group at larger sizes under the same
         knobs, are never measured again (NCCL's own choice is never blocked: it is the reference)."""
         knob_cols = ", ".join(KNOB_FIELDS)
@@ -277,10 +277,10 @@ class Store:
             " instr(error, ?) > 0)) ORDER BY nbytes", [topology, backend, HANG]).fetchall()
         out: dict[tuple, tuple[int, str]] = {}
         for coll, algo, proto, ch, *rest in rows:
-            knobs, nbytes, _status, error = tuple(map(int, rest[:len(KNOB_FIELDS)])), *rest[len(KNOB_FIELDS):]
+            knobs, nbytes, status, error = tuple(map(int, rest[:len(KNOB_FIELDS)])), *rest[len(KNOB_FIELDS):]
             if algo == "default" and int(ch) == 0:
                 continue
-            key = (knobs, hang_group(Point(coll, int(nbytes), algo, proto, int(ch))))
+            key = (knobs, block_group(Point(coll, int(nbytes), algo, proto, int(ch)), status == "failed"))
             out.setdefault(key, (int(nbytes), str(error or "")))
         return out
 

@@ -33,10 +33,11 @@ from ncclrl.envs.jobs import (
     JobOptions,
     JobSpec,
     LaunchConfig,
+    base_env,
     encode,
     job_folder,
     payload_json,
-    run_spec,
+    run_job,
     user_env,
 )
 from ncclrl.envs.live import LAUNCHES, SAFE_ENV, TIMEOUT, TOO_SLOW_WORDS, plugin_library, require_gpus
@@ -203,9 +204,9 @@ class TableWorkers(Backend):
             out_dir.mkdir(parents=True, exist_ok=True)
             seen = JobRecords(self.nranks, len(points), out_dir, self.launcher.grace_s, self.too_slow,
                               self.too_slow_floor_s, [(p.collective, int(p.nbytes)) for p in points])
-            cmds = spec.commands()
+            cmds = spec.commands()  # once: the command lines that ran are the ones recorded (one rendezvous port)
             try:
-                end = run_spec(spec, out_dir, seen)
+                end = run_job(cmds, base_env(), out_dir, spec.options, seen)
             finally:
                 seen.close()
         job = end.job
@@ -243,8 +244,9 @@ class TableWorkers(Backend):
             stuck = seen.stuck()
             if stuck is not None and out[stuck] is None and stuck not in self.failures:
                 self.failures[stuck] = why
-            elif not any(r is not None for r in out):
-                self.failures.update({i: why for i in range(len(points)) if i not in self.failures})
+            elif not any(r is not None for r in out):  # no point to blame: a timeout holds none of them back
+                lost = f"not reached: {why}" if end.timed_out else why
+                self.failures.update({i: lost for i in range(len(points)) if i not in self.failures})
         return out
 
     def close(self) -> None:

@@ -40,7 +40,7 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import format_gpu_s, parse_budget
 from ncclrl.costmodel.table import file_sha256
 from ncclrl.costmodel.topology import load_topology
-from ncclrl.envs.jobs import ending_on_signals
+from ncclrl.envs.jobs import ending_on_signals, stop_requested
 from ncclrl.envs.store import Store
 from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.live import (
@@ -130,7 +130,19 @@ def main_finetune(args: DictConfig) -> int:
 
 
 def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
-    """Run ``ncclrl finetune``; returns (and writes to ``out/summary.json``) what it did."""
+    """Run ``ncclrl finetune``; returns (and writes to ``out/summary.json``) what it did. SIGINT or
+    SIGTERM at any point ends the job in flight (what it finished is stored); the run then decides
+    and writes what its measurements support, and the summary says it was interrupted."""
+    with ending_on_signals():
+        summary = _run_finetune(args, out)
+        late = stop_requested(acknowledge=True)  # came after the run's last look, while it decided or wrote
+        if late and not summary.get("interrupted"):
+            summary["interrupted"] = signal.Signals(late).name
+            (Path(args["out"]) / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    return summary
+
+
+def _run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     topo = load_topology(args["topology"])
     weights, notes = job_calls(str(args["profile"]), topo) if args.get("profile") else (None, [])
     colls = sorted({c for c, _ in weights}) if weights is not None else \
@@ -155,9 +167,7 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     store = Store(Path(args["store"]))
     t0 = time.time()
     budget = parse_budget(args["budget"], predicted_sweep_gpu_s(problem, int(args["samples"])))
-    # SIGINT/SIGTERM end the job in flight (what it finished is stored), then the run decides and
-    # exports what its measurements support, says it was interrupted, and the same command resumes
-    with ending_on_signals(), progress("finetune (GPU-s)", budget) as bar:
+    with progress("finetune (GPU-s)", budget) as bar:
         measure = make_measure(args, topo, store, None, sweep)
         ev = Evaluator(problem, measure, budget, samples=int(args["samples"]),
                        tag=load_tag(args, "finetune"), wall_s=float(args["wall_s"]) or None)

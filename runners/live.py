@@ -58,7 +58,8 @@ class LiveConfig:
     :param log_dir: keep each job's per-rank records and the launcher's output here (empty: not kept)
     :param too_slow: a configuration whose first calls take this many times NCCL's own choice at the same
         size (measured in the same job) is abandoned for the job and stored as too slow; it, and its
-        algorithm/protocol at larger sizes under the same knobs, are never measured again (0: off)
+        algorithm/protocol on that channel count at larger sizes under the same knobs, are never
+        measured again (0: off)
     """
 
     defaults: list[Any] = field(default_factory=lambda: ["_self_", {"launcher": "local"}])
@@ -286,7 +287,7 @@ def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep
     Resuming: what ``store`` already holds for this topology and backend is taken first, in the
     order it was stored (per tag and point: the n-th request of a point gets its n-th stored row),
     so the same command after an interruption repeats the run's decisions without measuring again
-    and measures from where it stopped; a stored timeout is measured again."""
+    and measures from where it stopped; a stored timeout or too-slow point answers None, as it did."""
     replay, seen = sweep, {}
     live = args["backend"] != "replay"
     if args["backend"] == "replay" and args.get("grid"):

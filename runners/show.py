@@ -108,12 +108,19 @@ def plugin_view(path: Path) -> tuple[Table, TableCheck]:
                                  default_time_us=src.default_time_us if src else None,
                                  time_us=src.time_us if src else None)))
     # rows marked as NCCL's choice: the plugin leaves those sizes to NCCL; listed for what they state
-    lines = path.read_text(errors="replace").splitlines()
-    for i in data_lines:
-        if i >= 2 and lines[i - 2].strip().startswith(NCCL_CHOICE_MARK):
-            (r,) = parse_example_rows(lines[i - 1])
-            rows.append((i, Row(r["collective"], r["min_bytes"], r["max_bytes"], r["algo"], r["proto"], r["channels"],
-                                nnodes=r["nNodes"], nranks=r["nRanks"], source=FILLED)))
+    lines, marked = path.read_text(errors="replace").splitlines(), False
+    for i, line in enumerate(lines, 1):  # as the plugin reads them: a mark holds for the next row
+        if line.strip().startswith(NCCL_CHOICE_MARK):
+            marked = True
+        elif i in data_lines:
+            try:
+                got = parse_example_rows(line) if marked else []
+            except ValueError:  # the checker's verdicts name what is wrong with it
+                got = []
+            marked = False
+            for r in got:
+                rows.append((i, Row(r["collective"], r["min_bytes"], r["max_bytes"], r["algo"], r["proto"],
+                                    r["channels"], nnodes=r["nNodes"], nranks=r["nRanks"], source=FILLED)))
     conf = path.with_name("nccl.conf")
     return Table(None, [r for _i, r in sorted(rows, key=lambda x: x[0])],
                  read_conf_env(conf) if conf.is_file() else {}), check

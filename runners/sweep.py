@@ -212,6 +212,9 @@ def run_sweep(args: DictConfig, out=sys.stdout, workers_factory=None) -> dict[st
                     measured += len(pts)
             finally:
                 workers.close()
+        sig = stop_requested(acknowledge=True)  # came after the last job: say so, the tables follow
+        if sig and stopped is None:
+            stopped = Interrupted(sig)
     log.info("# measured %d points, %d already in %s, %d failed, %.0f s", measured, skipped, args["store"], failed,
              time.time() - t0)
     if isinstance(stopped, Interrupted):

@@ -35,7 +35,7 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import format_gpu_s, parse_budget
 from ncclrl.costmodel.topology import load_topology
-from ncclrl.envs.jobs import ending_on_signals
+from ncclrl.envs.jobs import ending_on_signals, stop_requested
 from ncclrl.envs.replay import replay_noise
 from ncclrl.envs.store import Store
 from ncclrl.runners.config import Command, parse, register
@@ -118,6 +118,18 @@ def main_tune(args: DictConfig) -> int:
 
 
 def run_tune(args: DictConfig) -> dict[str, Any]:
+    """Run ``ncclrl tune``; SIGINT or SIGTERM end the job in flight, then the tuner decides on what was
+    measured, the table is written and the summary says it was interrupted."""
+    with ending_on_signals():
+        summary = _run_tune(args)
+        late = stop_requested(acknowledge=True)  # came after the run's last look, while it decided or wrote
+        if late and not summary.get("interrupted"):
+            summary["interrupted"] = signal.Signals(late).name
+            (Path(args["out"]) / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def _run_tune(args: DictConfig) -> dict[str, Any]:
     topo = load_topology(args["topology"])
     colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
     problem, sweep = live_problem(args, topo, colls)  # replayed: the points the recorded sweep covered
@@ -128,7 +140,7 @@ def run_tune(args: DictConfig) -> dict[str, Any]:
     tag = f"tune:{args['method']}"
     t0 = time.time()
     budget = parse_budget(args["budget"], predicted_sweep_gpu_s(problem, int(args["samples"])))
-    with ending_on_signals(), progress(f"tune {args['method']} (GPU-s)", budget) as bar:
+    with progress(f"tune {args['method']} (GPU-s)", budget) as bar:
         measure = make_measure(args, topo, store, None, sweep)
         ev = Evaluator(problem, measure, budget, samples=int(args["samples"]), tag=tag,
                        wall_s=float(args["wall_s"]) or None)

@@ -53,6 +53,7 @@ from ncclrl.costmodel.space import Point, size_grid
 from ncclrl.costmodel.table import check_table, check_unit, read_conf
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
+from ncclrl.envs.jobs import ending_on_signals
 from ncclrl.envs.live import launch_of
 from ncclrl.envs.measure import measure_whole
 from ncclrl.envs.store import Store, job_ids, open_readonly
@@ -141,7 +142,8 @@ def run_validate(args: DictConfig, out=sys.stdout, workers_factory=None):
         measured = (f"stored jobs of earlier validations pooled from {args['store']} "
                     f"(up to {max(map(len, tuned))} per side), launch={args['launch']}")
     else:
-        base, tuned = measure_rounds(args, topo, knobs, table, digest, points, store, workers_factory)
+        with ending_on_signals():  # a signal ends the job in flight, keeps what it finished, then the command
+            base, tuned = measure_rounds(args, topo, knobs, table, digest, points, store, workers_factory)
         measured = (f"fresh jobs: {args['rounds']} per side alternating with NCCL's defaults, "
                     f"{args['samples']} samples each, launch={args['launch']}")
     df = judge(topo, points, base, tuned, digest)

@@ -200,3 +200,35 @@ def test_a_live_command_without_gpus_is_one_line_and_leaves_nothing(argv, tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "needs 4 CUDA GPUs" in err[0] and "Traceback" not in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
+class _Answer:
+    """A backend that answers every point at once (one job) and counts what it was asked."""
+
+    name, launch, nccl_version = "torch", "torch", "2.28.9"
+
+    def __init__(self):
+        self.asked, self.failures, self.last_modes, self.provenance = [], {}, [], {}
+
+    def measure(self, points, samples=5, **_kw):
+        self.asked += points
+        self.failures, self.last_modes = {}, ["eager"] * len(points)
+        return [[10.0] * samples for _ in points]
+
+
+def test_a_slow_or_timed_out_point_holds_back_its_channel_count_only_and_a_hang_every_count(tmp_path):
+    """Ring/Simple on 1 channel stored too slow at 64 MiB holds back Ring/Simple on 1 channel at
+    128 MiB, not on 8 channels (often NCCL's own best); a hang NCCL named holds back its
+    algorithm/protocol at every channel count; NCCL's own choice is never held back."""
+    store = Store(tmp_path / "s.sqlite")
+    common = dict(backend="torch", topology="t", nccl_version="x", timing="eager", tag="finetune")
+    store.add(Point("allreduce", 64 << 20, "ring", "simple", 1), [], status="slow", error="too slow: ...", **common)
+    store.add(Point("allreduce", 64 << 20, "tree", "ll", 2), [], status="failed", error="NCCL hung at 64 MiB",
+              **common)
+    store.add(Point("allreduce", 64 << 20), [], status="timeout", error="timed out: ...", **common)
+    pts = [Point("allreduce", 128 << 20, "ring", "simple", 1), Point("allreduce", 128 << 20, "ring", "simple", 8),
+           Point("allreduce", 128 << 20, "tree", "ll", 1), Point("allreduce", 128 << 20)]
+    w = _Answer()
+    res = measure_whole(w, pts, store, "t", backend="torch", samples=2, tag="tune")
+    assert [r is not None for r in res] == [False, True, False, True]
+    assert w.asked == [pts[1], pts[3]]
