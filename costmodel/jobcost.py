@@ -85,7 +85,8 @@ def format_gpu_s(gpu_s: float) -> str:
     return f"{gpu_s / 3600:.2f} GPU-h"
 
 
-_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hr": 3600.0}
+# no "m": sizes on the same command line read 1M as a MiB, so a budget of 10M would be ambiguous
+_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0, "hr": 3600.0}
 
 
 def parse_gpu_time(text: object, field: str = "budget") -> float:
@@ -95,6 +96,9 @@ def parse_gpu_time(text: object, field: str = "budget") -> float:
 
     m = re.fullmatch(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?:gpu-?)?([a-zA-Z]*)\s*", str(text),
                      flags=re.IGNORECASE)
+    if m and m.group(2).lower() == "m":
+        raise ConfigError(field, f"not a GPU-time: {text!r}: M is not a unit of time here (1M is a MiB on the same "
+                          "command line); use seconds or a unit: 600s, 10min, 1.5h")
     if not m or m.group(2).lower() not in _TIME_UNITS:
         raise ConfigError(field, f"not a GPU-time: {text!r}; use seconds or a unit: 600s, 10min, 1.5h")
     v = float(m.group(1)) * _TIME_UNITS[m.group(2).lower()]
@@ -112,8 +116,12 @@ def parse_budget(text: object, sweep_gpu_s: float, field: str = "budget") -> flo
             n = float(b[:-5])
         except ValueError:
             n = -1.0
-        if not (np.isfinite(n) and n >= 0):
-            raise ConfigError(field, f"not a budget: {text!r}; use Nsweep (0.5sweep: half a full sweep's "
-                              "GPU-time) or a GPU-time (600s, 10min, 1.5h)")
+        if not (np.isfinite(n) and n > 0):
+            raise ConfigError(field, f"not a budget: {text!r}; use Nsweep with N > 0 (0.5sweep: half a full sweep's "
+                              "GPU-time) or a GPU-time > 0 (600s, 10min, 1.5h)")
         return n * sweep_gpu_s
-    return parse_gpu_time(b, field)
+    v = parse_gpu_time(b, field)
+    if v <= 0:
+        raise ConfigError(field, f"must be a GPU-time > 0, got {text!r}: a budget of nothing measures nothing "
+                          "(600s, 10min, 1.5h or 0.5sweep)")
+    return v

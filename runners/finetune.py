@@ -46,6 +46,7 @@ from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.live import (
     SWEEP_BANDS,
     TunedLiveConfig,
+    check_budget,
     check_launch,
     check_load,
     exit_code,
@@ -164,9 +165,10 @@ def _run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     else:
         controller = PolicyController.load(spath)
     problem, sweep = live_problem(args, topo, colls, weights)
+    budget = parse_budget(args["budget"], predicted_sweep_gpu_s(problem, int(args["samples"])))
+    check_budget(budget, problem, int(args["samples"]), str(args["budget"]))  # before the store is made
     store = Store(Path(args["store"]))
     t0 = time.time()
-    budget = parse_budget(args["budget"], predicted_sweep_gpu_s(problem, int(args["samples"])))
     with progress("finetune (GPU-s)", budget) as bar:
         measure = make_measure(args, topo, store, None, sweep)
         ev = Evaluator(problem, measure, budget, samples=int(args["samples"]),

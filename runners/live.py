@@ -461,6 +461,20 @@ def sizes_on_sweep(ref: dict[str, Any], conf: Point, rows: list[dict], sizes: di
     return out
 
 
+def check_budget(budget_gpu_s: float, problem: Problem, samples: int, text: str) -> None:
+    """A budget that pays for no job at all is bad input: one line, before anything is written. The
+    smallest job is one launch and one point of NCCL's defaults, at the prior's times."""
+    from ncclrl.agents.problem import Evaluator
+    from ncclrl.costmodel.jobcost import format_gpu_s
+
+    ev = Evaluator(problem, lambda *_a: [], 0.0, samples=samples)
+    smallest = ev.cost.launch_s * ev.nranks + ev.point_gpu_s()
+    if budget_gpu_s < smallest:
+        raise ConfigError("budget", f"{text} ({format_gpu_s(budget_gpu_s)}) pays for no job on {problem.topo.name}: "
+                          f"one job costs at least about {format_gpu_s(smallest)} (its launch on {ev.nranks} GPUs "
+                          "and one point); allowed: a larger GPU-time or Nsweep")
+
+
 def exit_code(summary: dict[str, Any]) -> int:
     """A run stopped by a signal exits ``128 + signum`` and one failed by the cluster 1, after
     writing everything its measurements support; else 0."""

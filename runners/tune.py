@@ -41,6 +41,7 @@ from ncclrl.envs.store import Store
 from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.live import (
     TunedLiveConfig,
+    check_budget,
     check_launch,
     exit_code,
     grid_reference,
@@ -135,11 +136,12 @@ def _run_tune(args: DictConfig) -> dict[str, Any]:
     problem, sweep = live_problem(args, topo, colls)  # replayed: the points the recorded sweep covered
     if sweep is not None and not isinstance(sweep, Instance):
         problem.noise = replay_noise(args["replay_store"], topo, args["launch"], colls, problem.sizes)
+    budget = parse_budget(args["budget"], predicted_sweep_gpu_s(problem, int(args["samples"])))
+    check_budget(budget, problem, int(args["samples"]), str(args["budget"]))  # before the store is made
     store = Store(Path(args["store"]))
     strategy = PolicyController.load(strategy_path(args["strategy"])) if args["method"] == "ncclrl" else None
     tag = f"tune:{args['method']}"
     t0 = time.time()
-    budget = parse_budget(args["budget"], predicted_sweep_gpu_s(problem, int(args["samples"])))
     with progress(f"tune {args['method']} (GPU-s)", budget) as bar:
         measure = make_measure(args, topo, store, None, sweep)
         ev = Evaluator(problem, measure, budget, samples=int(args["samples"]), tag=tag,

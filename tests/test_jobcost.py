@@ -26,12 +26,13 @@ def test_a_job_costs_its_launch_and_its_points_times_its_gpus():
 
 
 @pytest.mark.parametrize("text, gpu_s", [("600", 600), ("600s", 600), ("10min", 600), ("1.5h", 5400),
-                                         ("10gpu-min", 600), (" 2 m ", 120), ("0", 0)])
+                                         ("10gpu-min", 600), (" 2 min ", 120), ("0", 0)])
 def test_gpu_time_grammar(text, gpu_s):
     assert parse_gpu_time(text) == pytest.approx(gpu_s)
 
 
-@pytest.mark.parametrize("text", ["-1", "ten", "5 fortnights", "nan", "inf", "1e400", "", "sweep", "-0.5sweep"])
+@pytest.mark.parametrize("text", ["-1", "ten", "5 fortnights", "nan", "inf", "1e400", "", "sweep", "-0.5sweep",
+                                  "10M", "10m", "0", "0min", "0sweep"])
 def test_bad_budgets_are_one_line_naming_the_key(text):
     with pytest.raises(ConfigError) as e:
         parse_budget(text, 100.0, "budget")

@@ -232,3 +232,14 @@ def test_a_slow_or_timed_out_point_holds_back_its_channel_count_only_and_a_hang_
     res = measure_whole(w, pts, store, "t", backend="torch", samples=2, tag="tune")
     assert [r is not None for r in res] == [False, True, False, True]
     assert w.asked == [pts[1], pts[3]]
+
+
+@pytest.mark.parametrize("budget, says", [("1s", "pays for no job on h200-2x2-sock"), ("0", "must be a GPU-time > 0"),
+                                          ("10M", "M is not a unit of time here")])
+def test_a_budget_that_pays_for_nothing_is_one_line_and_writes_nothing(budget, says, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = cli_main(["finetune", "backend=replay", f"replay_store={LIVE}", "launch=nccl", "topology=h200-2x2-sock",
+                     f"budget={budget}", "store=s.sqlite", "out=o"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("ncclrl: error: budget:") and says in err[0], err
+    assert list(tmp_path.iterdir()) == []
