@@ -4,7 +4,7 @@
 # (launcher=local gives each rank its own NCCL_HOSTID). The table is the one `ncclrl finetune`
 # writes replaying the recorded 2 x H200 sweep (no row confirmed: NCCL's choice everywhere).
 # Usage (repository root, .whl/deps as in data/h200x4-2026-11-28/README.md):
-#   OUT=/tmp/w REV=$(git rev-parse --short HEAD) bash data/x2-2026-11-28/run.sh
+#   OUT=/tmp/w REV=$(git rev-parse --short HEAD) bash data/h200x2-2026-11-28/run.sh
 set -u
 OUT=${OUT:?set OUT}
 W=$(mktemp -d)
