@@ -17,7 +17,7 @@ import pandas as pd
 
 from ncclrl.agents.export import simulator_is_calibrated
 from ncclrl.agents.problem import Problem
-from ncclrl.agents.strategy import Search
+from ncclrl.agents.search import Search
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.calibrate import fit
 from ncclrl.costmodel.errors import ConfigError

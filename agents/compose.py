@@ -13,7 +13,7 @@ problems and noise draws:
   setting, size band, candidates per size filled by the model's optimistic ranking; NCCL's choice
   at every size of the job always beside them) or stops. A model (prior + a shared offset per knob
   setting, band and algorithm/protocol + each point's own misfit) guides; the decision reads the
-  measurements only and mirrors :func:`ncclrl.agents.strategy.decide`: a row needs its point
+  measurements only and mirrors :func:`ncclrl.agents.search.decide`: a row needs its point
   measured in ``min_jobs`` jobs and a within-job comparison with NCCL's choice that clears
   ``delta`` with probability ``(1 - alpha)^(1/m)`` (Sidak over the ``m`` measured candidates of
   its size); a knob setting needs every size of its table measured in ``min_jobs`` jobs, no size
@@ -27,7 +27,7 @@ problems and noise draws:
   that can stop stops when no job's expected value (its acquisition x ``serve_gpu_s``) exceeds its
   predicted GPU-time.
 
-What this form leaves out (the full run, :class:`ncclrl.agents.strategy.Search`, has them): the
+What this form leaves out (the full run, :class:`ncclrl.agents.search.Search`, has them): the
 noise is the fitted model's shape known to the decision rather than refitted each job; the model is
 a hierarchical offset per group rather than the Bayesian linear correction over features.
 """
@@ -42,7 +42,7 @@ import numpy as np
 from scipy.special import ndtr, ndtri
 
 from ncclrl.agents.problem import Oracle, Problem
-from ncclrl.agents.strategy import Space, same_as_nccl
+from ncclrl.agents.search import Space, same_as_nccl
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST, JobCost
@@ -216,7 +216,7 @@ class ComposeProblem:
     def from_space(cls, sp: Space, truth: np.ndarray | None, noise: JobNoise, budget_gpu_s: float,
                    serve_gpu_s: float, calls: np.ndarray | None = None, name: str = "", family: str = "",
                    cost: JobCost = DEFAULT_JOB_COST) -> ComposeProblem:
-        """Every point of a :class:`ncclrl.agents.strategy.Space` (``truth``: per point, its expected
+        """Every point of a :class:`ncclrl.agents.search.Space` (``truth``: per point, its expected
         log time; ``None`` live, where only measurements know it: the prior stands in and no net
         value is scored). ``space_index`` maps each point back to ``sp``'s."""
         same = same_as_nccl(sp)
@@ -758,7 +758,7 @@ class SweepRace(PerSecond):
 
 
 class JobsRule(PerSecond):
-    """finetune's ``jobs`` (:meth:`ncclrl.agents.strategy.Search.compose_job`) as a composer: after
+    """finetune's ``jobs`` (:meth:`ncclrl.agents.search.Search.compose_job`) as a composer: after
     the first job, per knob setting either its whole sweep (never measured) or a race over every size
     (1, 2 or 4 leading candidates per size), all competing by expected improvement per GPU-second;
     NCCL's plain defaults re-measured whenever the setting raced has more jobs. Unlike
@@ -849,11 +849,11 @@ def ci95(x: np.ndarray, n_boot: int = 4000, seed: int = 0) -> tuple[float, float
 
 
 class ComposerController:
-    """A :class:`Composer` choosing each job of a full tuning run (:class:`ncclrl.agents.strategy.Search`,
+    """A :class:`Composer` choosing each job of a full tuning run (:class:`ncclrl.agents.search.Search`,
     its ``run_jobs``): a :class:`ComposeRun` over the run's space follows every job the run
     measured (its medians, its GPU-time), the composer picks the next job on it or stops, and the
     run measures that job; what is exported is the full run's decision
-    (:func:`ncclrl.agents.strategy.decide`), not the follower's.
+    (:func:`ncclrl.agents.search.decide`), not the follower's.
 
     :param composer: what picks the jobs
     :param serve_steps: steps the exported table will serve; with the step's communication time at
@@ -902,7 +902,7 @@ class ComposerController:
 
     def sync(self, search) -> None:
         """Feed the follower every job the run measured since the last call."""
-        from ncclrl.agents.strategy import measurements
+        from ncclrl.agents.search import measurements
 
         run = self.follower(search)
         obs = measurements(search.space, search.ev)

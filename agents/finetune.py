@@ -1,4 +1,4 @@
-"""Fine-tuning: a tuning run (:class:`ncclrl.agents.strategy.Search`) of the shipped (or a given)
+"""Fine-tuning: a tuning run (:class:`ncclrl.agents.search.Search`) of the shipped (or a given)
 search strategy on a live or replayed platform under a measurement budget, and the files it
 exports.
 
@@ -6,7 +6,7 @@ The run measures NCCL's defaults and the zero-shot table first, then lets the st
 to measure until the budget is spent or it stops; the table keeps a row, and ``nccl.conf`` a knob
 setting, only where the points were measured and the probability, from the measurements alone,
 that it is at least ``delta`` faster than NCCL's choice exceeds ``1 - alpha``
-(:func:`ncclrl.agents.strategy.decide`). Every measurement counts against the budget, NCCL's
+(:func:`ncclrl.agents.search.decide`). Every measurement counts against the budget, NCCL's
 defaults included.
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 
 from ncclrl.agents.calibration import CALIBRATE, calibrate_first, prior_is_calibrated
 from ncclrl.agents.problem import Evaluator, Problem
-from ncclrl.agents.strategy import Controller, Search, SearchConfig, estimate, measurements
+from ncclrl.agents.search import Controller, Search, SearchConfig, estimate, measurements
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.space import Point, size_grid
@@ -52,7 +52,7 @@ def finetune(problem: Problem, ev: Evaluator, controller: Controller, cfg: Searc
              log: Callable[[str], None] = lambda _m: None, calibrate: str = "off") -> tuple[Outcome, Search]:
     """One tuning run of ``controller`` over ``problem`` through ``ev``; the outcome carries, per
     row, the probability that it is ``delta`` faster than NCCL's choice, both measured times
-    (job shifts taken out: :func:`ncclrl.agents.strategy.estimate`), the jobs that measured both
+    (job shifts taken out: :func:`ncclrl.agents.search.estimate`), the jobs that measured both
     and its speedup over NCCL's plain default with a 95% interval; and the run's fitted noise and
     worst size (:func:`size_report`).
 

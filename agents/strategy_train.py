@@ -1,6 +1,6 @@
 """Training the search strategy with MaskablePPO over simulated tuning runs.
 
-An episode is one tuning run (:class:`ncclrl.agents.strategy.Search`) on a platform drawn from the
+An episode is one tuning run (:class:`ncclrl.agents.search.Search`) on a platform drawn from the
 training families (:mod:`ncclrl.costmodel.platforms`: nominal and misspecified), one collective,
 with a budget drawn log-uniformly in [``min_budget``, ``max_budget``]. A step is one pick from the
 shortlist (or stop). The reward after each measured round is the change, in percent, of the
@@ -8,7 +8,7 @@ decided table's fraction of the optimum on the platform's true times, minus ``co
 measured: what the run ends with is the final table's quality minus the cost of what it measured.
 
 The network scores every shortlisted candidate with the same small MLP over its features
-(:data:`ncclrl.agents.strategy.FEATURES`), as MetaBO (Volpp et al., ICLR 2020) does for
+(:data:`ncclrl.agents.search.FEATURES`), as MetaBO (Volpp et al., ICLR 2020) does for
 acquisition functions; the value head reads the mean and max of the candidates' hidden layer.
 """
 
@@ -29,7 +29,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from torch import nn
 
 from ncclrl.agents.problem import Evaluator, Oracle, Problem, platform_measure
-from ncclrl.agents.strategy import N_FEATURES, PolicyController, Search, SearchConfig
+from ncclrl.agents.search import N_FEATURES, PolicyController, Search, SearchConfig
 from ncclrl.agents.strategy_config import AgentConfig, ExperimentConfig
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
@@ -62,7 +62,7 @@ class StrategyEnv(gym.Env):
     Terminated when the budget is spent, nothing is left to measure, or the agent stops.
 
     ## Arguments
-    ``cfg`` (:class:`ExperimentConfig`), ``search`` (:class:`ncclrl.agents.strategy.SearchConfig`).
+    ``cfg`` (:class:`ExperimentConfig`), ``search`` (:class:`ncclrl.agents.search.SearchConfig`).
 
     ## Version History
     - v0: first version; ``cfg.profile`` (a job's problems) added without changing the spaces

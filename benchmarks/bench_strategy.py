@@ -21,7 +21,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ncclrl.agents.problem import Evaluator  # noqa: E402
-from ncclrl.agents.strategy import PolicyController, Search, SearchConfig, strategy_path  # noqa: E402
+from ncclrl.agents.search import PolicyController, Search, SearchConfig, strategy_path  # noqa: E402
 from ncclrl.agents.suite import replayed, simulated  # noqa: E402
 
 

@@ -36,7 +36,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.baselines import METHODS, Evaluator, make_tuner
-from ncclrl.agents.strategy import PolicyController
+from ncclrl.agents.search import PolicyController
 from ncclrl.agents.strategy_config import AgentConfig, ExperimentConfig
 from ncclrl.agents.suite import SETS, Instance, public_gridded, replayed, simulated
 from ncclrl.costmodel import nccl as N

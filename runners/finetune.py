@@ -1,7 +1,7 @@
 """``ncclrl finetune``: a tuning run on a live platform under a GPU-time budget, in whole jobs
 (``strategy=jobs``, the default) or with a learned per-point strategy, exporting the table the
 measurements support (keys: :class:`FinetuneCommand`;
-the method: :mod:`ncclrl.agents.finetune`, :mod:`ncclrl.agents.strategy`).
+the method: :mod:`ncclrl.agents.finetune`, :mod:`ncclrl.agents.search`).
 
     ncclrl finetune backend=torch topology=h200-2x2-sock budget=0.5sweep out=runs/ft
 
@@ -33,7 +33,7 @@ from ncclrl.agents.compose import ComposerController
 from ncclrl.agents.compose_train import PolicyComposer, composer_path, is_composer
 from ncclrl.agents.finetune import finetune, knob_label, write_outcome
 from ncclrl.agents.problem import Evaluator, predicted_sweep_gpu_s
-from ncclrl.agents.strategy import JobController, PolicyController, SearchConfig, strategy_path
+from ncclrl.agents.search import JobController, PolicyController, SearchConfig, strategy_path
 from ncclrl.agents.suite import Instance
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError

@@ -37,7 +37,7 @@ from ncclrl.agents.export import (
     workload_table,
 )
 from ncclrl.agents.problem import Evaluator, Oracle, Problem, platform_measure
-from ncclrl.agents.strategy import (
+from ncclrl.agents.search import (
     PolicyController,
     RankController,
     Search,

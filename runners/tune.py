@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from ncclrl.agents.baselines import METHODS, Evaluator, make_tuner
 from ncclrl.agents.finetune import Outcome, write_outcome
 from ncclrl.agents.problem import predicted_sweep_gpu_s
-from ncclrl.agents.strategy import PolicyController, strategy_path
+from ncclrl.agents.search import PolicyController, strategy_path
 from ncclrl.agents.suite import Instance
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError

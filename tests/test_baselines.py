@@ -23,7 +23,7 @@ SIZES = [64, 4096, 1 << 18, 1 << 22, 1 << 26]
 @pytest.fixture(scope="module")
 def strategy():
     """An untrained strategy (seeded random weights): any scores must give a valid, budgeted run."""
-    from ncclrl.agents.strategy import N_FEATURES, PolicyController
+    from ncclrl.agents.search import N_FEATURES, PolicyController
 
     rng = np.random.default_rng(0)
     shapes = [(N_FEATURES, 16), (16, 16), (16, 1)]

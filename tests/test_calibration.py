@@ -14,7 +14,7 @@ from ncclrl.agents.calibration import calibrate, calibrate_first, prior_errors, 
 from ncclrl.agents.export import CALIBRATED_MARGIN, UNCALIBRATED_MARGIN, export_table
 from ncclrl.agents.finetune import finetune
 from ncclrl.agents.problem import Evaluator, Problem, platform_measure
-from ncclrl.agents.strategy import RankController, Search, SearchConfig, Space, zero_shot, zero_shot_within
+from ncclrl.agents.search import RankController, Search, SearchConfig, Space, zero_shot, zero_shot_within
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.simulator import SimParams, Simulator

@@ -205,7 +205,7 @@ def _full(seed: int = 0):
 
 def test_a_composer_drives_the_full_run_within_its_budget_and_follows_every_job():
     from ncclrl.agents.compose import ComposerController, PerSecond
-    from ncclrl.agents.strategy import Search, SearchConfig, estimate, measurements
+    from ncclrl.agents.search import Search, SearchConfig, estimate, measurements
 
     problem, oracle, cp, ev = _full()
     ctl = ComposerController(PerSecond("kg"), serve_sweeps=100)
@@ -223,7 +223,7 @@ def test_a_composer_drives_the_full_run_within_its_budget_and_follows_every_job(
 
 def test_a_composer_that_stops_at_once_measures_nothing_and_says_why():
     from ncclrl.agents.compose import ComposerController, NeverTune
-    from ncclrl.agents.strategy import Search, SearchConfig
+    from ncclrl.agents.search import Search, SearchConfig
 
     problem, _, _, ev = _full(1)
     res = Search(problem, ev, ComposerController(NeverTune(), serve_steps=1000), SearchConfig()).run()

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ncclrl.agents.strategy import PolicyController, strategy_path
+from ncclrl.agents.search import PolicyController, strategy_path
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.table import format_row

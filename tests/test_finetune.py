@@ -12,7 +12,7 @@ import pytest
 
 from ncclrl.agents.finetune import finetune
 from ncclrl.agents.problem import Evaluator, Problem, gpu_s_for_points, sim_measure
-from ncclrl.agents.strategy import FEATURES, SHIPPED, PolicyController, SearchConfig, strategy_path
+from ncclrl.agents.search import FEATURES, SHIPPED, PolicyController, SearchConfig, strategy_path
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.simulator import Simulator

@@ -14,7 +14,7 @@ import pytest
 
 from ncclrl.agents.finetune import finetune, sizes_for
 from ncclrl.agents.problem import Evaluator, Problem, gpu_s_for_points
-from ncclrl.agents.strategy import JobController, RankController, SearchConfig
+from ncclrl.agents.search import JobController, RankController, SearchConfig
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.noise import compare, pooled_sigma
 from ncclrl.costmodel.replica import default_decisions

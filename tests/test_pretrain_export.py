@@ -10,7 +10,7 @@ import pytest
 
 from ncclrl.agents.evaluate import evaluate_table
 from ncclrl.agents.export import MAX_BYTES, default_shapes, export_table
-from ncclrl.agents.strategy import SHIPPED, PolicyController, strategy_path
+from ncclrl.agents.search import SHIPPED, PolicyController, strategy_path
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.simulator import Configs, Simulator

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ncclrl.agents.problem import Evaluator, Oracle, Problem, gpu_s_for_points, platform_measure
-from ncclrl.agents.strategy import (
+from ncclrl.agents.search import (
     N_FEATURES,
     DecisionConfig,
     Measurements,

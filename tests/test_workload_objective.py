@@ -13,7 +13,7 @@ import yaml
 
 from ncclrl.agents.baselines.base import assemble
 from ncclrl.agents.problem import Evaluator, Oracle, Problem, sim_measure
-from ncclrl.agents.strategy import Space, zero_shot
+from ncclrl.agents.search import Space, zero_shot
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.simulator import Simulator

@@ -4,7 +4,7 @@ all behind one interface (:class:`ncclrl.agents.baselines.base.Tuner`) and one b
 from ncclrl.agents.baselines.base import DEFAULT, Decision, Evaluator, Oracle, Problem, Tuner, sim_measure
 from ncclrl.agents.baselines.ncclrl import SearchTuner, ZeroShot, composer_tuner, search_tuner
 from ncclrl.agents.baselines.search import TUNERS
-from ncclrl.agents.strategy import PolicyController, SearchConfig
+from ncclrl.agents.search import PolicyController, SearchConfig
 from ncclrl.costmodel.errors import ConfigError
 
 METHODS = (*TUNERS, "zero-shot", "bo", "ei-per-s", "ucb-per-s", "jobs", "rank", "ncclrl", "ppo", "kg-jobs")

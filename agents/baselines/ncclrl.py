@@ -1,5 +1,5 @@
 """ncclrl in the benchmark: the zero-shot table (the prior's exact argmin, no measurement) and
-tuning runs (:class:`ncclrl.agents.strategy.Search`) that differ only in what picks the next point:
+tuning runs (:class:`ncclrl.agents.search.Search`) that differ only in what picks the next point:
 the learned strategy (``ncclrl``), the model's ranking (``rank``: the learner removed),
 expected improvement (``bo``: Bayesian optimization with the same prior and model), and the same
 per GPU-second the measurement costs (``ei-per-s``, ``ucb-per-s``: cost-aware Bayesian optimization),
@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from ncclrl.agents.compose import Composer, ComposerController, PerSecond
 from ncclrl.agents.problem import Decision, Evaluator, Problem
-from ncclrl.agents.strategy import (
+from ncclrl.agents.search import (
     Controller,
     EIController,
     JobController,
@@ -29,7 +29,7 @@ from ncclrl.agents.strategy import (
 
 
 class ZeroShot:
-    """The exact argmin of the problem's prior (:func:`ncclrl.agents.strategy.zero_shot`); measures nothing."""
+    """The exact argmin of the problem's prior (:func:`ncclrl.agents.search.zero_shot`); measures nothing."""
 
     name = "zero-shot"
 

@@ -50,7 +50,7 @@ import pandas as pd
 
 from ncclrl.agents.calibration import calibrate, prior_errors
 from ncclrl.agents.problem import Evaluator
-from ncclrl.agents.strategy import Space, zero_shot_within
+from ncclrl.agents.search import Space, zero_shot_within
 from ncclrl.agents.suite import public_gridded, replayed
 from ncclrl.costmodel.space import DEFAULT
 from ncclrl.envs.grids import PUBLIC_GRIDS
@@ -212,7 +212,7 @@ def main() -> None:
 def finetune_runs(budgets: tuple[float, ...] = (0.25, 0.5)) -> None:
     from ncclrl.agents.finetune import finetune
     from ncclrl.agents.problem import predicted_sweep_gpu_s
-    from ncclrl.agents.strategy import PolicyController, SearchConfig, strategy_path
+    from ncclrl.agents.search import PolicyController, SearchConfig, strategy_path
 
     strategy = PolicyController.load(strategy_path("shipped"))
     t0 = time.time()

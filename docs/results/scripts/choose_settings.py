@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from ncclrl.agents.baselines import make_tuner
 from ncclrl.agents.problem import Evaluator
-from ncclrl.agents.strategy import DecisionConfig, ModelConfig, SearchConfig
+from ncclrl.agents.search import DecisionConfig, ModelConfig, SearchConfig
 from ncclrl.runners.benchmark import compose, instance, tasks
 
 SEEDS = (0, 1)

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from ncclrl.agents.baselines.ncclrl import SearchTuner
 from ncclrl.agents.problem import Evaluator
-from ncclrl.agents.strategy import PolicyController, SearchConfig
+from ncclrl.agents.search import PolicyController, SearchConfig
 from ncclrl.runners.benchmark import compose, instance, tasks
 
 

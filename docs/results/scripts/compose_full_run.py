@@ -25,7 +25,7 @@ def _run(args: tuple[list[int], int, str, tuple[str, ...]]) -> list[dict]:
     from ncclrl.agents.compose import ComposerController, Draw, PerSecond, draw_full
     from ncclrl.agents.compose_train import PolicyComposer
     from ncclrl.agents.problem import Evaluator, platform_measure
-    from ncclrl.agents.strategy import JobController, Search, SearchConfig
+    from ncclrl.agents.search import JobController, Search, SearchConfig
 
     pol = PolicyComposer.load(composer)
     rows = []

@@ -12,7 +12,7 @@ import sys
 from multiprocessing import Pool
 
 from ncclrl.agents.problem import Evaluator
-from ncclrl.agents.strategy import DecisionConfig, JobController, Search, SearchConfig
+from ncclrl.agents.search import DecisionConfig, JobController, Search, SearchConfig
 from ncclrl.agents.suite import replayed, simulated
 from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST
 from ncclrl.costmodel.platforms import FAMILIES

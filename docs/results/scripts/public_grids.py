@@ -98,7 +98,7 @@ def main() -> None:
 
 def tuners(budgets: tuple[int, ...] = (50, 200), seeds: range = range(5)) -> None:
     from ncclrl.agents.baselines import Evaluator, make_tuner
-    from ncclrl.agents.strategy import PolicyController, strategy_path
+    from ncclrl.agents.search import PolicyController, strategy_path
 
     strategy = PolicyController.load(strategy_path("shipped"))
     methods = ("default", "zero-shot", "random", "autoccl", "exhaustive", "rank", "ncclrl")
