@@ -161,7 +161,7 @@ def test_finetune_replays_a_grid_file_and_tables_sizes_above_4_gib(tmp_path, mon
     monkeypatch.setenv("NCCLRL_PROGRESS", "0")
     out = tmp_path / "out"
     code = main(["finetune", "backend=replay", "topology=dgx-h100-2n", f"grid={csv}", f"grid_default={dflt}",
-                 "budget=10", f"out={out}", f"store={tmp_path / 'ft.sqlite'}"])
+                 "budget=1sweep", f"out={out}", f"store={tmp_path / 'ft.sqlite'}"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["grid_cells"] == 2 and summary["default_source"].startswith("measured")
