@@ -318,7 +318,12 @@ class Search:
                 break
             self.pending = job
             self.flush()
-        if self.ev.stop_reason:  # the budget, the wall clock, a signal or a failed job, as it was
+        return self._result(reason)
+
+    def _result(self, reason: str) -> Result:
+        """The run's result; where the run ended because nothing was left to spend, the evaluator's
+        reason (the budget, the wall clock, a signal or a failed job) is the one given."""
+        if self.ev.stop_reason and reason == "budget spent":
             reason = self.ev.stop_reason
         t = self.table
         self.log(f"# {reason}: {self.ev.points} points measured in {self.ev.calls} jobs, "
@@ -349,10 +354,4 @@ class Search:
                     reason = "the strategy stopped: no candidate worth its measurement"
                 break
         self.flush()
-        if self.ev.stop_reason and reason == "budget spent":
-            reason = self.ev.stop_reason
-        t = self.table
-        self.log(f"# {reason}: {self.ev.points} points measured in {self.ev.calls} jobs, "
-                 f"{format_gpu_s(self.ev.gpu_s)}; {len(t.rows)} rows, knob setting {t.knob}")
-        return Result(self.space.decision(t.knob, t.rows), t, self.zs, reason, self.ev.points, self.rounds,
-                      self.history)
+        return self._result(reason)

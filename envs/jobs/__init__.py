@@ -43,7 +43,6 @@ from ncclrl.envs.jobs.run import (
     Watch,
     ending_on_signals,
     run_job,
-    run_spec,
     run_to_end,
     stop_requested,
 )
@@ -72,5 +71,5 @@ __all__ = [
     "JobOptions", "JobSpec", "LaunchConfig", "LauncherOutput", "Record", "SignalLatch", "Watch", "base_env",
     "decode", "encode", "ending_on_signals", "exit_words", "first_node", "free_port", "job_folder",
     "launch_commands", "parse_record", "parse_records", "payload_json", "rank_env", "rank_gpu", "run_job",
-    "run_spec", "run_to_end", "start_coordinator", "stop_coordinator", "stop_requested", "user_env",
+    "run_to_end", "start_coordinator", "stop_coordinator", "stop_requested", "user_env",
 ]

@@ -15,7 +15,7 @@ from typing import Protocol
 from ncclrl.costmodel.errors import JobError
 from ncclrl.envs.jobs.process import Job
 from ncclrl.envs.jobs.records import Record
-from ncclrl.envs.jobs.spec import JobOptions, JobSpec, base_env
+from ncclrl.envs.jobs.spec import JobOptions
 
 # -- signals ---------------------------------------------------------------------------------------
 
@@ -257,8 +257,3 @@ class FirstError:
     def finished(self) -> bool:
         return self.nranks > 0 and len(self.done) >= self.nranks
 
-
-def run_spec(spec: JobSpec, log_dir: Path, watch: Watch | None = None) -> JobEnd:
-    """Run the job ``spec`` describes (its processes start from this process's environment less
-    what a launcher sets per rank and any other table: :func:`ncclrl.envs.jobs.spec.base_env`)."""
-    return run_job(spec.commands(), base_env(), log_dir, spec.options, watch)
