@@ -2,12 +2,13 @@
 search strategy on a live or replayed platform under a measurement budget, and the files it
 exports.
 
-The run measures NCCL's defaults and the zero-shot table first, then lets the strategy pick what
-to measure until the budget is spent or it stops; the table keeps a row, and ``nccl.conf`` a knob
-setting, only where the points were measured and the probability, from the measurements alone,
-that it is at least ``delta`` faster than NCCL's choice exceeds ``1 - alpha``
-(:func:`ncclrl.agents.search.decide`). Every measurement counts against the budget, NCCL's
-defaults included.
+The default run (:class:`ncclrl.agents.search.ConfirmController`) screens every candidate in one
+job, confirms each size's leaders beside NCCL's choice in further jobs and explores knob settings
+with what is left; the table keeps a row only where the confirmation jobs alone show it at least
+``delta`` faster than NCCL's choice (:func:`ncclrl.agents.search.paired_test`), and ``nccl.conf`` a
+knob setting only where pairs of jobs show its table faster and no size slower. The other
+strategies decide with :func:`ncclrl.agents.search.decide`. Every measurement counts against the
+budget, NCCL's defaults included.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def finetune(problem: Problem, ev: Evaluator, controller: Controller, cfg: Searc
                      "paired_jobs": len(paired), "time_us": round(math.exp(est.mu[est.at[i]]), 3),
                      "nccl_time_us": round(math.exp(est.mu[est.at[d]]), 3) if d >= 0 else None,
                      "speedup_vs_nccl_defaults": [round(x, 4) for x in t.speedup(c)]})
+        confirmed = getattr(controller, "evidence", {}).get(c)
+        if confirmed:  # screen, confirm: the test on the confirmation jobs alone
+            rows[-1]["confirmation"] = confirmed
     zs = res.zero_shot
     evidence = {"knob_prob": round(float(t.knob_prob), 4),
                 "gain_vs_defaults": round(math.exp(t.gain), 4),
@@ -90,6 +94,15 @@ def finetune(problem: Problem, ev: Evaluator, controller: Controller, cfg: Searc
                 "noise": m.noise.as_dict(), **size_report(search, t)}
     if calibration:
         evidence["calibration"] = calibration
+    phases = getattr(controller, "phases", None)
+    if phases is not None:  # screen, confirm, explore: what each knob setting's jobs were and came to
+        evidence["phases"] = [{"conf": problem.knobs[ph.knob].env(), "screen_job": ph.screen,
+                               "confirm_jobs": ph.confirm, "leaders": sum(map(len, ph.leaders.values())),
+                               "confirmed": sum(v == "confirmed" for v in ph.decided.values()),
+                               "refuted": sum(v == "refuted" for v in ph.decided.values()),
+                               **({"verdict": ph.verdict or "undecided",
+                                   **controller.knob_evidence.get(str(ph.knob), {})} if ph.knob else {})}
+                              for ph in phases]
     if problem.weights is not None:
         evidence["step"] = step_saving(search, t)
     out = Outcome(res.decision.conf, rows, res.measured, res.rounds, res.history, res.reason, evidence)

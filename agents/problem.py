@@ -279,13 +279,15 @@ class Evaluator:
         return out
 
     # -- measuring ---------------------------------------------------------------------------------
-    def evaluate(self, k: Point, items: list[tuple[int, int, Key]]) -> list[float | None]:
-        """Median time (us) of each (collective, size, configuration) under knob setting ``k``, in one job."""
+    def evaluate(self, k: Point, items: list[tuple[int, int, Key]], samples: int | None = None) -> list[float | None]:
+        """Median time (us) of each (collective, size, configuration) under knob setting ``k``, in one
+        job of ``samples`` timed calls per point (default: the evaluator's)."""
         if not items:
             return []
         if self.remaining <= 0:
             raise BudgetExhausted
-        res = self._run(k, [Point(N.COLLECTIVES[c], s, *key, *k.knobs) for c, s, key in items], self.samples)
+        res = self._run(k, [Point(N.COLLECTIVES[c], s, *key, *k.knobs) for c, s, key in items],
+                        samples or self.samples)
         return [robust_median(r) if r else None for r in res]
 
     def _fits(self, point_cost_gpu_s: np.ndarray) -> int:

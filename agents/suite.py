@@ -30,6 +30,7 @@ import numpy as np
 
 from ncclrl.agents.problem import Measure, Oracle, Problem, platform_measure, replay_measure
 from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.noise import JobNoise, pooled_median
 from ncclrl.costmodel.platforms import draw_platform, family_of
 from ncclrl.costmodel.simulator import SimParams, Simulator
@@ -53,6 +54,7 @@ class Instance:
     oracle: Oracle
     family: str
     measure: Any  # (seed) -> Measure
+    noise: str = ""  # where the noise of its replayed jobs comes from
 
     def measure_for(self, seed: int) -> Measure:
         return self.measure(seed)
@@ -93,16 +95,32 @@ def recorded_points(frame: Any, topo: Topology, colls: list[int]) -> tuple[list[
     return knobs, recorded
 
 
-def replayed(store: str | Path, preset: str, launch: str, coll: str, noise: JobNoise | None = None) -> Instance:
-    """A recorded sweep of ``preset`` in ``store`` as truth (see the module's docs).
+def replayed(store: str | Path | list, preset: str, launch: str, coll: str, noise: JobNoise | None = None,
+             min_jobs: int = 1) -> Instance:
+    """A recorded sweep of ``preset`` in ``store`` (or several stores of the same host, pooled) as
+    truth (see the module's docs).
 
     :param noise: the noise of every replayed job (default: the fit for ``preset`` and ``launch``,
         :meth:`JobNoise.load`, or the pooled one where there is none)
+    :param min_jobs: only the knob settings whose points were recorded in at least this many jobs
+        (the median over their points): a truth of one recorded job per point is one draw of it
     """
+    import pandas as pd
+
     topo = load_topology(preset)
     c = N.COLLECTIVES.index(coll)
-    frame = recorded_sweep(store, topo, launch, ("sweep", "sweep-repeat"), status="ok", collective=coll)
+    stores = store if isinstance(store, list | tuple) else [store]
+    # the first store holds the sweep; the others may hold only its repeats
+    frame = pd.concat([recorded_sweep(x, topo, launch, ("sweep", "sweep-repeat") if not i else ("sweep-repeat",),
+                                      status="ok", collective=coll) for i, x in enumerate(stores)])
     knobs, recorded = recorded_points(frame, topo, [c])
+    if min_jobs > 1:
+        depth = {k.knobs: float(np.median([len(v) for x, v in recorded.items() if x[0] == k.knobs])) for k in knobs}
+        knobs = [k for k in knobs if depth[k.knobs] >= min_jobs]
+        if not knobs or any(knobs[0].knobs):
+            raise ConfigError("replay_store", f"NCCL's defaults were not recorded in {min_jobs} jobs per point")
+        keep = {k.knobs for k in knobs}
+        recorded = {x: v for x, v in recorded.items() if x[0] in keep}
     sizes = sorted({x[2] for x in recorded})
     prior = Simulator(topo, SimParams.defaults(topo), seed=0)
     # every replayed job is a fresh draw: a point can be measured in any number of independent jobs
@@ -121,7 +139,8 @@ def replayed(store: str | Path, preset: str, launch: str, coll: str, noise: JobN
     base = stable(preset, coll, "replay")
     noise = JobNoise.load(f"{preset}/{launch}") if noise is None else noise
     return Instance(problem, oracle, family_of(preset),
-                    lambda seed: replay_measure(recorded, np.random.default_rng([base, seed]), noise))
+                    lambda seed: replay_measure(recorded, np.random.default_rng([base, seed]), noise),
+                    f"the host's fit ({noise.source})")
 
 
 @dataclass
@@ -145,11 +164,32 @@ class GridProblem(Problem):
         return self.grid_keys.get((k.knobs, coll), [DEFAULT])
 
 
-def gridded(grid: Grid, topo: Topology, family: str, name: str = "grid") -> Instance:
+def grid_noise(grid: Grid, source: str = "") -> JobNoise | None:
+    """The grid's own run-to-run noise (:func:`ncclrl.costmodel.noise.fit`): each configuration
+    measured over the same sizes in several jobs (the i-th recorded job of every size of a
+    configuration is one job: the files list a job's sizes together); ``None`` where no
+    configuration was measured in 2 or more jobs over 5 or more sizes."""
+    import pandas as pd
+
+    from ncclrl.costmodel.noise import fit
+
+    rows = [{"group": (x[0], x[1], x[3]), "job": j, "point": x[3], "nbytes": x[2], "samples_us": s}
+            for x, jobs in grid.recorded.items() if len(jobs) > 1 for j, s in enumerate(jobs)]
+    if not rows:
+        return None
+    try:
+        return fit(pd.DataFrame(rows), min_points=3, source=source).noise
+    except ConfigError:
+        return None
+
+
+def gridded(grid: Grid, topo: Topology, family: str, name: str = "grid", noise: JobNoise | None = None,
+            noise_source: str = "") -> Instance:
     """A measured grid (:func:`ncclrl.envs.grids.read_grid`) as a benchmark problem: truth is each
-    point's pooled job medians, and every replayed job draws fresh noise around it (the fitted job
-    noise of the topology, else the pooled fit: :class:`ncclrl.costmodel.noise.JobNoise`); the prior
-    is the topology's uncalibrated simulator."""
+    point's pooled job medians, and every replayed job draws fresh noise around it: ``noise``, else
+    the grid's own (:func:`grid_noise`), else the fitted job noise of the topology's H200 host
+    (:class:`ncclrl.costmodel.noise.JobNoise`; ``Instance.noise`` says which); the prior is the
+    topology's uncalibrated simulator."""
     prior = Simulator(topo, SimParams.defaults(topo), seed=0)
     keys = {(k.knobs, c): grid.keys(k.knobs, c) for k in grid.knobs for c in grid.colls}
     problem = GridProblem(topo, list(grid.colls), {c: list(grid.sizes[c]) for c in grid.colls}, list(grid.knobs),
@@ -168,13 +208,27 @@ def gridded(grid: Grid, topo: Topology, family: str, name: str = "grid") -> Inst
     oracle = Oracle(problem, times=times)
     base = stable(name, "grid")
     recorded = grid.recorded
-    noise = JobNoise.load(f"{topo.name}/nccl")
+    if noise is None:
+        noise = grid_noise(grid, f"{name}: its own repeated runs")
+        noise_source = f"{name}'s own repeated runs" if noise is not None else ""
+    if noise is None:
+        noise = JobNoise.load(f"{topo.name}/nccl")
+        noise_source = f"no repeats in {name}: the H200 hosts' fit ({noise.source})"
     return Instance(problem, oracle, family,
-                    lambda seed: replay_measure(recorded, np.random.default_rng([base, seed]), noise))
+                    lambda seed: replay_measure(recorded, np.random.default_rng([base, seed]), noise), noise_source)
 
 
 def public_gridded(name: str, root: str | Path | None = None) -> Instance:
     """The public grid ``name`` (:data:`ncclrl.envs.grids.PUBLIC_GRIDS`) as a benchmark problem."""
     g = PUBLIC_GRIDS.get(name)
     topo = load_topology(g.topology if g else name)
-    return gridded(read_public_grid(name, topo, root), topo, g.family, name)
+    grid = read_public_grid(name, topo, root)
+    noise, source = grid_noise(grid), f"{name}'s own repeated runs"
+    if noise is None and g is not None:  # a grid with no repeats of its own: a sibling's of the same machines
+        for other, h in PUBLIC_GRIDS.items():
+            if other != name and h.folder == g.folder and h.platform == g.platform and h.files == g.files:
+                noise = grid_noise(read_public_grid(other, load_topology(h.topology), root))
+                if noise is not None:
+                    source = f"no repeats in {name}: {other}'s repeated runs (the same machines and files)"
+                    break
+    return gridded(grid, topo, g.family if g else "", name, noise, source if noise is not None else "")

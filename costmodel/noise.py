@@ -546,10 +546,13 @@ def fit(frame: pd.DataFrame, knots_log2: Sequence[float] = KNOTS_LOG2, min_point
     n_fit = int(pd.Series([len(s) for s in f.samples_us]).mode().iloc[0])
     mads = np.array([[float(np.median(np.abs(np.log(s) - np.log(np.median(s))))), nbytes]
                      for s, nbytes in zip(f.samples_us, f.nbytes, strict=True) if len(s) == n_fit])
-    ks = _kernel(np.log2(mads[:, 1]), k)
-    have = ks.sum(0) > 0
-    sample_k = _fill(np.array([_wmedian(mads[:, 0], ks[:, i]) if have[i] else 0.0 for i in range(k.size)]),
-                     have) / _median_spread(n_fit)[1]
+    if n_fit > 1:
+        ks = _kernel(np.log2(mads[:, 1]), k)
+        have = ks.sum(0) > 0
+        sample_k = _fill(np.array([_wmedian(mads[:, 0], ks[:, i]) if have[i] else 0.0 for i in range(k.size)]),
+                         have) / _median_spread(n_fit)[1]
+    else:  # one sample per job (a mean of many calls): nothing to tell the samples' spread from the residual's
+        sample_k = np.zeros(k.size)
     noise = JobNoise(shift_sd, resid_sds, tuple(float(v) for v in sample_k), _t_df_from_tails(z), n_fit,
                      tuple(float(v) for v in k), source)
     return NoiseFit(noise, n_groups, n_jobs, n_rows, float(sh[:, 1].sum()), by_size, np.concatenate(devs))

@@ -65,11 +65,17 @@ class ReplayConfig:
     :param store: the store holding the sweep (a path inside the repository or absolute)
     :param topology: the preset the sweep was measured as
     :param launch: how it was measured (nccl or torch)
+    :param more_stores: further stores with repeats of the same sweep (pooled with it)
+    :param min_jobs: only the knob settings recorded in at least this many jobs per point
+    :param name: the problem's name after the topology (``h200-2x2-sock:recorded``)
     """
 
     store: str = "data/h200x4-2026-11-21/store.sqlite"
     topology: str = "h200-2x2-sock"
     launch: str = "nccl"
+    more_stores: list[str] = field(default_factory=list)
+    min_jobs: int = 1
+    name: str = "recorded"
 
 
 @dataclass
@@ -161,7 +167,10 @@ def check(cfg: DictConfig) -> None:
     for r in s.replays:
         load_topology(str(r.topology))
         if "replay" in s.sets:
-            replay_store(str(r.store))
+            for x in [r.store, *(getattr(r, "more_stores", None) or [])]:
+                replay_store(str(x))
+        if int(getattr(r, "min_jobs", 1) or 1) < 1:
+            raise ConfigError("suite.replays", f"min_jobs must be >= 1, got {r.min_jobs}")
         if r.launch not in ("nccl", "torch"):
             raise ConfigError("suite.replays", f"launch must be nccl or torch, got {r.launch!r}")
     for g in getattr(s, "grids", []):
@@ -250,7 +259,8 @@ def tasks(cfg: DictConfig) -> list[dict[str, Any]]:
     out = []
     for st in s.sets:
         if st == "replay":
-            probs = [{"set": st, "replay": dict(r), "collective": "allreduce", "problem": f"{r['topology']}:recorded",
+            probs = [{"set": st, "replay": dict(r), "collective": "allreduce",
+                      "problem": f"{r['topology']}:{r.get('name') or 'recorded'}",
                       "family": family_of(r["topology"])} for r in OmegaConf.to_container(s.replays)]
         elif st == "grids":
             probs = [{"set": st, "grid": g, "collective": "allreduce", "problem": f"{g}:grid",
@@ -297,7 +307,9 @@ def instance(task: dict[str, Any], s: dict[str, Any]) -> Instance:
     if key not in _CACHE:
         if task["set"] == "replay":
             r = task["replay"]
-            _CACHE[key] = replayed(str(replay_store(r["store"])), r["topology"], r["launch"], task["collective"])
+            stores = [str(replay_store(x)) for x in [r["store"], *(r.get("more_stores") or [])]]
+            _CACHE[key] = replayed(stores if len(stores) > 1 else stores[0], r["topology"], r["launch"],
+                                   task["collective"], min_jobs=int(r.get("min_jobs") or 1))
         elif task["set"] == "grids":
             _CACHE[key] = public_gridded(task["grid"])
             log.info("# %s: NCCL's default: %s", task["grid"], _CACHE[key].problem.default_source)

@@ -1,6 +1,7 @@
-"""``ncclrl finetune``: a tuning run on a live platform under a GPU-time budget, in whole jobs
-(``strategy=jobs``, the default) or with a learned per-point strategy, exporting the table the
-measurements support (keys: :class:`FinetuneCommand`;
+"""``ncclrl finetune``: a tuning run on a live platform under a GPU-time budget: a screen, then
+confirmation of its leaders, then knob settings with what is left (``strategy=confirm``, the
+default), in whole jobs by expected improvement (``strategy=jobs``) or with a learned per-point
+strategy, exporting the table the measurements support (keys: :class:`FinetuneCommand`;
 the method: :mod:`ncclrl.agents.finetune`, :mod:`ncclrl.agents.search`).
 
     ncclrl finetune backend=torch topology=h200-2x2-sock budget=0.5sweep out=runs/ft
@@ -33,7 +34,14 @@ from ncclrl.agents.compose import ComposerController
 from ncclrl.agents.compose_train import PolicyComposer, composer_path, is_composer
 from ncclrl.agents.finetune import finetune, knob_label, write_outcome
 from ncclrl.agents.problem import Evaluator, predicted_sweep_gpu_s
-from ncclrl.agents.search import JobController, PolicyController, SearchConfig, strategy_path
+from ncclrl.agents.search import (
+    ConfirmConfig,
+    ConfirmController,
+    JobController,
+    PolicyController,
+    SearchConfig,
+    strategy_path,
+)
 from ncclrl.agents.suite import Instance
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
@@ -71,9 +79,17 @@ class FinetuneCommand(TunedLiveConfig):
         ``1.5h``: a job's wall time times its GPUs) or ``Nsweep``, N times what one full sweep of the
         space is predicted to cost (``0.5sweep``: half of it)
     :param wall_s: no new measurement after this many seconds (0: no limit), whatever is left of budget
-    :param strategy: the search strategy: jobs (whole jobs by expected improvement per GPU-second), ppo (the
+    :param strategy: the search strategy: confirm (a screening job, then jobs confirming each size's leaders
+        beside NCCL's choice, then knob settings with what is left; the table keeps a row only where the
+        confirmation jobs alone show it delta faster: docs/explanation/confirm.md), jobs (whole jobs by
+        expected improvement per GPU-second), ppo (the
         PPO job composer installed with ncclrl: which job next, and when to stop), shipped (the learned
         per-point strategy installed with ncclrl), or a strategy.json or composer.json that ncclrl pretrain wrote
+    :param horizon: strategy=confirm: the GPU-time the exported table will serve in these collectives (a
+        GPU-time, or ``Nsweep``); a job runs only while its expected gain over that horizon pays for it, and a
+        horizon that cannot repay a screen and two confirmation jobs measures nothing
+    :param confirm: strategy=confirm's settings: confirm.leaders, confirm.screen_samples, confirm.confirm_samples,
+        confirm.max_confirm_jobs, confirm.explore, ...
     :param serve_steps: strategy=ppo: training steps the exported table will serve; each job's GPU-time is
         weighed against the step time it may save over them (one call per size per step, or the profile's)
     :param search: the run's settings: search.round_points, search.decision.delta, search.decision.alpha, ...
@@ -92,7 +108,9 @@ class FinetuneCommand(TunedLiveConfig):
 
     budget: str = "0.5sweep"
     wall_s: float = 0.0
-    strategy: str = "jobs"
+    strategy: str = "confirm"
+    horizon: str = "100sweep"
+    confirm: ConfirmConfig = field(default_factory=ConfirmConfig)
     serve_steps: float = 100_000.0
     search: SearchConfig = field(default_factory=SearchConfig)
     profile: str = ""
@@ -112,8 +130,11 @@ class FinetuneCommand(TunedLiveConfig):
             self.search.check()
         except ConfigError as e:  # named as the user writes it
             raise ConfigError(f"search.{e.field}", str(e).split(": ", 1)[1]) from None
-        if self.strategy not in ("jobs", "ppo") and not strategy_path(self.strategy).is_file():
-            raise ConfigError("strategy", f"no strategy at {strategy_path(self.strategy)}; use jobs, ppo, shipped "
+        parse_budget(self.horizon, 1.0, "horizon")
+        self.confirm.check()
+        if self.strategy not in ("confirm", "jobs", "ppo") and not strategy_path(self.strategy).is_file():
+            raise ConfigError("strategy", f"no strategy at {strategy_path(self.strategy)}; use confirm, jobs, ppo, "
+                              "shipped "
                               "or the strategy.json or composer.json that ncclrl pretrain wrote")
         if not self.serve_steps > 0:
             raise ConfigError("serve_steps", f"must be > 0, got {self.serve_steps}")
@@ -155,17 +176,25 @@ def _run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     cfg.check()
     if args["backend"] == "torch":  # before the store opens
         check_launch(args, topo, "backend=replay with a recorded sweep (replay_store=) or grid (grid=)")
-    jobs = args["strategy"] == "jobs"
+    jobs = args["strategy"] in ("jobs", "confirm")  # built in: no strategy file
     spath = None if jobs else \
         composer_path("shipped") if args["strategy"] == "ppo" else strategy_path(args["strategy"])
-    if jobs:
+    if args["strategy"] == "confirm":
+        ccfg: ConfirmConfig = OmegaConf.to_object(args["confirm"]) if isinstance(args["confirm"], DictConfig) \
+            else args["confirm"]
+        controller = ConfirmController(ccfg)
+    elif jobs:
         controller = JobController()
     elif is_composer(spath):
         controller = ComposerController(PolicyComposer.load(spath), serve_steps=float(args.get("serve_steps", 1e5)))
     else:
         controller = PolicyController.load(spath)
     problem, sweep = live_problem(args, topo, colls, weights)
-    budget = parse_budget(args["budget"], predicted_sweep_gpu_s(problem, int(args["samples"])))
+    sweep_gpu_s = predicted_sweep_gpu_s(problem, int(args["samples"]))
+    budget = parse_budget(args["budget"], sweep_gpu_s)
+    if isinstance(controller, ConfirmController):
+        horizon = parse_budget(args.get("horizon", "100sweep"), sweep_gpu_s, "horizon")
+        controller.cfg.horizon_sweeps = horizon / sweep_gpu_s
     check_budget(budget, problem, int(args["samples"]), str(args["budget"]))  # before the store is made
     store = Store(Path(args["store"]))
     t0 = time.time()
@@ -178,7 +207,8 @@ def _run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
                             calibrate=str(args.get("calibrate", "off")))
     wall = time.time() - t0
     out_dir = Path(args["out"])
-    prov = {"strategy": "jobs" if jobs else str(spath), "strategy_sha256": None if jobs else file_sha256(spath),
+    prov = {"strategy": str(args["strategy"]) if jobs else str(spath),
+            "strategy_sha256": None if jobs else file_sha256(spath),
             "args": OmegaConf.to_container(args) if isinstance(args, DictConfig) else dict(args),
             "nccl_version": topo.nccl.version, "wall_s": round(wall, 1)}
     paths = write_outcome(res, topo, problem.sizes, out_dir, prov, exact=weights is not None)

@@ -23,7 +23,9 @@ from ncclrl.runners.finetune import parse_args, run_finetune
 
 REPO = Path(__file__).resolve().parent.parent
 LIVE = REPO / "data" / "h200x4-2026-11-21" / "store.sqlite"
-REASONS = ("budget spent", "nothing left to measure", "the strategy stopped: no candidate worth its measurement")
+REASONS = ("budget spent", "nothing left to measure", "the strategy stopped: no candidate worth its measurement",
+           "every leader decided", "the screen found no leader", "no confirmation job pays",
+           "the budget left cannot", "no knob setting left", "every knob setting explored")
 
 
 def test_the_shipped_strategy_loads_without_pickle_and_knows_these_features():
@@ -40,7 +42,7 @@ def test_finetune_cli_replaying_the_h200_sweep(tmp_path):
                        f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'out'}"])
     summary = run_finetune(args)
     # the last job is chosen on predicted times: it may end past the budget by what they missed
-    assert summary["gpu_s"] <= 1.1 * summary["budget_gpu_s"] and summary["reason"] in REASONS
+    assert summary["gpu_s"] <= 1.1 * summary["budget_gpu_s"] and summary["reason"].startswith(REASONS)
     info = json.loads((tmp_path / "out" / "finetune.json").read_text())
     assert info["reason"] == summary["reason"] and info["measured"] == summary["measured"]
     alpha = args.search.decision.alpha

@@ -7,7 +7,7 @@ from ncclrl.agents.baselines.search import TUNERS
 from ncclrl.agents.search import PolicyController, SearchConfig
 from ncclrl.costmodel.errors import ConfigError
 
-METHODS = (*TUNERS, "zero-shot", "bo", "ei-per-s", "ucb-per-s", "jobs", "rank", "ncclrl", "ppo", "kg-jobs")
+METHODS = (*TUNERS, "zero-shot", "bo", "ei-per-s", "ucb-per-s", "jobs", "confirm", "rank", "ncclrl", "ppo", "kg-jobs")
 
 
 def make_tuner(name: str, strategy: PolicyController | None = None, search: SearchConfig | None = None) -> Tuner:
@@ -16,7 +16,7 @@ def make_tuner(name: str, strategy: PolicyController | None = None, search: Sear
         return TUNERS[name]()
     if name == "zero-shot":
         return ZeroShot()
-    if name in ("bo", "ei-per-s", "ucb-per-s", "jobs", "rank", "ncclrl"):
+    if name in ("bo", "ei-per-s", "ucb-per-s", "jobs", "confirm", "rank", "ncclrl"):
         if name == "ncclrl" and strategy is None:
             raise ConfigError("strategy", "method ncclrl needs a trained strategy (strategy=PATH/strategy.json)")
         return search_tuner(name, strategy, search)

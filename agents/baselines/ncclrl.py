@@ -3,7 +3,8 @@ tuning runs (:class:`ncclrl.agents.search.Search`) that differ only in what pick
 the learned strategy (``ncclrl``), the model's ranking (``rank``: the learner removed),
 expected improvement (``bo``: Bayesian optimization with the same prior and model), and the same
 per GPU-second the measurement costs (``ei-per-s``, ``ucb-per-s``: cost-aware Bayesian optimization),
-whole jobs composed by expected improvement per GPU-second (``jobs``), and whole jobs chosen by a
+whole jobs composed by expected improvement per GPU-second (``jobs``), a screen, confirmation of
+its leaders and knob settings explored with what is left (``confirm``, finetune's default), and whole jobs chosen by a
 job composer (:mod:`ncclrl.agents.compose`) following the run: the shipped PPO composer (``ppo``) and
 knowledge gradient per GPU-second (``kg-jobs``), each weighing a job against 100 sweeps' GPU-time
 served."""
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from ncclrl.agents.compose import Composer, ComposerController, PerSecond
 from ncclrl.agents.problem import Decision, Evaluator, Problem
 from ncclrl.agents.search import (
+    ConfirmController,
     Controller,
     EIController,
     JobController,
@@ -52,14 +54,17 @@ class SearchTuner:
         self.controller, self.name, self.search = controller, name, search or SearchConfig()
 
     def tune(self, problem: Problem, ev: Evaluator, seed: int) -> Decision:
-        return Search(problem, ev, self.controller, self.search).run().decision
+        fresh = getattr(self.controller, "fresh", None)  # a controller that keeps a run's state: a new one per run
+        return Search(problem, ev, fresh() if fresh else self.controller, self.search).run().decision
 
 
 def search_tuner(name: str, strategy: PolicyController | None = None,
                  search: SearchConfig | None = None) -> SearchTuner:
-    """``ncclrl`` (needs ``strategy``), ``rank``, ``bo``, ``ei-per-s``, ``ucb-per-s`` or ``jobs``."""
+    """``ncclrl`` (needs ``strategy``), ``rank``, ``bo``, ``ei-per-s``, ``ucb-per-s``, ``jobs`` or
+    ``confirm`` (screen, confirm, then explore: finetune's default)."""
     ctl = {"rank": RankController, "bo": EIController, "ei-per-s": lambda: PerGpuSecondController("ei"),
-           "ucb-per-s": lambda: PerGpuSecondController("ucb"), "jobs": JobController}.get(name)
+           "ucb-per-s": lambda: PerGpuSecondController("ucb"), "jobs": JobController,
+           "confirm": ConfirmController}.get(name)
     return SearchTuner(ctl() if ctl else strategy, name, search)
 
 

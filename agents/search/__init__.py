@@ -1,6 +1,8 @@
 """The search strategy of a tuning run: what to measure next, when to stop, and what the
 measurements support. One module a part: :mod:`.space`, :mod:`.model` (the model and its
-statistics), :mod:`.decision`, :mod:`.controllers`, :mod:`.run`; their public names are here.
+statistics), :mod:`.decision`, :mod:`.controllers`, :mod:`.run`, and :mod:`.confirm` (screen,
+confirm, then explore: ``ncclrl finetune``'s default, with its own job plan and test); their
+public names are here.
 
 A tuning run (:class:`Search`) works over every point of a problem (:class:`Space`: knob setting x
 per-call configuration x collective x size). Three parts, each replaceable:
@@ -33,6 +35,12 @@ argmin of the prior) next to NCCL's choice under its knob setting.
 
 from __future__ import annotations
 
+from ncclrl.agents.search.confirm import (
+    ConfirmConfig,
+    ConfirmController,
+    PairedTest,
+    paired_test,
+)
 from ncclrl.agents.search.controllers import (
     PICKLED_SUFFIXES,
     SHIPPED,
@@ -77,6 +85,8 @@ from ncclrl.agents.search.space import (
 )
 
 __all__ = [
+    "ConfirmConfig",
+    "ConfirmController",
     "Controller",
     "DecisionConfig",
     "EIController",
@@ -90,6 +100,7 @@ __all__ = [
     "N_FEATURES",
     "Noise",
     "PICKLED_SUFFIXES",
+    "PairedTest",
     "PerGpuSecondController",
     "PolicyController",
     "RankController",
@@ -104,6 +115,7 @@ __all__ = [
     "estimate",
     "fit_noise",
     "measurements",
+    "paired_test",
     "prior_noise",
     "same_as_nccl",
     "strategy_path",
