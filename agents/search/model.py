@@ -191,13 +191,13 @@ def fit_noise(obs: Measurements, cfg: ModelConfig) -> Noise:
     m = int(r.max()) + 1 if len(r) else 0
     if m == 0:
         return prior
+    from scipy import sparse
+
     jobs, jj = np.unique(obs.job, return_inverse=True)
-    K = np.zeros((m, len(obs)))
-    K[r, c] = v
+    K = sparse.csr_matrix((v, (r, c)), shape=(m, len(obs)))  # the contrasts: a few entries a row
     u = K @ obs.y
-    Z = np.zeros((len(obs), len(jobs)))
-    Z[np.arange(len(obs)), jj] = 1.0
-    W = K @ Z
+    Z = sparse.csr_matrix((np.ones(len(obs)), (np.arange(len(obs)), jj)), shape=(len(obs), len(jobs)))
+    W = (K @ Z).toarray()
     shared = int((np.abs(W) > 1e-12).any(axis=0).sum())
     U, S, _ = np.linalg.svd(W, full_matrices=False)
     cc = U.T @ u
@@ -224,40 +224,60 @@ def fit_noise(obs: Measurements, cfg: ModelConfig) -> Noise:
 class Estimate:
     """Each measured point's mean log time from the run's measurements alone (generalized least
     squares under the fitted :class:`Noise`, each job's shift a random effect), with the
-    covariance of the estimates. ``at[i]``: row of space point ``i`` (-1: never measured)."""
+    covariance of the estimates. ``at[i]``: row of space point ``i`` (-1: never measured).
+
+    The covariance is kept factored, ``diag(dinv) + W K W^T`` (a diagonal per point plus a term of
+    rank the number of jobs), so an estimate costs what its points and jobs need, never a dense
+    inverse over every point measured."""
 
     at: np.ndarray
     mu: np.ndarray
-    cov: np.ndarray
+    dinv: np.ndarray  # per row, the diagonal part of the covariance
+    W: np.ndarray  # rows x jobs
+    K: np.ndarray  # jobs x jobs
     n: np.ndarray  # measurements per row
     jobs: list[set[int]]  # the jobs that measured each row
 
     def measured(self, i: int) -> bool:
         return i >= 0 and self.at[i] >= 0
 
+    def _cov(self, x: int, y: int) -> float:
+        return float((self.dinv[x] if x == y else 0.0) + self.W[x] @ self.K @ self.W[y])
+
+    @property
+    def cov(self) -> np.ndarray:
+        """The dense covariance of the estimates (rows x rows)."""
+        return np.diag(self.dinv) + self.W @ self.K @ self.W.T
+
     def diff(self, a: int, b: int) -> tuple[float, float]:
         """``mu[a] - mu[b]`` and its sd (both measured)."""
         x, y = self.at[a], self.at[b]
         if x == y:
             return 0.0, 0.0
-        var = self.cov[x, x] + self.cov[y, y] - 2 * self.cov[x, y]
+        var = self._cov(x, x) + self._cov(y, y) - 2 * self._cov(x, y)
         return float(self.mu[x] - self.mu[y]), math.sqrt(max(float(var), 0.0))
 
     def contrast(self, wts: dict[int, float]) -> tuple[float, float]:
         """sum of ``w * mu[i]`` over space points ``i`` (all measured) and its sd."""
-        v = np.zeros(len(self.mu))
+        rows: dict[int, float] = {}
         for i, w in wts.items():
-            v[self.at[i]] += w
-        return float(v @ self.mu), math.sqrt(max(float(v @ self.cov @ v), 0.0))
+            rows[int(self.at[i])] = rows.get(int(self.at[i]), 0.0) + w
+        idx = np.fromiter(rows, dtype=np.int64)
+        w = np.fromiter(rows.values(), dtype=float)
+        g = self.W[idx].T @ w
+        var = float((w * w * self.dinv[idx]).sum() + g @ self.K @ g)
+        return float(w @ self.mu[idx]), math.sqrt(max(var, 0.0))
 
 
 def estimate(space: Space, obs: Measurements, noise: Noise) -> Estimate:
     """The measured points' means and covariance (:class:`Estimate`). Two points measured in the
     same job are compared within it (their job's shift cancels); across jobs, the shifts are
-    estimated from the points the jobs share, and what is left of them counts as ``job_sd``."""
+    estimated from the points the jobs share, and what is left of them counts as ``job_sd``.
+    The precision is diagonal less a term of rank the number of jobs, inverted by Woodbury's
+    identity: the cost grows with points times jobs squared."""
     at = np.full(space.size, -1, dtype=np.int64)
     if not len(obs):
-        return Estimate(at, np.empty(0), np.empty((0, 0)), np.empty(0, np.int64), [])
+        return Estimate(at, np.empty(0), np.empty(0), np.empty((0, 0)), np.empty((0, 0)), np.empty(0, np.int64), [])
     pts, pi = np.unique(obs.point, return_inverse=True)
     jobs, jj = np.unique(obs.job, return_inverse=True)
     p, q = len(pts), len(jobs)
@@ -266,15 +286,19 @@ def estimate(space: Space, obs: Measurements, noise: Noise) -> Estimate:
     s2, t2 = noise.point_sd ** 2, max(noise.job_sd, 1e-6) ** 2
     n_i, n_j = A.sum(axis=1), A.sum(axis=0)
     M = s2 / t2 + n_j
-    P = (np.diag(n_i) - (A / M) @ A.T) / s2
-    C = np.linalg.inv(P)
-    C = (C + C.T) / 2
+    # precision P = (diag(n_i) - (A / M) A^T) / s2 = D - U U^T
+    dinv = s2 / n_i
+    U = A / np.sqrt(M * s2)
+    W = dinv[:, None] * U
+    K = np.linalg.inv(np.eye(q) - U.T @ W)
+    K = (K + K.T) / 2
     xy = np.bincount(pi, obs.y, minlength=p)
     zy = np.bincount(jj, obs.y, minlength=q)
-    mu = C @ (xy - A @ (zy / M)) / s2
+    rhs = (xy - A @ (zy / M)) / s2
+    mu = dinv * rhs + W @ (K @ (W.T @ rhs))
     at[pts] = np.arange(p)
     sets = [set(jobs[A[r] > 0].tolist()) for r in range(p)]
-    return Estimate(at, mu, C, n_i.astype(np.int64), sets)
+    return Estimate(at, mu, dinv, W, K, n_i.astype(np.int64), sets)
 
 
 class Model:
