@@ -56,6 +56,7 @@ class ConfirmConfig:
     :param sd_prior: prior guess of the sd (log) of one job's paired difference (a candidate's
         log time minus NCCL's choice's, in the same job), worth ``prior_dof`` degrees of freedom
     :param prior_dof: weight of that guess
+    :param knob_pairs: pairs of jobs a knob setting needs before it is accepted
     :param size_risk: a knob setting is refused once a size of its table is measured slower than NCCL's
         plain default by ``delta`` at this level (one-sided): its table changes every size
     """
@@ -70,11 +71,14 @@ class ConfirmConfig:
     sd_prior: float = 0.15
     prior_dof: float = 4.0
     size_risk: float = 0.25
+    knob_pairs: int = 4
 
     def check(self) -> None:
         for name in ("screen_samples", "confirm_samples", "leaders"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"confirm.{name}", f"must be >= 1, got {getattr(self, name)}")
+        if self.knob_pairs < 3:
+            raise ConfigError("confirm.knob_pairs", f"must be >= 3, got {self.knob_pairs}")
         if self.max_confirm_jobs < 2:
             raise ConfigError("confirm.max_confirm_jobs", f"must be >= 2, got {self.max_confirm_jobs}")
         if not self.prune > 1:
@@ -198,6 +202,7 @@ class ConfirmController:
         self._asked: tuple[str, int, int] | None = None  # the last job asked: (kind, knob, jobs run before it)
         self.evidence: dict[int, dict[str, Any]] = {}
         self.knob_evidence: dict[str, Any] = {}
+        self._explored = False  # no knob setting left to explore
 
     def fresh(self) -> ConfirmController:
         """A new controller with the same settings (one per run: it keeps the run's state)."""
@@ -219,6 +224,8 @@ class ConfirmController:
             self._pick_leaders(search, ph)
         else:
             ph.confirm.append(job)
+            if ph.knob and not _k:  # NCCL's defaults' side of a pair: a confirmation job of their leaders too
+                self.phases[0].confirm.append(job)
 
     def _jobs_of(self, search) -> dict[int, dict[int, float]]:
         from ncclrl.agents.search.model import _point_index
@@ -294,13 +301,17 @@ class ConfirmController:
             self.phases.append(Phase(0))
             return self._ask(search, "screen", 0, screen, self.cfg.screen_samples)
         base = self.phases[0]
+        if self.cfg.explore and sp.n_knobs > 1 and not self._explored:
+            job = self._explore(search)  # knob settings first: their pairs' jobs under NCCL's defaults confirm too
+            if job:
+                return job
+            self._explored = True
         job = self._confirm_points(search, base)
         if job:
             return self._ask(search, "confirm", 0, job, self.cfg.confirm_samples)
-        if not self.cfg.explore or sp.n_knobs == 1:
+        if not self.stop_reason:
             self.stop_reason = "every leader decided" if base.leaders else "the screen found no leader"
-            return []
-        return self._explore(search)
+        return []
 
     def _ask(self, search, kind: str, k: int, idx: list[int], samples: int) -> list[int]:
         self._asked = (kind, k, search.ev.calls)
@@ -417,7 +428,8 @@ class ConfirmController:
                     idx = sorted(set(ph.table.values()), key=lambda i: (sp.cell[i], i))
                     return self._ask(search, "confirm", ph.knob, idx, self.cfg.confirm_samples)
                 t0 = self._base_table(search)
-                idx = list(dict.fromkeys([*[int(i) for i in sp.default[:nc]], *t0.values()]))
+                idx = list(dict.fromkeys([*[int(i) for i in sp.default[:nc]], *t0.values(),
+                                          *self._open_leaders(search, base)]))
                 return self._ask(search, "confirm", 0, idx, self.cfg.confirm_samples)
         tried = {p.knob for p in self.phases}
         zs_gain = []
@@ -433,11 +445,12 @@ class ConfirmController:
             self.stop_reason = "every knob setting explored"
             return []
         g, k = max(zs_gain)
-        screen = self._screen_points(search, k)
+        screen = self._knob_screen_points(search, k)
         pair = self._cost(search, [ph_i for ph_i in sorted(set(self._base_table(search).values()))],
                           self.cfg.confirm_samples)
-        cost = self._cost(search, screen, self.cfg.screen_samples) + 2 * pair + self._cost(
-            search, sorted(set(self._base_table(search).values())), self.cfg.confirm_samples)
+        # its screen and the pairs a verdict needs at the least
+        cost = self._cost(search, screen, self.cfg.screen_samples) + self.cfg.knob_pairs * (pair + self._cost(
+            search, [int(i) for i in sp.default[:nc]], self.cfg.confirm_samples))
         gain_now = self._table_gain(search, base)
         # the prior is no judge of knob settings (it misses what sockets and inlining do): at least 5%,
         # at even odds
@@ -452,6 +465,38 @@ class ConfirmController:
             return []
         self.phases.append(Phase(k))
         return self._ask(search, "screen", k, screen, self.cfg.screen_samples)
+
+    def _knob_screen_points(self, search, k: int) -> list[int]:
+        """A knob setting's screen: per size, NCCL's choice under it, the configurations NCCL's
+        defaults' screen measured fastest (``leaders + 1``, as they are under this setting), and the
+        prior's best under it."""
+        sp = search.space
+        nc = sp.n_cells
+        jobs = self._jobs_of(search)
+        base = self.phases[0]
+        out = []
+        for c in range(nc):
+            mem = sp.members[k * nc + c]
+            if not len(mem):
+                continue
+            by_key = {sp.keys[int(i)]: int(i) for i in mem}
+            d = int(sp.default[k * nc + c])
+            got = {int(i): jobs[int(i)][base.screen] for i in sp.members[c] if base.screen in jobs.get(int(i), {})}
+            fast = [by_key[sp.keys[i]] for i in sorted(got, key=got.get) if sp.keys[i] in by_key][: self.cfg.leaders + 1]
+            keep = [d] if d >= 0 else []
+            keep += [*fast, int(mem[np.argmin(sp.prior[mem])])]
+            out += list(dict.fromkeys(keep))
+        return out
+
+    def _open_leaders(self, search, ph: Phase) -> list[int]:
+        """NCCL's choice and the undecided leaders of ``ph``, size by size."""
+        sp = search.space
+        out = []
+        for c, ls in sorted(ph.leaders.items()):
+            open_ = [i for i in ls if i not in ph.decided]
+            if open_:
+                out += [int(sp.default[ph.knob * sp.n_cells + c]), *open_]
+        return out
 
     def _knob_jobs(self, search, k: int) -> set[int]:
         return {j for j in search.knob_jobs[k]}
@@ -507,12 +552,12 @@ class ConfirmController:
         return out
 
     def _judge_knob(self, search, ph: Phase) -> None:
-        """Accepted, from 3 pairs on: over the pairs, the objective's gain of the setting's table over
+        """Accepted, from ``knob_pairs`` pairs on: over the pairs, the objective's gain of the setting's table over
         the defaults' table at least ``delta`` at level ``alpha`` (Student-t over pairs, every pair's
         job shifts in its noise), faster in more than half the pairs, and no size measured slower
         than ``1 / (1 + delta)`` at level ``size_risk`` (per size, against NCCL's plain default, the
-        pairs' mean difference with the pair's shift taken out, its sd pooled over sizes). Refused as
-        soon as a size is so measured slower, when the gain's upper bound lies below ``delta``, or
+        pairs' mean difference with the pair's shift taken out, its sd pooled over sizes), nor any size
+        whose mean over the pairs is slower by ``delta``. Refused as soon as a size is so measured slower, when the gain's upper bound lies below ``delta``, or
         when the setting's jobs are spent."""
         sp = search.space
         thr = self._thr(search)
@@ -543,15 +588,17 @@ class ConfirmController:
         sd = math.sqrt(float((R ** 2).sum()) / df)
         per_size = D.mean(axis=0)
         se_size = math.hypot(sd / math.sqrt(n), se)  # the size's own noise and the shift's
-        # a size is held against the setting as soon as it is more likely slower than not by delta at
-        # 75%: a knob setting changes every size, and where in doubt NCCL's defaults stay
+        # a size measured slower by delta at level size_risk (looser than alpha: a knob setting changes
+        # every size, and where in doubt NCCL's defaults stay) refuses the setting, from 3 pairs on
         slower = per_size + _quantile(df, 1 - self.cfg.size_risk) * se_size < -thr
         self.knob_evidence[str(ph.knob)] = {
             "pairs": n, "gain": round(math.exp(float(G.mean())), 4), "p_value": round(p, 4),
             "worst_size": round(math.exp(float(per_size.min())), 4), "sizes_slower": int(slower.sum())}
-        if slower.any():
+        if slower.any() and n >= 3:
             ph.verdict = "refused"
-        elif n >= 3 and p < alpha and 2 * int((G > 0).sum()) > n:
+        elif n >= self.cfg.knob_pairs and (per_size < -thr).any():
+            ph.verdict = "refused"  # where in doubt NCCL's defaults stay: no size may even measure slower
+        elif n >= self.cfg.knob_pairs and p < alpha and 2 * int((G > 0).sum()) > n:
             ph.verdict = "accepted"
         elif float(G.mean()) + _quantile(max(n - 1, 1), 0.95) * se < thr or 2 * n >= self.cfg.max_confirm_jobs:
             ph.verdict = "refused"
