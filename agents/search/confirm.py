@@ -482,7 +482,8 @@ class ConfirmController:
             by_key = {sp.keys[int(i)]: int(i) for i in mem}
             d = int(sp.default[k * nc + c])
             got = {int(i): jobs[int(i)][base.screen] for i in sp.members[c] if base.screen in jobs.get(int(i), {})}
-            fast = [by_key[sp.keys[i]] for i in sorted(got, key=got.get) if sp.keys[i] in by_key][: self.cfg.leaders + 1]
+            fast = [by_key[sp.keys[i]] for i in sorted(got, key=got.get) if sp.keys[i] in by_key]
+            fast = fast[: self.cfg.leaders + 1]
             keep = [d] if d >= 0 else []
             keep += [*fast, int(mem[np.argmin(sp.prior[mem])])]
             out += list(dict.fromkeys(keep))
@@ -552,13 +553,14 @@ class ConfirmController:
         return out
 
     def _judge_knob(self, search, ph: Phase) -> None:
-        """Accepted, from ``knob_pairs`` pairs on: over the pairs, the objective's gain of the setting's table over
-        the defaults' table at least ``delta`` at level ``alpha`` (Student-t over pairs, every pair's
-        job shifts in its noise), faster in more than half the pairs, and no size measured slower
-        than ``1 / (1 + delta)`` at level ``size_risk`` (per size, against NCCL's plain default, the
-        pairs' mean difference with the pair's shift taken out, its sd pooled over sizes), nor any size
-        whose mean over the pairs is slower by ``delta``. Refused as soon as a size is so measured slower, when the gain's upper bound lies below ``delta``, or
-        when the setting's jobs are spent."""
+        """Accepted, from ``knob_pairs`` pairs on: over the pairs, the objective's gain of the
+        setting's table over the defaults' table at least ``delta`` at level ``alpha`` (Student-t
+        over pairs, every pair's job shifts in its noise), faster in more than half the pairs, no
+        size measured slower than ``1 / (1 + delta)`` at level ``size_risk`` (per size, against
+        NCCL's plain default, the pairs' mean difference with the pair's shift taken out, its sd
+        pooled over sizes), and no size whose mean over the pairs is slower by ``delta``. Refused
+        as soon as a size is so measured slower, when the gain's upper bound lies below ``delta``,
+        or when the setting's jobs are spent."""
         sp = search.space
         thr = self._thr(search)
         D = self._pair_diffs(search, ph)
