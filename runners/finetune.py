@@ -79,8 +79,8 @@ class FinetuneCommand(TunedLiveConfig):
         ``1.5h``: a job's wall time times its GPUs) or ``Nsweep``, N times what one full sweep of the
         space is predicted to cost (``0.5sweep``: half of it)
     :param wall_s: no new measurement after this many seconds (0: no limit), whatever is left of budget
-    :param strategy: the search strategy: confirm (a screening job, then jobs confirming each size's leaders
-        beside NCCL's choice, then knob settings with what is left; the table keeps a row only where the
+    :param strategy: the search strategy: confirm (a screening job, knob settings in pairs of jobs, then
+        jobs confirming each size's leaders beside NCCL's choice; the table keeps a row only where the
         confirmation jobs alone show it delta faster: docs/explanation/confirm.md), jobs (whole jobs by
         expected improvement per GPU-second), ppo (the
         PPO job composer installed with ncclrl: which job next, and when to stop), shipped (the learned
@@ -89,7 +89,7 @@ class FinetuneCommand(TunedLiveConfig):
         GPU-time, or ``Nsweep``); a job runs only while its expected gain over that horizon pays for it, and a
         horizon that cannot repay a screen and two confirmation jobs measures nothing
     :param confirm: strategy=confirm's settings: confirm.leaders, confirm.screen_samples, confirm.confirm_samples,
-        confirm.max_confirm_jobs, confirm.explore, ...
+        confirm.max_confirm_jobs, confirm.explore, ... (confirm.horizon_sweeps comes from horizon)
     :param serve_steps: strategy=ppo: training steps the exported table will serve; each job's GPU-time is
         weighed against the step time it may save over them (one call per size per step, or the profile's)
     :param search: the run's settings: search.round_points, search.decision.delta, search.decision.alpha, ...

@@ -3,16 +3,20 @@
 
 1. **Screen**: one job under NCCL's defaults measures, at every size, NCCL's choice and every
    candidate the prior keeps (predicted no slower than ``prune`` times NCCL's choice, the
-   explicit twin of NCCL's choice always kept), with ``screen_samples`` timed calls each.
-2. **Confirm**: per size, the ``leaders`` candidates the screen measured fastest, where the screen
-   measured them at least ``delta`` faster than NCCL's choice in its own job, are measured beside
-   NCCL's choice in further jobs (``confirm_samples`` calls each). Only these jobs judge them: the
-   screen selects, confirmation tests (:func:`paired_test`), so a candidate that was fast in the
-   screen by luck is not confirmed by the same luck. A leader leaves the confirmation jobs once
-   decided: confirmed at ``alpha / 4`` or refuted (its upper bound below ``delta``).
-3. **Explore**: with what is left, each other knob setting in order of the prior's predicted gain:
-   a screen job under it, its best measured point per size as its table, then pairs of jobs (the
-   setting's table; NCCL's defaults with their table) until the setting is decided.
+   explicit twin of NCCL's choice always kept), with ``screen_samples`` timed calls each. A
+   size's leaders are the ``leaders`` candidates it measured fastest, where it measured them at
+   least ``delta`` faster than NCCL's choice in its own job.
+2. **Explore**: each other knob setting in order of the prior's predicted gain: a screen job under
+   it (NCCL's choice under it, the configurations the first screen measured fastest, the prior's
+   best), its table (per size its screen's fastest where that beat NCCL's choice under it), then
+   pairs of jobs (the setting's table; NCCL's defaults with their table, NCCL's plain choice at
+   every size and the open leaders) until the setting is decided. The defaults' side of each pair
+   is also a confirmation job of the leaders.
+3. **Confirm**: further jobs under NCCL's defaults measure the undecided leaders beside NCCL's
+   choice (``confirm_samples`` calls each). Only these jobs judge them: the screen selects,
+   confirmation tests (:func:`paired_test`), so a candidate that was fast in the screen by luck is
+   not confirmed by the same luck. A leader leaves the confirmation jobs once decided: confirmed
+   at ``alpha / 4`` or refuted (its upper bound below ``delta``).
 
 Each job runs only while its expected value pays for its GPU-time: the value of a job is the
 expected gain it may add to the exported table (per size: its share of the objective times the
@@ -51,8 +55,9 @@ class ConfirmConfig:
         this many times NCCL's choice (the explicit twin of NCCL's choice is always measured)
     :param max_confirm_jobs: most confirmation jobs per knob setting
     :param horizon_sweeps: GPU-time the exported table will serve, in full sweeps' predicted
-        GPU-time (what ``horizon`` resolves to)
-    :param explore: whether knob settings other than NCCL's defaults are explored with what is left
+        GPU-time (``ncclrl finetune`` sets it from ``horizon=``)
+    :param explore: whether knob settings other than NCCL's defaults are explored (after the screen,
+        while the budget left pays for a setting's screen and its pairs)
     :param sd_prior: prior guess of the sd (log) of one job's paired difference (a candidate's
         log time minus NCCL's choice's, in the same job), worth ``prior_dof`` degrees of freedom
     :param prior_dof: weight of that guess
