@@ -35,11 +35,13 @@ def noise_line(name: str, inst) -> str:
             f"{noise.resid_df:.2f} |")
 
 
-def truth_interval(store, min_jobs: int, draws: int = 200) -> tuple[float, float, tuple[float, float], tuple[float, float]]:
+Interval = tuple[float, float]
+
+
+def truth_interval(store, min_jobs: int, draws: int = 200) -> tuple[float, float, Interval, Interval]:
     """The optimum and safe optimum, and their 2.5-97.5% over bootstrap draws of each point's jobs."""
     inst = replayed(store, "h200-2x2-sock", "nccl", "allreduce", min_jobs=min_jobs)
     p = inst.problem
-    rec = inst.measure.__closure__  # noqa: F841  (the recorded jobs are read back below)
     from ncclrl.agents.suite import recorded_points
     from ncclrl.costmodel.topology import load_topology
     from ncclrl.envs.replay import recorded_sweep
@@ -98,7 +100,8 @@ def in_job() -> list[str]:
 
 def main() -> int:
     print("## Replay noise per problem\n")
-    print("| problem | noise of its replayed jobs | job shift sd | residual sd 8 B / 32 KiB / 1 GiB | residual tail (t dof) |")
+    print("| problem | noise of its replayed jobs | job shift sd | residual sd 8 B / 32 KiB / 1 GiB "
+          "| residual tail (t dof) |")
     print("| --- | --- | --- | --- | --- |")
     print(noise_line("h200-2x2-sock:recorded", replayed(OLD, "h200-2x2-sock", "nccl", "allreduce")))
     print(noise_line("h200-2x2-sock:rerecorded", replayed([OLD, NEW], "h200-2x2-sock", "nccl", "allreduce", min_jobs=3)))
