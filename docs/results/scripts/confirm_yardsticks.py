@@ -104,7 +104,8 @@ def main() -> int:
           "| residual tail (t dof) |")
     print("| --- | --- | --- | --- | --- |")
     print(noise_line("h200-2x2-sock:recorded", replayed(OLD, "h200-2x2-sock", "nccl", "allreduce")))
-    print(noise_line("h200-2x2-sock:rerecorded", replayed([OLD, NEW], "h200-2x2-sock", "nccl", "allreduce", min_jobs=3)))
+    re = replayed([OLD, NEW], "h200-2x2-sock", "nccl", "allreduce", min_jobs=3)
+    print(noise_line("h200-2x2-sock:rerecorded", re))
     if public_grid_folder().is_dir():
         for g in PUBLIC_GRIDS:
             print(noise_line(f"{g}:grid", public_gridded(g)))
