@@ -98,6 +98,39 @@ def in_job() -> list[str]:
     return out
 
 
+def p5en_default() -> list[str]:
+    """The p5en default run (another date and NCCL version) against the nightly grid's forced runs
+    at 8 and 16 nodes: the ratio to the grid's fastest configuration, and which is nearest."""
+    import csv
+    from collections import defaultdict
+
+    base = public_grid_folder() / "aws-p5en-nightly-algo-proto"
+    rows = list(csv.reader((base / "nccl-tests-all_reduce_0x0_perf.csv").read_text().splitlines()))
+    out = ["| nodes | bytes | default, other date (us) | grid's fastest (us) | ratio | nearest configuration |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for nodes in (8, 16):
+        forced = defaultdict(list)
+        for r in rows:
+            if int(r[8]) == nodes:
+                forced[(int(r[1]), f"{r[9]}/{r[10]}")].append(float(r[2]))
+        dflt = {}
+        text = (base / f"tuner_comparison_allreduce_{nodes}nodes_0x0.csv").read_text()
+        for r in list(csv.reader(text.splitlines()))[1:]:
+            try:
+                dflt[int(r[0])] = float(r[1])
+            except ValueError:
+                continue
+        for s in (8192, 16384, 32768, 65536, 131072, 1 << 20, 1 << 24, 1 << 28):
+            f = {k[1]: float(np.median(v)) for k, v in forced.items() if k[0] == s}
+            if not f or s not in dflt:
+                continue
+            best = min(f, key=f.get)
+            near = min(f, key=lambda k: abs(np.log(f[k] / dflt[s])))
+            out.append(f"| {nodes} | {s} | {dflt[s]:.1f} | {best} {f[best]:.1f} | {dflt[s] / f[best]:.2f} | "
+                       f"{near} {f[near]:.1f} |")
+    return out
+
+
 def main() -> int:
     print("## Replay noise per problem\n")
     print("| problem | noise of its replayed jobs | job shift sd | residual sd 8 B / 32 KiB / 1 GiB "
@@ -117,6 +150,9 @@ def main() -> int:
         o, s, qo, qs = truth_interval(store, mj)
         n = len(replayed(store, "h200-2x2-sock", "nccl", "allreduce", min_jobs=mj).problem.knobs)
         print(f"| {label} | {n} | {o:.3f}x [{qo[0]:.3f}, {qo[1]:.3f}] | {s:.3f}x [{qs[0]:.3f}, {qs[1]:.3f}] |")
+    if public_grid_folder().is_dir():
+        print("\n## p5en: NCCL's default run of another date against the grid's forced runs\n")
+        print("\n".join(p5en_default()))
     print("\n## Repeats inside one job (2 jobs, NCCL's defaults, every other size, each point twice)\n")
     print("\n".join(in_job()))
     return 0
