@@ -228,15 +228,25 @@ def _run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
         logger.warning("# %s: the table, nccl.conf and summary.json hold what the measurements so far support; "
                        "the same command resumes from the store %s", res.reason, args["store"])
     nz = ev_["noise"]
-    logger.info("# noise fitted on %d repeated measurements over %d jobs: a job's shift sd %.3f, a point's sd %.3f "
-                "(log time)%s", nz["dof"], nz["jobs"], nz["job_sd"], nz["point_sd"],
-                "" if nz["fitted"] else " -- no repeated measurement: the prior's guesses (search.model.job_sigma, "
-                "search.model.noise_sigma)")
+    if "phases" in ev_:  # screen, confirm: each row's own paired test; the model's noise played no part
+        logger.info("# each row was tested on its confirmation jobs alone, paired with NCCL's choice in each "
+                    "(finetune.json: rows[].confirmation; knob settings: evidence.phases)")
+    else:
+        logger.info("# noise fitted on %d repeated measurements over %d jobs: a job's shift sd %.3f, a point's sd %.3f "
+                    "(log time)%s", nz["dof"], nz["jobs"], nz["job_sd"], nz["point_sd"],
+                    "" if nz["fitted"] else " -- no repeated measurement: the prior's guesses (search.model.job_sigma, "
+                    "search.model.noise_sigma)")
     w = ev_["worst_size"]
     if w is not None:
         logger.info("# worst size of this table, measured: %s %d B %.3fx NCCL's defaults [95%% interval %.3f, %.3f]; "
                     "%d size(s) slower beyond their interval", w["collective"], w["nbytes"], w["speedup"], w["lo"],
                     w["hi"], len(ev_["slower_sizes"]))
+    twins = [r for r in res.rows if "twin" in r.get("confirmation", {})]
+    if twins:
+        logger.info("# %d row(s) force what the replica says NCCL picks, yet measured faster than NCCL's own choice in "
+                    "their confirmation jobs (e.g. %s %d B %s): the replica and NCCL's decision differ there "
+                    "(finetune.json: rows[].confirmation.twin)", len(twins), twins[0]["collective"],
+                    twins[0]["nbytes"], "/".join(map(str, twins[0]["key"])))
     if ev_["sizes_unmeasured"]:
         logger.info("# %d size(s) where NCCL's plain default was never measured: no speedup known there (they keep "
                     "NCCL's choice)", ev_["sizes_unmeasured"])

@@ -194,3 +194,25 @@ def test_the_rerecorded_host_is_a_replay_of_its_repeated_settings_only():
     assert isinstance(inst.oracle, Oracle) and inst.oracle.safe_optimum > 1.0
     with pytest.raises(ConfigError, match="replay_store"):
         replayed([STORE, store2], "h200-2x2-sock", "nccl", "allreduce", min_jobs=50)
+
+
+def test_a_twin_measured_faster_than_nccls_own_choice_is_exported_and_named():
+    """A row forcing what the replica says NCCL picks is a candidate like any other: confirmed
+    faster than NCCL's own choice, it is exported, and its evidence says the two disagree."""
+    from ncclrl.agents.search.model import same_as_nccl
+
+    p, sp = small_problem()
+    same = same_as_nccl(sp)
+    truth = np.exp(sp.prior)
+    c, twin = next((int(sp.cell[i]), int(i)) for i in range(sp.size)
+                   if same[i] and not sp.is_default[i] and sp.knob[i] == 0)
+    d = int(sp.default[c])
+    truth[twin] = truth[d] / 1.4  # NCCL's own choice runs slower than the configuration it should be
+    for i in sp.members[c]:  # nothing else at that size comes close
+        if int(i) not in (d, twin):
+            truth[i] = max(truth[i], truth[d])
+    ev = Evaluator(p, truth_measure(sp, truth, np.random.default_rng(2)), 1e6)
+    ctl = ConfirmController(ConfirmConfig(explore=False))
+    res = Search(p, ev, ctl, SearchConfig()).run()
+    assert res.table.rows.get(c) == twin
+    assert "twin" in ctl.evidence[c]
