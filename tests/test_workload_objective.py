@@ -261,6 +261,7 @@ def test_finetune_under_a_compute_load_measures_beside_it_and_stores_apart(tmp_p
     with Store(tmp_path / "ft.sqlite") as s:
         df = s.frame()
     assert len(df) and set(df.tag) == {"finetune+gemm64"} and set(seen) == {("gemm", 64)}
-    assert all(len(s) == 5 and np.allclose(s, 1.25) for s in df.compute_slowdown)
+    # one slowdown per sample: the screen times each point once, confirmation jobs twice
+    assert all(len(s) in (1, 2) and np.allclose(s, 1.25) for s in df.compute_slowdown)
     with pytest.raises(ConfigError, match="^load: a compute load runs in the PyTorch workers only"):
         F.parse_args(["backend=replay", f"replay_store={LIVE}", "topology=h200-2x2-sock", "load=gemm"])
