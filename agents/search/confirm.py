@@ -76,7 +76,7 @@ class ConfirmConfig:
     sd_prior: float = 0.15
     prior_dof: float = 4.0
     size_risk: float = 0.25
-    knob_pairs: int = 4
+    knob_pairs: int = 5
 
     def check(self) -> None:
         for name in ("screen_samples", "confirm_samples", "leaders"):
