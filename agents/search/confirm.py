@@ -221,6 +221,8 @@ class ConfirmController:
         kind, _k, before = self._asked
         self._asked = None
         ph = self.phases[-1]
+        if kind == "confirm" and not _k and ph.knob and ph.verdict:  # a decided setting's pairs are done
+            ph = self.phases[0]
         job = search.ev.calls
         if job == before:  # it never ran (the budget, a signal, a failed job)
             return
