@@ -96,25 +96,33 @@ def main() -> None:
               f"{np.exp(np.mean(np.log(x16))):.3f}, median {np.median(x16):.3f}")
 
 
-def tuners(budgets: tuple[int, ...] = (50, 200), seeds: range = range(5)) -> None:
+def tuners(budgets: tuple[float, ...] = (0.5, 1.0, 2.0), seeds: range = range(5)) -> None:
+    """Each tuner on each grid at budgets in sweeps (the grid's full sweep's GPU-time): the median
+    over seeds of the share of the safe optimum (log speedup over the safe optimum's) and the runs
+    that left a size more than 1% slower."""
     from ncclrl.agents.baselines import Evaluator, make_tuner
     from ncclrl.agents.search import PolicyController, strategy_path
+    from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST
 
     strategy = PolicyController.load(strategy_path("shipped"))
-    methods = ("default", "zero-shot", "random", "autoccl", "exhaustive", "rank", "ncclrl")
-    print("| problem | budget | " + " | ".join(methods) + " |")
+    methods = ("default", "zero-shot", "random", "autoccl", "sweep", "sweep-race", "rank", "ncclrl", "jobs",
+               "confirm")
+    print("| problem | budget (sweeps) | " + " | ".join(methods) + " |")
     print("| --- | --- | " + " | ".join("---" for _ in methods) + " |")
     for name in PUBLIC_GRIDS:
         inst = public_gridded(name)
+        sweep = inst.oracle.sweep_gpu_s(DEFAULT_JOB_COST, 5)
         for b in budgets:
             cells = []
             for m in methods:
-                f = []
+                f, slow = [], 0
                 for seed in seeds:
-                    ev = Evaluator(inst.problem, inst.measure_for(seed), b, samples=5)
-                    f.append(inst.oracle.score(make_tuner(m, strategy).tune(inst.problem, ev, seed)).fraction)
-                cells.append(f"{np.median(f):.3f}")
-            print(f"| {name} | {b} | " + " | ".join(cells) + " |")
+                    ev = Evaluator(inst.problem, inst.measure_for(seed), b * sweep, samples=5)
+                    v = inst.oracle.score(make_tuner(m, strategy).tune(inst.problem, ev, seed))
+                    f.append(np.log(v.speedup) / np.log(v.safe_optimum))
+                    slow += v.slower > 0
+                cells.append(f"{np.median(f):.2f}" + (f" ({slow} slower)" if slow else ""))
+            print(f"| {name} | {b:g} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
