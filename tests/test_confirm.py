@@ -216,3 +216,31 @@ def test_a_twin_measured_faster_than_nccls_own_choice_is_exported_and_named():
     res = Search(p, ev, ctl, SearchConfig()).run()
     assert res.table.rows.get(c) == twin
     assert "twin" in ctl.evidence[c]
+
+
+def test_a_knob_setting_faster_at_every_size_is_accepted_and_exported_with_what_its_pairs_ran():
+    """A setting truly 1.5x faster than NCCL's defaults at every size passes its pairs, and the
+    exported table runs, at every size, the point those pairs measured (a twin included)."""
+    from ncclrl.costmodel.space import knob_grid
+
+    topo = load_topology("h200-2x2-sock")
+    c = N.COLLECTIVES.index("allreduce")
+    p = Problem(topo, [c], {c: [1 << 12, 1 << 14, 1 << 16, 1 << 18]}, knob_grid(topo, "full")[:2])
+    sp = Space(p)
+    truth = np.exp(sp.prior)
+    nc = sp.n_cells
+    for cell in range(nc):
+        d0 = int(sp.default[cell])
+        for i in sp.members[nc + cell]:  # knob setting 1: every point 1.5x faster than NCCL's plain default
+            truth[i] = truth[d0] / 1.5 * (1.0 if sp.is_default[i] else 1.2)
+    ev = Evaluator(p, truth_measure(sp, truth, np.random.default_rng(4), sd=0.02), 1e6)
+    ctl = ConfirmController()
+    res = Search(p, ev, ctl, SearchConfig()).run()
+    ph = next(x for x in ctl.phases if x.knob == 1)
+    assert ph.verdict == "accepted" and res.table.knob == 1
+    assert ctl.knob_evidence["1"]["pairs"] >= ctl.cfg.knob_pairs
+    # every size runs the point the setting's pairs measured, as an explicit row where it is not NCCL's own
+    for cell in range(nc):
+        i = int(res.table.final[cell])
+        assert i == ph.table[cell]
+        assert (cell in res.table.rows) == (not sp.is_default[i])

@@ -53,7 +53,8 @@ class ConfirmConfig:
     :param leaders: candidates per size taken from the screen to confirmation
     :param prune: the screen measures a candidate only where the prior predicts it no slower than
         this many times NCCL's choice (the explicit twin of NCCL's choice is always measured)
-    :param max_confirm_jobs: most confirmation jobs per knob setting
+    :param max_confirm_jobs: most confirmation jobs asked for the leaders (the defaults' side of a knob
+        setting's pairs not counted); a knob setting has at most twice ``knob_pairs`` pairs
     :param horizon_sweeps: GPU-time the exported table will serve, in full sweeps' predicted
         GPU-time (``ncclrl finetune`` sets it from ``horizon=``)
     :param explore: whether knob settings other than NCCL's defaults are explored (after the screen,
@@ -189,6 +190,7 @@ class Phase:
     decided: dict[int, str] = field(default_factory=dict)  # candidate -> confirmed / refuted
     confirm: list[int] = field(default_factory=list)  # confirmation jobs' numbers
     table: dict[int, int] = field(default_factory=dict)  # explored setting: cell -> point it runs
+    asked: int = 0  # confirmation jobs asked for its leaders (not counting the defaults' side of pairs)
     verdict: str = ""  # explored setting: accepted / refused / "" (undecided)
 
 
@@ -300,6 +302,7 @@ class ConfirmController:
     def next_job(self, search) -> list[int]:
         """The next job's points (one knob setting), or ``[]`` to stop (:attr:`stop_reason` says why)."""
         self._record(search)
+        self.stop_reason = ""  # this call's own, if it ends the run
         sp = search.space
         if not self.phases:
             screen = self._screen_points(search, 0)
@@ -315,6 +318,7 @@ class ConfirmController:
             self._explored = True
         job = self._confirm_points(search, base)
         if job:
+            base.asked += 1
             return self._ask(search, "confirm", 0, job, self.cfg.confirm_samples)
         if not self.stop_reason:
             self.stop_reason = "every leader decided" if base.leaders else "the screen found no leader"
@@ -366,7 +370,10 @@ class ConfirmController:
     def _confirm_points(self, search, ph: Phase) -> list[int]:
         """NCCL's choice at every size with an undecided leader, and those leaders; ``[]`` when none
         is left, the phase has had its jobs, or the job does not pay."""
-        if len(ph.confirm) >= self.cfg.max_confirm_jobs:
+        if ph.asked >= self.cfg.max_confirm_jobs:
+            if self._open_leaders(search, ph):
+                self.stop_reason = (f"the leaders had their {self.cfg.max_confirm_jobs} confirmation jobs "
+                                    "(confirm.max_confirm_jobs); the undecided ones keep NCCL's choice")
             return []
         sp = search.space
         nc = sp.n_cells
@@ -567,7 +574,7 @@ class ConfirmController:
         NCCL's plain default, the pairs' mean difference with the pair's shift taken out, its sd
         pooled over sizes), and no size whose mean over the pairs is slower by ``delta``. Refused
         as soon as a size is so measured slower, when the gain's upper bound lies below ``delta``,
-        or when the setting's jobs are spent."""
+        or when the setting has had twice ``knob_pairs`` pairs."""
         sp = search.space
         thr = self._thr(search)
         D = self._pair_diffs(search, ph)
@@ -609,7 +616,7 @@ class ConfirmController:
             ph.verdict = "refused"  # where in doubt NCCL's defaults stay: no size may even measure slower
         elif n >= self.cfg.knob_pairs and p < alpha and 2 * int((G > 0).sum()) > n:
             ph.verdict = "accepted"
-        elif float(G.mean()) + _quantile(max(n - 1, 1), 0.95) * se < thr or 2 * n >= self.cfg.max_confirm_jobs:
+        elif float(G.mean()) + _quantile(max(n - 1, 1), 0.95) * se < thr or n >= 2 * self.cfg.knob_pairs:
             ph.verdict = "refused"
 
     # -- the decision ------------------------------------------------------------------------------
@@ -619,6 +626,9 @@ class ConfirmController:
         explored knob setting replaces them only when accepted (:meth:`_judge_knob`), the
         largest measured gain first."""
         self._record(search)
+        for ph in self.phases[1:]:  # a pair that was the run's last job is judged too
+            if ph.screen and not ph.verdict:
+                self._judge_knob(search, ph)
         sp = search.space
         nc = sp.n_cells
         plain = sp.default[:nc]
@@ -653,8 +663,8 @@ class ConfirmController:
                 final = np.array([ph.table[c] for c in range(nc)])
                 cg = D.mean(axis=0)
                 cs = D.std(axis=0, ddof=1) / math.sqrt(len(D))
-                same = same_as_nccl(sp)
-                rows = {c: int(final[c]) for c in range(nc) if not same[final[c]]}
+                # every size runs the point its pairs measured: a twin of NCCL's choice stays an explicit row
+                rows = {c: int(final[c]) for c in range(nc) if not sp.is_default[final[c]]}
                 prob = dict.fromkeys(rows, float("nan"))
                 self.evidence = {}
         gain = float(np.mean(cg)) if sp.weights is None else float(np.dot(sp.sensitivity(search.model.mean[plain]), cg))
