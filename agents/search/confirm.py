@@ -210,6 +210,8 @@ class ConfirmController:
         self.evidence: dict[int, dict[str, Any]] = {}
         self.knob_evidence: dict[str, Any] = {}
         self._explored = False  # no knob setting left to explore
+        self._jobs_cache: tuple[int, dict[int, dict[int, float]]] = (-1, {})
+        self._sweep_gpu_s: float | None = None
 
     def fresh(self) -> ConfirmController:
         """A new controller with the same settings (one per run: it keeps the run's state)."""
@@ -237,6 +239,9 @@ class ConfirmController:
                 self.phases[0].confirm.append(job)
 
     def _jobs_of(self, search) -> dict[int, dict[int, float]]:
+        """Per space point, job number -> the job's median; read once per job the run has run."""
+        if self._jobs_cache[0] == search.ev.calls:
+            return self._jobs_cache[1]
         from ncclrl.agents.search.model import _point_index
 
         at = _point_index(search.space)
@@ -253,6 +258,7 @@ class ConfirmController:
                 if m > 0 and math.isfinite(m) and m not in seen:
                     seen.add(m)
                     out[i][j] = m
+        self._jobs_cache = (search.ev.calls, out)
         return out
 
     def _thr(self, search) -> float:
@@ -293,10 +299,9 @@ class ConfirmController:
     def _horizon_gpu_s(self, search) -> float:
         from ncclrl.agents.problem import predicted_sweep_gpu_s
 
-        sweep = getattr(search, "_sweep_gpu_s", None)
-        if sweep is None:
-            sweep = search._sweep_gpu_s = predicted_sweep_gpu_s(search.problem, search.ev.samples, search.ev.cost)
-        return self.cfg.horizon_sweeps * sweep
+        if self._sweep_gpu_s is None:
+            self._sweep_gpu_s = predicted_sweep_gpu_s(search.problem, search.ev.samples, search.ev.cost)
+        return self.cfg.horizon_sweeps * self._sweep_gpu_s
 
     # -- the jobs ----------------------------------------------------------------------------------
     def next_job(self, search) -> list[int]:
@@ -437,7 +442,7 @@ class ConfirmController:
         if ph.knob and not ph.verdict:
             self._judge_knob(search, ph)
             if not ph.verdict:  # one more pair: the setting's table, then NCCL's defaults with theirs
-                mine = sum(1 for j in ph.confirm if j in self._knob_jobs(search, ph.knob))
+                mine = sum(1 for j in ph.confirm if j in search.knob_jobs[ph.knob])
                 if mine <= len(ph.confirm) - mine:
                     idx = sorted(set(ph.table.values()), key=lambda i: (sp.cell[i], i))
                     return self._ask(search, "confirm", ph.knob, idx, self.cfg.confirm_samples)
@@ -513,9 +518,6 @@ class ConfirmController:
                 out += [int(sp.default[ph.knob * sp.n_cells + c]), *open_]
         return out
 
-    def _knob_jobs(self, search, k: int) -> set[int]:
-        return {j for j in search.knob_jobs[k]}
-
     def _base_table(self, search) -> dict[int, int]:
         """Per cell, the point NCCL's defaults' table runs (its confirmed row, else NCCL's choice)."""
         sp = search.space
@@ -525,7 +527,6 @@ class ConfirmController:
     def _rows_of(self, search, ph: Phase) -> dict[int, int]:
         """Per cell, the confirmed leader (the fastest confirmed) of a phase under NCCL's defaults."""
         sp = search.space
-        nc = sp.n_cells
         thr = self._thr(search)
         alpha = search.cfg.decision.alpha
         tests = self.tests(search, ph)
@@ -535,7 +536,6 @@ class ConfirmController:
             ok = [i for i in ls if tests[(i, d)].passes(thr, alpha / len(ls) if len(ls) > 1 else alpha)]
             if ok:
                 rows[c] = max(ok, key=lambda i: tests[(i, d)].gain)
-        del nc
         return rows
 
     def _table_gain(self, search, ph: Phase) -> float:
