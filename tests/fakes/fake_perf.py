@@ -181,12 +181,45 @@ def init_barrier() -> None:
         shutil.rmtree(meet, ignore_errors=True)
 
 
+def meet_folder(what: str) -> Path | None:
+    """The folder the job's fake ranks meet in for ``what``, named by their launch (Open MPI's job
+    id, Slurm's step); ``None`` for a single process."""
+    e = os.environ
+    job = e.get("OMPI_MCA_ess_base_jobid") or e.get("PMIX_NAMESPACE") or \
+        (f"slurm{e.get('SLURM_JOB_ID', '')}.{e.get('SLURM_STEP_ID', '')}" if "SLURM_PROCID" in e else "")
+    if not job or world < 2:
+        return None
+    return Path(tempfile.gettempdir()) / f"fake-perf-{what}-{job}"
+
+
+def finalize() -> None:
+    """MPI_Finalize is collective: no rank exits before rank 0 has printed its last row, so the
+    launcher still runs every rank while rank 0's output drains (a rank that left early lets the
+    launcher wind the job down around rank 0's last lines). Rank 0 leaves its mark after printing;
+    the others wait for it (10 s at most), and rank 0 for them before it removes the folder."""
+    meet = meet_folder("fini")
+    if meet is None:
+        return
+    meet.mkdir(exist_ok=True)
+    (meet / f"rank{rank}").touch()
+    end = time.time() + 10
+    if rank == 0:
+        while time.time() < end and len(list(meet.glob("rank*"))) < world:
+            time.sleep(0.01)
+        time.sleep(0.05)  # the others see rank 0's mark before the folder goes
+        shutil.rmtree(meet, ignore_errors=True)
+    else:
+        while time.time() < end and (meet / "rank0").exists() is False and meet.exists():
+            time.sleep(0.01)
+
+
 init_barrier()
 if os.environ.get("FAKE_PERF_DIE_RANK") == str(rank):
     os.kill(pid, signal.SIGKILL)
 if mismatch or os.environ.get("FAKE_PERF_HANG_RANK", "") != "" or os.environ.get("FAKE_PERF_DIE_RANK", "") != "":
     time.sleep(FOREVER)  # the hung rank, and every rank waiting on it
 if rank != 0:
+    finalize()
     sys.exit(0)
 
 time.sleep(float(os.environ.get("FAKE_PERF_SLEEP", "0")))
@@ -231,3 +264,4 @@ if os.environ.get("FAKE_PERF_NO_MPI") == "interleave":
         time.sleep(0.03)
 else:
     print(body, flush=True)
+finalize()
