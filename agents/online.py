@@ -14,6 +14,15 @@ Every policy obeys one safety rule, "never a size made slower": it commits an ar
 when the evidence says that arm is faster than arm 0 (:func:`faster_than_incumbent`: a one-sided
 Welch t-test at level ``alpha``, 1%, with a 1% margin), else it commits arm 0.
 
+Arm 0 is the control of every comparison, so every policy keeps it in every plan and bounds what
+exploration may take (:func:`control_plan`): **arm 0 gets at least a third of each plan's slots
+(rounded up) and at least as many as any single alternative**; the alternatives share the rest.
+An arm with a single timed call above :data:`CATASTROPHIC` x arm 0's mean is dropped from every
+later plan and commit at once (:func:`catastrophic`); arm 0 never is. A policy does not commit arm 0
+while an alternative's mean is below arm 0's by more than the margin and its rounds are not spent
+(:func:`settle`): it keeps running arm 0 against that alternative until the test passes, the means
+cross, or the cap comes.
+
 Policies (:data:`POLICIES`): ``round-robin`` (R rounds over all arms, then the best mean),
 ``halving`` (successive halving by mean), ``thompson`` (Thompson sampling on log time, commit at
 P(best) > ``p_best`` or after a cap), ``ppo`` (a small MLP trained with MaskablePPO in
@@ -44,6 +53,11 @@ MAX_SLOTS = 64
 #: the commit test's one-sided level and the least relative gain it accepts (:func:`faster_than_incumbent`)
 ALPHA = 0.01
 MARGIN = 0.01
+#: an arm with one timed call above this many times arm 0's mean is dropped (:func:`catastrophic`)
+CATASTROPHIC = 4.0
+#: rounds after which round-robin and halving commit what the evidence supports (the simulated
+#: coordinator's own cap, :data:`PPO_MAX_ROUNDS`, and Thompson's tuned cap are the same 48)
+MAX_ROUNDS = 48
 
 
 @dataclass(frozen=True)
@@ -53,11 +67,13 @@ class ArmStats:
     :param n: timed calls of this arm so far (all rounds)
     :param mean_us: mean per-call GPU time (nan if ``n`` is 0)
     :param std_us: sample sd of the per-call times (nan if ``n`` < 2)
+    :param max_us: the largest single timed call (nan if ``n`` is 0 or unknown)
     """
 
     n: int
     mean_us: float
     std_us: float
+    max_us: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -100,10 +116,61 @@ Verdict = Plan | Commit
 
 def round_robin(arms: Sequence[int], slots: int) -> Plan:
     """``arms`` in turn, each the same number of times, as many whole turns as fit in ``slots``
-    (at least one call each; more arms than slots: the first ``slots``)."""
+    (at least one call each; more arms than slots: the first ``slots``). No policy plans with it
+    any more (:func:`control_plan` keeps arm 0's share); kept for callers that want plain turns."""
     arms = [int(a) for a in arms][: max(int(slots), 1)]
     reps = max(int(slots) // len(arms), 1)
     return Plan(tuple(arms * reps))
+
+
+def control_slots(slots: int) -> int:
+    """Arm 0's least share of a plan of ``slots`` calls: a third, rounded up."""
+    return -(-int(slots) // 3)
+
+
+def _interleave(counts: dict[int, int]) -> tuple[int, ...]:
+    """A sequence holding each arm ``counts[arm]`` times, each arm's calls spread evenly over it
+    (stride scheduling: next the arm least far along its own share; ties to the lower index)."""
+    done = dict.fromkeys(counts, 0)
+    out = []
+    for _ in range(sum(counts.values())):
+        a = min((a for a, c in counts.items() if done[a] < c), key=lambda a: ((done[a] + 0.5) / counts[a], a))
+        out.append(a)
+        done[a] += 1
+    return tuple(out)
+
+
+def control_plan(alts: Sequence[int], slots: int) -> Plan:
+    """A plan of ``slots`` calls: arm 0 (the control) and the alternatives ``alts``. The share rule:
+    arm 0 gets at least :func:`control_slots` (a third, rounded up) and at least as many calls as
+    any one alternative; each alternative the same number, as many as that allows; arm 0 the rest.
+    Alternatives that do not fit (more than ``slots`` minus arm 0's third) are the last ones of
+    ``alts``, left out. No alternative (or one slot): arm 0 alone. Calls are interleaved."""
+    s = max(int(slots), 1)
+    n0 = control_slots(s)
+    alts = [a for a in dict.fromkeys(int(a) for a in alts) if a != 0][: s - n0]
+    if not alts:
+        return Plan((0,) * s)
+    k = len(alts)
+    r = max(1, min(s // (k + 1), (s - n0) // k))
+    return Plan(_interleave({0: s - r * k} | dict.fromkeys(alts, r)))
+
+
+def catastrophic(state: BucketState, k: float = CATASTROPHIC) -> set[int]:
+    """Arms (never arm 0) with a timed call (``max_us``) above ``k`` x arm 0's mean: dropped from
+    every later plan and never committed. Nothing while arm 0 has no timed call or ``max_us`` is
+    unknown (nan)."""
+    a0 = state.arms[0]
+    if a0.n < 1 or not (math.isfinite(a0.mean_us) and a0.mean_us > 0):
+        return set()
+    lim = k * a0.mean_us
+    return {i for i, a in enumerate(state.arms) if i and a.n > 0 and math.isfinite(a.max_us) and a.max_us > lim}
+
+
+def live_alternatives(state: BucketState) -> list[int]:
+    """The alternatives (arms 1..) not :func:`catastrophic`."""
+    bad = catastrophic(state)
+    return [i for i in range(1, len(state.arms)) if i not in bad]
 
 
 def faster_than_incumbent(state: BucketState, arm: int, alpha: float = ALPHA, margin: float = MARGIN) -> bool:
@@ -134,18 +201,47 @@ def _t_quantile(q: float, df: float) -> float:
 
 def safe_best(state: BucketState, among: Sequence[int] | None = None, alpha: float = ALPHA) -> Commit:
     """Commit the arm of least mean among ``among`` (default: all) that passes
-    :func:`faster_than_incumbent`; arm 0 when none does."""
+    :func:`faster_than_incumbent` and is not :func:`catastrophic`; arm 0 when none does."""
     among = range(len(state.arms)) if among is None else among
-    ok = [a for a in among if a != 0 and state.arms[a].n > 0 and faster_than_incumbent(state, a, alpha)]
+    bad = catastrophic(state)
+    ok = [a for a in among
+          if a != 0 and a not in bad and state.arms[a].n > 0 and faster_than_incumbent(state, a, alpha)]
     return Commit(min(ok, key=lambda a: state.arms[a].mean_us) if ok else 0)
 
 
+def contender(state: BucketState, among: Sequence[int], margin: float = MARGIN) -> int | None:
+    """The alternative of least mean among ``among`` whose mean, times ``1 + margin``, is below arm
+    0's (one the commit test could pass with more evidence); None if there is none."""
+    a0 = state.arms[0]
+    if a0.n < 1 or not math.isfinite(a0.mean_us):
+        return None
+    ok = [a for a in among if a != 0 and state.arms[a].n > 0 and math.isfinite(state.arms[a].mean_us)
+          and state.arms[a].mean_us * (1.0 + margin) < a0.mean_us]
+    return min(ok, key=lambda a: state.arms[a].mean_us) if ok else None
+
+
+def settle(state: BucketState, among: Sequence[int], max_rounds: int, alpha: float = ALPHA) -> Verdict:
+    """The end of exploring ``among``: commit the best arm that passes the commit test
+    (:func:`safe_best`); else, while rounds remain (``state.rounds < max_rounds``) and an alternative's
+    mean is below arm 0's (:func:`contender`), the next plan is arm 0 against that alternative
+    (arm 0 is not committed on too little evidence); else arm 0."""
+    c = safe_best(state, among, alpha)
+    if c.arm:
+        return c
+    b = contender(state, [a for a in among if a not in catastrophic(state)])
+    if b is not None and state.rounds < max_rounds:
+        return control_plan([b], state.slots)
+    return Commit(0)
+
+
 def active_arms(state: BucketState) -> list[int]:
-    """Arms still explored: those timed as often as the most timed arm (a plan of
-    :func:`round_robin` gives each arm of it the same calls, so an arm left out falls behind)."""
-    n = [a.n for a in state.arms]
+    """Arms still explored: arm 0 always, and the alternatives timed as often as the most timed
+    alternative (a plan of :func:`control_plan` gives each alternative of it the same calls, so one
+    left out falls behind), less the :func:`catastrophic` ones."""
+    n = [a.n for a in state.arms[1:]]
     top = max(n) if n else 0
-    return [i for i, k in enumerate(n) if k == top and k > 0]
+    bad = catastrophic(state)
+    return [0] + [i for i, k in enumerate(n, 1) if k == top and k > 0 and i not in bad]
 
 
 def _check(n_arms: int, slots: int) -> None:
@@ -164,7 +260,8 @@ class OnlinePolicy(ABC):
     name: str = ""
 
     def first(self, n_arms: int, prior_us: tuple[float, ...], slots: int, rng: np.random.Generator) -> Verdict:
-        """The first round's plan (no evidence yet): every arm in turn; one arm: commit it.
+        """The first round's plan (no evidence yet): arm 0 and every alternative (:func:`control_plan`);
+        one arm, or a single slot (no room for arm 0 beside an alternative): commit arm 0.
 
         :param n_arms: arms of the bucket (arm 0 the incumbent)
         :param prior_us: the exported model's predicted time per arm (nan if unknown)
@@ -172,7 +269,7 @@ class OnlinePolicy(ABC):
         :param rng: the coordinator's generator (the same seed on every rank)
         """
         _check(n_arms, slots)
-        return Commit(0) if n_arms == 1 else round_robin(range(n_arms), slots)
+        return Commit(0) if n_arms == 1 or slots < 2 else control_plan(range(1, n_arms), slots)
 
     @abstractmethod
     def decide(self, state: BucketState, rng: np.random.Generator) -> Verdict:
@@ -184,50 +281,69 @@ class OnlinePolicy(ABC):
 
 
 class RoundRobin(OnlinePolicy):
-    """``rounds`` rounds over every arm, then commit the best mean (if it beats arm 0).
+    """``rounds`` rounds of arm 0 and every alternative not :func:`catastrophic`, then commit the
+    best mean if it beats arm 0; else, while an alternative's mean is below arm 0's and fewer than
+    ``max_rounds`` rounds are done, arm 0 against it (:func:`settle`).
 
     :param rounds: rounds of exploration before committing
     :param alpha: one-sided level of the commit test
+    :param max_rounds: rounds after which it commits what the test supports (else arm 0)
     """
 
     name = "round-robin"
 
-    def __init__(self, rounds: int = 2, alpha: float = ALPHA) -> None:
+    def __init__(self, rounds: int = 2, alpha: float = ALPHA, max_rounds: int = MAX_ROUNDS) -> None:
         if rounds < 1:
             raise ConfigError("rounds", f"must be >= 1, got {rounds}")
-        self.rounds, self.alpha = int(rounds), float(alpha)
+        if max_rounds < rounds:
+            raise ConfigError("max_rounds", f"must be >= rounds ({rounds}), got {max_rounds}")
+        self.rounds, self.alpha, self.max_rounds = int(rounds), float(alpha), int(max_rounds)
 
     def decide(self, state: BucketState, rng: np.random.Generator) -> Verdict:
-        if state.rounds < self.rounds and len(state.arms) > 1:
-            return round_robin(range(len(state.arms)), state.slots)
-        return safe_best(state, alpha=self.alpha)
+        alts = live_alternatives(state)
+        if not alts:
+            return Commit(0)
+        if state.rounds < self.rounds:
+            return control_plan(alts, state.slots)
+        return settle(state, alts, self.max_rounds, self.alpha)
 
 
 class Halving(OnlinePolicy):
-    """Successive halving: every ``rounds_per_stage`` rounds keep the better half (by mean) of the
-    arms still explored; with one left, commit it if it beats arm 0.
+    """Successive halving of the alternatives against arm 0, the control, which every plan keeps
+    (:func:`control_plan`): every ``rounds_per_stage`` rounds keep the better half (by mean) of the
+    alternatives still explored, only those whose mean is below arm 0's by more than the margin
+    (:func:`contender`); a :func:`catastrophic` alternative leaves at once. With one alternative
+    left, at each stage's end, :func:`settle`: commit it once it passes the commit test, keep running
+    it against arm 0 while its mean is below arm 0's and fewer than ``max_rounds`` rounds are done,
+    else commit arm 0 (none left: arm 0). At ``max_rounds``: :func:`settle` over those explored.
 
     :param rounds_per_stage: rounds between halvings
     :param alpha: one-sided level of the commit test
+    :param max_rounds: rounds after which it commits what the test supports (else arm 0)
     """
 
     name = "halving"
 
-    def __init__(self, rounds_per_stage: int = 1, alpha: float = ALPHA) -> None:
+    def __init__(self, rounds_per_stage: int = 1, alpha: float = ALPHA, max_rounds: int = MAX_ROUNDS) -> None:
         if rounds_per_stage < 1:
             raise ConfigError("rounds_per_stage", f"must be >= 1, got {rounds_per_stage}")
-        self.rounds_per_stage, self.alpha = int(rounds_per_stage), float(alpha)
+        if max_rounds < 1:
+            raise ConfigError("max_rounds", f"must be >= 1, got {max_rounds}")
+        self.rounds_per_stage, self.alpha, self.max_rounds = int(rounds_per_stage), float(alpha), int(max_rounds)
 
     def decide(self, state: BucketState, rng: np.random.Generator) -> Verdict:
-        act = active_arms(state)
-        if len(act) <= 1:
-            return safe_best(state, act, self.alpha)
-        if state.rounds % self.rounds_per_stage:
-            return round_robin(act, state.slots)
-        keep = sorted(act, key=lambda a: state.arms[a].mean_us)[: (len(act) + 1) // 2]
-        if len(keep) == 1:
-            return safe_best(state, keep, self.alpha)
-        return round_robin(sorted(keep), state.slots)
+        alts = [a for a in active_arms(state) if a != 0]
+        if not alts:
+            return Commit(0)
+        if state.rounds % self.rounds_per_stage and state.rounds < self.max_rounds:
+            return control_plan(alts, state.slots)  # within a stage: the same arms again
+        if len(alts) > 1 and state.rounds < self.max_rounds:
+            a0 = state.arms[0].mean_us
+            half = sorted(alts, key=lambda a: state.arms[a].mean_us)[: (len(alts) + 1) // 2]
+            alts = [a for a in half if state.arms[a].mean_us * (1.0 + MARGIN) < a0]
+            if len(alts) > 1:
+                return control_plan(alts, state.slots)
+        return settle(state, alts, self.max_rounds, self.alpha)
 
 
 def log_posterior(state: BucketState, prior_sd: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
@@ -249,9 +365,12 @@ def log_posterior(state: BucketState, prior_sd: float = 0.5) -> tuple[np.ndarray
 
 
 class Thompson(OnlinePolicy):
-    """Thompson sampling on log time: each slot runs the arm whose posterior draw is least; commit
-    when one arm is best with probability above ``p_best`` (Monte Carlo) and, if not arm 0, passes
-    the commit test; after ``cap_rounds`` rounds commit the best arm that passes it (else arm 0).
+    """Thompson sampling on log time: each slot beyond arm 0's share (:func:`control_plan`'s rule:
+    a third, rounded up) runs the arm whose posterior draw is least, no alternative more often than
+    arm 0's share, the rest arm 0; :func:`catastrophic` arms are never drawn. Commit when one arm is
+    best with probability above ``p_best`` (Monte Carlo) and, if not arm 0, passes the commit test;
+    arm 0 so only while no alternative's mean is below arm 0's (:func:`contender`). After
+    ``cap_rounds`` rounds commit the best arm that passes the test (else arm 0).
 
     :param p_best: the commit threshold
     :param cap_rounds: rounds after which it commits the best mean regardless
@@ -270,18 +389,28 @@ class Thompson(OnlinePolicy):
 
     def decide(self, state: BucketState, rng: np.random.Generator) -> Verdict:
         k = len(state.arms)
-        if k == 1:
+        alts = live_alternatives(state)
+        if k == 1 or not alts:
             return Commit(0)
         if state.rounds >= self.cap_rounds:
             return safe_best(state, alpha=self.alpha)
         mu, sd = log_posterior(state)
+        mu[[a for a in range(1, k) if a not in alts]] = np.inf  # dropped arms are never best, never drawn
         best = np.argmin(mu + sd * rng.standard_normal((self.draws, k)), axis=1)
         p = np.bincount(best, minlength=k) / self.draws
         lead = int(np.argmax(p))
-        if p[lead] > self.p_best and (lead == 0 or faster_than_incumbent(state, lead, self.alpha)):
-            return Commit(lead)  # a leader not yet shown faster than arm 0 keeps being sampled
-        picks = np.argmin(mu + sd * rng.standard_normal((state.slots, k)), axis=1)
-        return Plan(tuple(int(a) for a in picks))
+        if p[lead] > self.p_best:
+            # a leader not yet shown faster than arm 0 keeps being sampled; arm 0 is not committed
+            # while an alternative's mean is below its own
+            if lead and faster_than_incumbent(state, lead, self.alpha):
+                return Commit(lead)
+            if lead == 0 and contender(state, alts) is None:
+                return Commit(0)
+        n0 = control_slots(state.slots)
+        picks = np.argmin(mu + sd * rng.standard_normal((state.slots - n0, k)), axis=1)
+        cnt = np.minimum(np.bincount(picks, minlength=k), n0)
+        counts = {a: int(cnt[a]) for a in range(1, k) if cnt[a]}
+        return Plan(_interleave({0: state.slots - sum(counts.values())} | counts))
 
 
 # -- the learned policy -----------------------------------------------------------------------------
@@ -329,29 +458,30 @@ def observe(state: BucketState, horizon_calls: int, max_rounds: int = PPO_MAX_RO
 
 
 def action_mask(state: BucketState, max_rounds: int = PPO_MAX_ROUNDS) -> np.ndarray:
-    """Which of :data:`ACTIONS` are allowed: exploring stops at ``max_rounds``; dropping needs two
-    alternatives still explored (arm 0 is never dropped: it is every comparison's reference)."""
+    """Which of :data:`ACTIONS` are allowed: exploring stops at ``max_rounds`` or when no
+    alternative is left to explore; dropping needs two alternatives still explored (arm 0 is never
+    dropped: it is every comparison's reference)."""
     alts = [a for a in active_arms(state) if a != 0]
-    more = state.rounds < max_rounds and len(state.arms) > 1
+    more = state.rounds < max_rounds and len(alts) >= 1
     return np.array([more, more and len(alts) >= 2, True, True])
 
 
 def apply_action(state: BucketState, action: int, alpha: float = ALPHA) -> Verdict:
-    """What an action of :data:`ACTIONS` means: continue round-robin over the arms still explored
-    (arm 0 always among them); drop the alternative of worst mean and continue over the rest; commit
-    the best arm that passes the commit test (else arm 0); commit arm 0."""
+    """What an action of :data:`ACTIONS` means: continue over arm 0 and the alternatives still
+    explored (:func:`active_arms`: :func:`catastrophic` ones are gone; :func:`control_plan`'s share
+    rule); drop the alternative of worst mean and continue over the rest; commit the best arm that
+    passes the commit test (else arm 0); commit arm 0. Nothing left to explore: arm 0."""
     if action == COMMIT_INCUMBENT or len(state.arms) == 1:
         return Commit(0)
     if action == COMMIT_BEST:
         return safe_best(state, alpha=alpha)
-    act = sorted(set(active_arms(state)) | {0})
+    alts = [a for a in active_arms(state) if a != 0]
     if action == DROP:
-        alts = [a for a in act if a != 0]
         if len(alts) >= 2:
-            act.remove(max(alts, key=lambda a: state.arms[a].mean_us))
+            alts.remove(max(alts, key=lambda a: state.arms[a].mean_us))
     elif action != CONTINUE:
         raise ConfigError("action", f"must be 0..{len(ACTIONS) - 1}, got {action}")
-    return round_robin(act, state.slots)
+    return control_plan(alts, state.slots) if alts else Commit(0)
 
 
 def policy_path() -> Path:
@@ -412,8 +542,8 @@ POLICIES: tuple[str, ...] = ("round-robin", "halving", "thompson", "ppo")
 #: the policy the study (docs/results/online-sim.md) says to ship
 SHIPPED_POLICY: str = "halving"
 #: the baselines' parameters tuned on the training stream (docs/results/online-sim.md)
-TUNED: dict[str, dict[str, Any]] = {"round-robin": {"rounds": 2}, "halving": {"rounds_per_stage": 2},
-                                    "thompson": {"cap_rounds": 48, "p_best": 0.95, "draws": 1000}}
+TUNED: dict[str, dict[str, Any]] = {"round-robin": {"rounds": 1}, "halving": {"rounds_per_stage": 1},
+                                    "thompson": {"cap_rounds": 48, "p_best": 0.9, "draws": 1000}}
 
 
 def make_policy(name: str, **kw: Any) -> OnlinePolicy:
@@ -428,7 +558,8 @@ def make_policy(name: str, **kw: Any) -> OnlinePolicy:
     return {"round-robin": RoundRobin, "halving": Halving, "thompson": Thompson}[key](**args)
 
 
-__all__ = ["ACTIONS", "MAX_ARMS", "MAX_SLOTS", "OBS_DIM", "POLICIES", "SHIPPED_POLICY", "TUNED", "ArmStats",
-           "BucketState", "Commit", "Halving", "OnlinePolicy", "PPOPolicy", "Plan", "RoundRobin", "Thompson",
-           "action_mask", "active_arms", "apply_action", "faster_than_incumbent", "make_policy", "observe",
-           "round_robin", "safe_best"]
+__all__ = ["ACTIONS", "CATASTROPHIC", "MAX_ARMS", "MAX_ROUNDS", "MAX_SLOTS", "OBS_DIM", "POLICIES", "SHIPPED_POLICY",
+           "TUNED", "ArmStats", "BucketState", "Commit", "Halving", "OnlinePolicy", "PPOPolicy", "Plan", "RoundRobin",
+           "Thompson", "action_mask", "active_arms", "apply_action", "catastrophic", "contender", "control_plan",
+           "control_slots", "faster_than_incumbent", "live_alternatives", "make_policy", "observe", "round_robin",
+           "safe_best", "settle"]

@@ -59,9 +59,9 @@ from ncclrl.agents.online import (
     PPOPolicy,
     action_mask,
     apply_action,
+    control_plan,
     make_policy,
     observe,
-    round_robin,
     safe_best,
 )
 from ncclrl.agents.online import ArmStats as _ArmStats
@@ -259,6 +259,7 @@ class BucketRun:
         self.n = np.zeros(k, np.int64)
         self.s1 = np.zeros(k)
         self.s2 = np.zeros(k)
+        self.mx = np.full(k, math.nan)
         self.calls = self.rounds = 0
         self.total_us = 0.0
         self.committed: int | None = None
@@ -267,10 +268,10 @@ class BucketRun:
 
     def state(self) -> BucketState:
         arms = []
-        for n, s1, s2 in zip(self.n, self.s1, self.s2, strict=True):
+        for n, s1, s2, mx in zip(self.n, self.s1, self.s2, self.mx, strict=True):
             m = s1 / n if n else float("nan")
             v = max((s2 - n * m * m) / (n - 1), 0.0) if n >= 2 else float("nan")
-            arms.append(_ArmStats(int(n), float(m), float(math.sqrt(v)) if n >= 2 else float("nan")))
+            arms.append(_ArmStats(int(n), float(m), float(math.sqrt(v)) if n >= 2 else float("nan"), float(mx)))
         return BucketState(tuple(arms), tuple(float(x) for x in self.p.prior_us), self.rounds, self.calls,
                            self.cfg.slots)
 
@@ -296,6 +297,7 @@ class BucketRun:
             x = self.meas[a] * np.exp(self.sample_log[a, idx])
             self.s1[a] += x.sum()
             self.s2[a] += float(x @ x)
+            self.mx[a] = float(x.max()) if math.isnan(self.mx[a]) else max(self.mx[a], float(x.max()))
             self.n[a] += cnt[a]
         c = float(cnt @ self.cost)
         self.calls += m
@@ -345,7 +347,8 @@ def run_episode(problem: OnlineProblem, policy: OnlinePolicy, seed: int, cfg: Si
 
 class OnlineExploreEnv(gym.Env):
     """One episode: one run of one problem's job, decided at each round boundary by one of
-    :data:`~ncclrl.agents.online.ACTIONS` (the first round is every arm in turn, as every policy's).
+    :data:`~ncclrl.agents.online.ACTIONS` (the first round is arm 0 and every alternative,
+    :func:`~ncclrl.agents.online.control_plan`, as every policy's).
 
     Reward: minus each round's cost (and the committed rest of the job), divided by the whole job at
     arm 0; at the end plus the ``paired`` baseline's total on the same problem and noise draw
@@ -380,7 +383,7 @@ class OnlineExploreEnv(gym.Env):
         self.run = BucketRun(self.problem, job, self.cfg)
         self.norm = self.problem.n_calls * float(self.run.cost[0])
         self.base = run_episode(self.problem, self.paired, job, self.cfg)["total_us"] if self.paired else 0.0
-        self.pending = -self.run.apply(round_robin(range(self.problem.n_arms), self.cfg.slots)) / self.norm
+        self.pending = -self.run.apply(control_plan(range(1, self.problem.n_arms), self.cfg.slots)) / self.norm
         return self._obs(), {}
 
     def action_masks(self) -> np.ndarray:

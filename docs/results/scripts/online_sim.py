@@ -3,7 +3,12 @@ train the PPO policy with 5 seeds on stream 1 (2 at a time), judge every policy 
 the CSVs to docs/results/online-sim/ and the shipped weights (seed 0) to agents/pretrained/.
 
     python docs/results/scripts/online_sim.py [--out docs/results/online-sim] [--train 300] [--judge 300]
-        [--draws 4] [--steps 150000] [--seeds 5] [--runs runs/online-sim]
+        [--draws 4] [--steps 150000] [--seeds 5] [--runs runs/online-sim] [--ship]
+
+``--weights A.json [B.json ...]`` judges those PPO weights (as seeds 0, 1, ...) instead of training
+any: the baselines' tuning and judging and those weights' judged numbers, in about a minute
+(``--weights agents/pretrained/online_policy.json``: the shipped seed 0). The criteria then cover
+only the seeds judged.
 """
 
 from __future__ import annotations
@@ -96,10 +101,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=150_000)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--ship", action="store_true", help="write seed 0's weights to agents/pretrained/")
+    ap.add_argument("--weights", nargs="+", default=None,
+                    help="judge these PPO weights (seeds 0, 1, ...) instead of training")
     a = ap.parse_args()
+    if a.weights and a.ship:
+        ap.error("--ship writes trained weights; --weights trains none")
     out, runs = Path(a.out), Path(a.runs)
     out.mkdir(parents=True, exist_ok=True)
-    runs.mkdir(parents=True, exist_ok=True)
+    if not a.weights:
+        runs.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
 
     # 1. tune the baselines on the training stream
@@ -116,11 +126,15 @@ def main() -> None:
     paired = min(BASELINES, key=lambda n: float(tuned[(tuned.policy == n)].rel_static.min()))
     print(f"# tuned {best_kw}; paired baseline {paired} ({time.time() - t0:.0f} s)", flush=True)
 
-    # 2. train PPO, 2 seeds at a time
-    jobs = [(s, a.train, a.steps, paired, json.dumps(best_kw[paired]), str(runs)) for s in range(a.seeds)]
-    with mp.get_context("spawn").Pool(2) as pool:
-        paths = pool.map(_train, jobs)
-    print(f"# trained {len(paths)} seeds ({time.time() - t0:.0f} s)", flush=True)
+    # 2. train PPO, 2 seeds at a time (or judge the weights given)
+    if a.weights:
+        paths, a.seeds = list(a.weights), len(a.weights)
+        print(f"# not trained: judging {paths} as seeds 0..{a.seeds - 1}", flush=True)
+    else:
+        jobs = [(s, a.train, a.steps, paired, json.dumps(best_kw[paired]), str(runs)) for s in range(a.seeds)]
+        with mp.get_context("spawn").Pool(2) as pool:
+            paths = pool.map(_train, jobs)
+        print(f"# trained {len(paths)} seeds ({time.time() - t0:.0f} s)", flush=True)
     if a.ship:
         PPOPolicy.load(paths[0]).save(policy_path())
 
@@ -159,7 +173,8 @@ def main() -> None:
     crit.to_csv(out / "criteria.csv", index=False, float_format="%.5g")
     ok = bool(crit[crit.cell == "pooled"]["pass"].all())
     print(crit[crit.cell == "pooled"].to_string(index=False))
-    print(f"# best baseline {best}; success: {ok}; ship {'ppo' if ok else best} ({time.time() - t0:.0f} s)")
+    print(f"# best baseline {best}; success over the {a.seeds} seed(s) judged: {ok}; "
+          f"ship {'ppo' if ok else best} ({time.time() - t0:.0f} s)")
     assert set(BASELINES) | {"ppo"} == set(POLICIES)
 
 
