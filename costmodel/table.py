@@ -577,7 +577,8 @@ def write_unit(out_dir: Path, texts: dict[str, str]) -> dict[str, Path]:
     from the manifest's: :func:`check_unit` refuses both, so no reader takes a table with another
     write's ``nccl.conf`` for a whole one. A table's fingerprint (the manifest's ``fingerprint``) is
     also logged, as the ``NCCLRL_TUNER_TABLE_FINGERPRINT`` a deployment sets on every rank (the
-    plugin then fails a rank's init whose file has other bytes).
+    plugin then fails a rank's init whose file has other bytes; it refuses a table file read without
+    that variable).
 
     :param out_dir: the folder (created if needed)
     :param texts: file name -> text

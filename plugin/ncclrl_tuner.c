@@ -22,7 +22,11 @@
  * or no memory = no table: for a source a variable named, or a file whose FNV-1a fingerprint is not
  * NCCLRL_TUNER_TABLE_FINGERPRINT, the communicator's init fails with a WARN (ranks must never decide
  * differently; NCCLRL_TUNER_ON_ERROR=fallback keeps NCCL's defaults instead, with the WARN); for the
- * unnamed ./nccl_tuner.conf, NCCL's defaults. Parsing is ASCII-only and ignores the C locale. Under
+ * unnamed ./nccl_tuner.conf, NCCL's defaults. A table read from a file (./nccl_tuner.conf too) needs
+ * NCCLRL_TUNER_TABLE_FINGERPRINT: 16 hex digits, checked against the bytes read, or `any` to opt
+ * out; unset, the file is refused with one WARN naming the fingerprint to set, under the same
+ * policy (a file can differ between nodes or change between two ranks' inits); the table in
+ * NCCLRL_TUNER_TABLE_DATA needs none. Parsing is ASCII-only and ignores the C locale. Under
  * ABI v2 a row's algorithm is written only where NCCL 2.21 runs it for that collective. Lookups are binary searches over per-collective arrays
  * built at init: no allocation, no locking (read-only after init), and the same answer on every
  * rank that reads the same bytes.
@@ -127,8 +131,10 @@ typedef struct {
   int strict;     /* a table is required: its source was named by a variable, or its fingerprint is expected */
   int fail;       /* strict, and NCCLRL_TUNER_ON_ERROR is not fallback: a table not loaded fails this init */
   int has_expect; /* NCCLRL_TUNER_TABLE_FINGERPRINT was given: expect */
+  int unchecked;  /* NCCLRL_TUNER_TABLE_FINGERPRINT=any: a table file loads without its fingerprint checked */
   uint64_t expect;
   int loaded;     /* the table was read, matched the expected fingerprint, and is indexed */
+  uint64_t table_fp; /* the loaded table's fingerprint (0: none loaded); online ranks compare it at HELLO */
   char path[512];
   reqlog_t reqlog;
   struct ocomm* online; /* online mode's state of this communicator (NCCLRL_TUNER_MODE=online), or NULL */
@@ -647,6 +653,7 @@ static void load_text(ctx_t* ctx, const char* origin, const char* text, size_t l
   ctx->storage = rows;
   ctx->applicable = n;
   ctx->loaded = 1;
+  ctx->table_fp = hash;
   char marked[96] = "";
   if (ctx->nccl_choice)
     snprintf(marked, sizeof(marked), ", %d marked as NCCL's choice (left to NCCL)", ctx->nccl_choice);
@@ -735,7 +742,9 @@ static char* read_file(ctx_t* ctx, const char* path, size_t* len) {
  * the file NCCLRL_TUNER_TABLE, the file NCCL_TUNER_CONFIG_FILE, ./nccl_tuner.conf. A source named
  * by a variable, or the file when a fingerprint is expected, must load (ctx->strict); when it does
  * not, init fails unless fallback (NCCLRL_TUNER_ON_ERROR=fallback). The expected fingerprint guards
- * files (a file can differ between nodes or change between inits); NCCLRL_TUNER_TABLE_DATA is the
+ * files (a file can differ between nodes or change between inits), so a file read while none is
+ * expected (NCCLRL_TUNER_TABLE_FINGERPRINT unset, and not `any`) is refused under the same policy,
+ * ./nccl_tuner.conf included: it exists, so it was meant to apply. NCCLRL_TUNER_TABLE_DATA is the
  * launcher's copy of the same bytes to every rank (its own fingerprint is on the INFO line), and
  * ncclrl's measured jobs set it while the user's deployment variables may still be exported. */
 static void load_table(ctx_t* ctx, int fallback) {
@@ -766,6 +775,16 @@ static void load_table(ctx_t* ctx, int fallback) {
   size_t len = 0;
   char* text = read_file(ctx, path, &len);
   if (!text) return;
+  if (!ctx->has_expect && !ctx->unchecked) { /* unchecked bytes: ranks could run different tables unseen */
+    ctx->fail = !fallback;
+    unsigned long long hash = (unsigned long long)fnv1a64(text, len);
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table %s is a file and " FINGERPRINT_ENV " is unset: ranks could read "
+        "different bytes unseen (another node's copy, a file replaced between inits); set " FINGERPRINT_ENV
+        "=%016llx (these %zu bytes' fingerprint; the export prints the table's) on every rank, or =any to load "
+        "files unchecked: %s", path, hash, len, outcome(ctx));
+    free(text);
+    return;
+  }
   load_text(ctx, path, text, len);
   free(text);
 }
@@ -881,7 +900,7 @@ static size_t reqlog_max(ctx_t* ctx) {
   const char* s = getenv(REQLOG_MAX_ENV);
   long long v = REQLOG_DEFAULT_MAX;
   if (s && *s && parse_int(s, 0, REQLOG_MAX_LIMIT, &v) != 0) {
-    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s='%s' is not a whole number from 0 to %d; using %d", REQLOG_MAX_ENV, s,
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s='%.64s' is not a whole number from 0 to %d; using %d", REQLOG_MAX_ENV, s,
         REQLOG_MAX_LIMIT, REQLOG_DEFAULT_MAX);
     v = REQLOG_DEFAULT_MAX;
   }
@@ -1026,8 +1045,9 @@ static void reqlog_close(ctx_t* ctx) {
 #endif
 
 /* The deployment's settings: NCCLRL_TUNER_ON_ERROR (fail, the default, or fallback) into
- * *fallback, NCCLRL_TUNER_TABLE_FINGERPRINT (16 hex digits) into ctx->expect. Returns 0, or -1
- * (logged) when a value is malformed: init fails then, whatever the policy. */
+ * *fallback, NCCLRL_TUNER_TABLE_FINGERPRINT (16 hex digits, into ctx->expect; or `any`, any case:
+ * ctx->unchecked). Returns 0, or -1 (logged, naming the variable and its allowed values) when a
+ * value is malformed: init fails then, whatever the policy. */
 static int read_settings(ctx_t* ctx, int* fallback) {
   const char* policy = getenv(ON_ERROR_ENV);
   *fallback = 0;
@@ -1041,6 +1061,10 @@ static int read_settings(ctx_t* ctx, int* fallback) {
   }
   const char* want = getenv(FINGERPRINT_ENV);
   if (!want || !*want) return 0;
+  if (ascii_caseeq(want, "any")) {
+    ctx->unchecked = 1;
+    return 0;
+  }
   uint64_t v = 0;
   size_t n = 0;
   for (; want[n] && n < 17; n++) {
@@ -1051,7 +1075,8 @@ static int read_settings(ctx_t* ctx, int* fallback) {
   }
   if (n != 16 || want[n]) {
     LOG(ctx, NCCLRL_LOG_WARN, PREFIX FINGERPRINT_ENV "='%.64s' is not 16 hex digits (the fingerprint the table's "
-        "export prints, also in nccl_tuner.manifest): this communicator's init fails", want);
+        "export prints, also in nccl_tuner.manifest) or any (a table file loads unchecked): this communicator's "
+        "init fails", want);
     return -1;
   }
   ctx->has_expect = 1;
@@ -1171,6 +1196,7 @@ static void apply_online(ctx_t* ctx, const row_t* r, int coll, size_t nBytes, in
     }
   }
   if (arm == 0) apply_row(ctx, r, coll, nBytes, costTable, numAlgo, numProto, nChannels);
+  else if (arm < 0) ran = static_cfg(NULL, costTable, numAlgo, numProto); /* NCCL decides: its own choice */
   /* NCCL aggregates grouped tasks (numPipeOps > 1) into one decision whose events carry each task's own
    * size: such a call keeps its place in the schedule but is not matched to events */
   if (b && pipe <= 1) online_note(b, timed ? arm : -1, ran, nBytes);

@@ -475,6 +475,30 @@ def test_d2_a_rank_without_the_deployed_table_fails_its_init_loudly(probe_build,
         assert rc == 0 and len(warns) == 1 and warns[0].endswith("NCCL's own decisions everywhere")
 
 
+def test_d4_a_table_file_deployed_without_its_fingerprint_is_refused_on_every_rank(probe_build, tmp_path):
+    """The deployment of D2 without NCCLRL_TUNER_TABLE_FINGERPRINT: a file replaced between two ranks'
+    inits would go unseen, so no rank loads a file unchecked. Each rank's init fails with one WARN
+    naming the path and the fingerprint to set (that of the bytes it read, Python's); with
+    NCCLRL_TUNER_ON_ERROR=fallback every rank keeps NCCL's decisions: the ranks agree either way.
+    NCCLRL_TUNER_TABLE_FINGERPRINT=any loads the file unchecked (the opt-out)."""
+    from ncclrl.costmodel.table import fingerprint
+
+    table = tmp_path / "nccl_tuner.csv"
+    text = format_row("allreduce", 0, "max", "ring", "simple", 4) + "\n"
+    changed = text.replace("simple,4", "ll128,4")
+    for content in (text, changed):  # rank 0, then rank 1 after the file changed
+        table.write_text(content)
+        rc, warns = _rank_init(probe_build, {"NCCLRL_TUNER_TABLE": str(table)})
+        assert rc == 1 and len(warns) == 1
+        assert warns[0].startswith(f"TUNER/ncclrl: table {table} is a file and NCCLRL_TUNER_TABLE_FINGERPRINT is unset")
+        assert f"set NCCLRL_TUNER_TABLE_FINGERPRINT={fingerprint(content)} " in warns[0]
+        assert "or =any to load files unchecked: this communicator's init fails" in warns[0]
+        rc, warns = _rank_init(probe_build, {"NCCLRL_TUNER_TABLE": str(table), "NCCLRL_TUNER_ON_ERROR": "fallback"})
+        assert rc == 0 and len(warns) == 1 and warns[0].endswith("NCCL's own decisions everywhere")
+    rc, warns = _rank_init(probe_build, {"NCCLRL_TUNER_TABLE": str(table), "NCCLRL_TUNER_TABLE_FINGERPRINT": "any"})
+    assert rc == 0 and warns == []
+
+
 # ---- C: checkpoints ----------------------------------------------------------------------------
 
 class _Boom:

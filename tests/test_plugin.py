@@ -113,6 +113,7 @@ def test_ctypes_matches_the_reference_on_random_tables(build, tmp_path, monkeypa
         path.write_text(text)
         monkeypatch.delenv("NCCLRL_TUNER_TABLE_DATA", raising=False)
         monkeypatch.setenv("NCCLRL_TUNER_TABLE", str(path))
+        monkeypatch.setenv("NCCLRL_TUNER_TABLE_FINGERPRINT", fingerprint(text))  # a file loads only checked
         ctx = ctypes.c_void_p()
         assert v5.init(ctypes.byref(ctx), trial, 4, 1, None, None, None) == 0
         for _ in range(300):
@@ -231,20 +232,74 @@ def test_the_environment_wins_over_a_path_and_empty_falls_back(build, exported, 
                                     "NCCL_TUNER_CONFIG_FILE": str(other)})
     assert source_line(logs).group(1) == "NCCLRL_TUNER_TABLE_DATA"
     assert got[(N.ALLREDUCE, 1 << 20)] == expected(table, N.ALLREDUCE, 1 << 20, 2, 4)
-    # set but empty: the path, fingerprinted over the file's bytes
-    logs, got = probe(build, 1, 4, {"NCCLRL_TUNER_TABLE_DATA": "", "NCCLRL_TUNER_TABLE": str(other)})
+    # set but empty: the path, fingerprinted over the file's bytes (a file needs its fingerprint stated)
+    fp = {"NCCLRL_TUNER_TABLE_FINGERPRINT": fingerprint(other.read_bytes())}
+    logs, got = probe(build, 1, 4, {"NCCLRL_TUNER_TABLE_DATA": "", "NCCLRL_TUNER_TABLE": str(other), **fp})
     m = source_line(logs)
     assert m.group(1) == str(other) and m.group(4) == fingerprint(other.read_bytes())
     assert int(m.group(2)) == len(other.read_bytes()) and int(m.group(5)) == 3
     assert got[(N.ALLREDUCE, 1 << 20)] == (N.RING, N.LL128, 24)
     # then NCCL_TUNER_CONFIG_FILE, then ./nccl_tuner.conf
-    logs, _ = probe(build, 2, 4, {"NCCL_TUNER_CONFIG_FILE": str(other)})
+    logs, _ = probe(build, 2, 4, {"NCCL_TUNER_CONFIG_FILE": str(other), **fp})
     assert source_line(logs).group(1) == str(other)
     (tmp_path / "nccl_tuner.conf").write_text(text)
-    logs, got = probe(build, 1, 2, {}, cwd=tmp_path)
+    logs, got = probe(build, 1, 2, {"NCCLRL_TUNER_TABLE_FINGERPRINT": fingerprint(text)}, cwd=tmp_path)
     m = source_line(logs)
     assert m.group(1) == "nccl_tuner.conf" and m.group(4) == fingerprint(text)
     assert got[(N.ALLREDUCE, 8)] == expected(table, N.ALLREDUCE, 8, 1, 2)
+
+
+UNCHECKED = re.compile(r"^table (.+) is a file and NCCLRL_TUNER_TABLE_FINGERPRINT is unset: .*; set "
+                       r"NCCLRL_TUNER_TABLE_FINGERPRINT=([0-9a-f]{16}) \(these (\d+) bytes' fingerprint; .*\) on every "
+                       r"rank, or =any to load files unchecked: (.+)$")
+
+
+@pytest.mark.parametrize("source", ["NCCLRL_TUNER_TABLE", "NCCL_TUNER_CONFIG_FILE", "./nccl_tuner.conf"])
+def test_a_file_without_a_fingerprint_is_refused_naming_the_fix(build, exported, tmp_path, source):
+    """A table file read while NCCLRL_TUNER_TABLE_FINGERPRINT is unset (ranks could read different
+    bytes unseen) is refused: one WARN naming the path and the fingerprint to set, which is Python's
+    for the file; init fails (fallback: NCCL decides everything). Set to that fingerprint, or to
+    ``any``, the same file loads; the same text in NCCLRL_TUNER_TABLE_DATA needs none."""
+    table, text = exported
+    path = tmp_path / ("nccl_tuner.conf" if source.startswith("./") else "nccl_tuner.csv")
+    path.write_text(text)
+    env = {} if source.startswith("./") else {source: str(path)}
+    named = "nccl_tuner.conf" if source.startswith("./") else str(path)
+    logs, _ = probe(build, 2, 4, env, cwd=tmp_path, init_fails=True)
+    (msg,) = warns(logs)
+    m = UNCHECKED.match(msg.removeprefix("TUNER/ncclrl: "))
+    assert m, msg
+    assert (m.group(1), m.group(2), int(m.group(3))) == (named, fingerprint(text), len(text.encode()))
+    assert m.group(4).startswith("this communicator's init fails")
+    assert not [x for _, x in logs if "table from" in x]
+    logs, got = probe(build, 2, 4, {**env, "NCCLRL_TUNER_ON_ERROR": "fallback"}, cwd=tmp_path)
+    (msg,) = warns(logs)
+    assert UNCHECKED.match(msg.removeprefix("TUNER/ncclrl: ")).group(4) == "NCCL's own decisions everywhere"
+    assert set(got.values()) == {(-1, -1, 0)}
+    for value in (m.group(2), "any", "ANY"):  # the fix the WARN names, and the opt-out
+        logs, got = probe(build, 2, 4, {**env, "NCCLRL_TUNER_TABLE_FINGERPRINT": value}, cwd=tmp_path)
+        assert source_line(logs).group(1) == named and not warns(logs)
+        assert got[(N.ALLREDUCE, 1 << 20)] == expected(table, N.ALLREDUCE, 1 << 20, 2, 4)
+    logs, _ = probe(build, 2, 4, {**env, "NCCLRL_TUNER_TABLE_DATA": text}, cwd=tmp_path)
+    assert source_line(logs).group(1) == "NCCLRL_TUNER_TABLE_DATA" and not warns(logs)
+
+
+@pytest.mark.parametrize(("var", "value", "allowed"), [
+    ("NCCLRL_TUNER_TABLE_FINGERPRINT", "anything", "is not 16 hex digits (the fingerprint the table's export prints, "
+                                                   "also in nccl_tuner.manifest) or any"),
+    ("NCCLRL_TUNER_ON_ERROR", "ignore", "is not fail or fallback"),
+    ("NCCLRL_TUNER_REQUEST_LOG_MAX", "lots", "is not a whole number from 0 to 67108864; using 100000"),
+])
+def test_a_setting_outside_its_allowed_values_warns_naming_them(build, tmp_path, var, value, allowed):
+    """Every static-mode setting with a fixed set of values: a value outside it is one WARN naming
+    the variable, the value and what it may be (the fingerprint and the policy fail init; the request
+    log's cap falls back to its default)."""
+    env = {"NCCLRL_TUNER_TABLE_DATA": "allreduce,0,max,ring,simple,2,-1,-1\n", var: value}
+    if var == "NCCLRL_TUNER_REQUEST_LOG_MAX":
+        env["NCCLRL_TUNER_REQUEST_LOG"] = str(tmp_path / "req")
+    logs, _ = probe(build, 1, 4, env, queries=[(4, 8)], init_fails=var != "NCCLRL_TUNER_REQUEST_LOG_MAX")
+    (msg,) = warns(logs)
+    assert msg.startswith(f"TUNER/ncclrl: {var}='{value}' {allowed}"), msg
 
 
 def test_plugin_and_python_fingerprints_agree_on_every_shipped_table(build):
@@ -342,10 +397,11 @@ def test_files_that_are_not_tables_are_refused_quickly(build, tmp_path, kind):
     want = {"nul": "holds a NUL byte at offset 46 (line 2)", "fifo": "is a FIFO, not a regular file",
             "directory": "is a directory, not a regular file", "dev-zero": "is a character device, not a regular file"}
     t0 = time.monotonic()
-    logs, _ = probe(build, 1, 4, {"NCCLRL_TUNER_TABLE": str(path)}, init_fails=True)
+    env = {"NCCLRL_TUNER_TABLE": str(path), "NCCLRL_TUNER_TABLE_FINGERPRINT": "any"}  # refused for what it is
+    logs, _ = probe(build, 1, 4, env, init_fails=True)
     (msg,) = warns(logs)
     assert str(path) in msg and want[kind] in msg and "this communicator's init fails" in msg
-    logs, got = probe(build, 1, 4, {"NCCLRL_TUNER_TABLE": str(path), "NCCLRL_TUNER_ON_ERROR": "fallback"})
+    logs, got = probe(build, 1, 4, {**env, "NCCLRL_TUNER_ON_ERROR": "fallback"})
     assert time.monotonic() - t0 < 10
     (msg,) = warns(logs)
     assert str(path) in msg and want[kind] in msg and "NCCL's own decisions everywhere" in msg
@@ -363,10 +419,12 @@ def test_100000_rows_load_fast_and_whole(build, tmp_path):
     """100,000 rows (4.5 MB) from a file: every row loads, decisions from the first and last rows,
     and the load (init, in a fresh process) stays well under a second even on a loaded machine."""
     path = tmp_path / "big.csv"
-    path.write_text(many_rows(100_000))
+    text = many_rows(100_000)
+    path.write_text(text)
     queries = [(c, s) for c in range(5) for s in (0, 4095, 4096, 19_999 * 4096 + 4095, 20_000 * 4096)]
     t0 = time.monotonic()
-    logs, got = probe(build, 1, 4, {"NCCLRL_TUNER_TABLE": str(path)}, queries=queries)
+    env = {"NCCLRL_TUNER_TABLE": str(path), "NCCLRL_TUNER_TABLE_FINGERPRINT": fingerprint(text)}
+    logs, got = probe(build, 1, 4, env, queries=queries)
     assert time.monotonic() - t0 < 5
     m = source_line(logs)
     assert (int(m.group(3)), int(m.group(5)), int(m.group(8))) == (100_000, 100_000, 0) and not warns(logs)

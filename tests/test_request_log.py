@@ -24,7 +24,7 @@ PLUGIN = Path(__file__).resolve().parents[1] / "plugin"
 COLLS = ["broadcast", "reduce", "allgather", "reducescatter", "allreduce"]
 BROADCAST, ALLGATHER, REDUCESCATTER, ALLREDUCE = 0, 2, 3, 4
 OWN_VARS = ("NCCLRL_TUNER_REQUEST_LOG", "NCCLRL_TUNER_REQUEST_LOG_MAX", "NCCLRL_TUNER_TABLE_DATA",
-            "NCCLRL_TUNER_TABLE", "NCCL_TUNER_CONFIG_FILE")
+            "NCCLRL_TUNER_TABLE", "NCCL_TUNER_CONFIG_FILE", "NCCLRL_TUNER_TABLE_FINGERPRINT", "NCCLRL_TUNER_ON_ERROR")
 # decisions that differ by size and shape, so that "unchanged" means something
 TABLE = """\
 allreduce,0,8388607,ring,ll128,8,2,8

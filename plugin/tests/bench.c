@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
 
   double loads[21];
   unsetenv("NCCLRL_TUNER_TABLE_DATA");
+  setenv("NCCLRL_TUNER_TABLE_FINGERPRINT", "any", 1); /* the bench's own files: read unchecked */
   setenv("NCCLRL_TUNER_TABLE", p1000, 1);
   for (int r = 0; r < 21; r++) {
     void* ctx = NULL;

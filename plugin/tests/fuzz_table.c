@@ -1,6 +1,7 @@
 /* libFuzzer target: any bytes as a table, from a file and from NCCLRL_TUNER_TABLE_DATA, must load
- * without a crash, leak or UB, and every lookup on the result must be safe. Built with the plugin's
- * source compiled in. */
+ * without a crash, leak or UB, and every lookup on the result must be safe. The file is read with no
+ * fingerprint expected (refused whole) and with NCCLRL_TUNER_TABLE_FINGERPRINT=any (parsed). Built
+ * with the plugin's source compiled in. */
 #include "../ncclrl_tuner.c"
 
 #include <unistd.h>
@@ -36,7 +37,11 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   close(fd);
   unsetenv("NCCLRL_TUNER_TABLE_DATA");
   setenv("NCCLRL_TUNER_TABLE", path, 1);
+  unsetenv("NCCLRL_TUNER_TABLE_FINGERPRINT"); /* no fingerprint expected: refused whole */
   exercise();
+  setenv("NCCLRL_TUNER_TABLE_FINGERPRINT", "any", 1); /* loaded unchecked: the parser's input */
+  exercise();
+  unsetenv("NCCLRL_TUNER_TABLE_FINGERPRINT");
   unlink(path);
   /* the same bytes up to the first NUL as the environment variable's content (the path unused) */
   char* text = malloc(size + 1);

@@ -5,8 +5,10 @@
  * NCCLRL_TUNER_TABLE_DATA), tests/data/shapes.csv (rows for several communicator shapes),
  * tables of 1 MiB and 17 MiB in the environment, the request log (NCCLRL_TUNER_REQUEST_LOG), files
  * that are not tables (a NUL byte, a FIFO, a directory, /dev/zero), the locale (HARNESS_LOCALE: run
- * everything under it), ABI v2's refusals, the per-collective filter limit, and communicators
- * initialised and queried from several threads at once.
+ * everything under it), ABI v2's refusals, the per-collective filter limit, communicators
+ * initialised and queried from several threads at once, and the deployment's fingerprint
+ * (NCCLRL_TUNER_TABLE_FINGERPRINT: a file without one is refused; `any` opts out). Checks of other
+ * things that read a table file run with NCCLRL_TUNER_TABLE_FINGERPRINT=any.
  *
  *   harness LIB DATA_DIR     exit status 0 when every check passes (HARNESS_ECHO=1: print the log lines)
  */
@@ -37,7 +39,7 @@ static int failures = 0, checks = 0;
   } while (0)
 
 #define MAX_MSGS 256
-static char msgs[MAX_MSGS][512];
+static char msgs[MAX_MSGS][1024]; /* NCCL's logger keeps 1024 bytes of a line */
 static int levels[MAX_MSGS];
 static int nmsgs = 0;
 
@@ -569,6 +571,141 @@ static void check_deployment(void* lib, const ncclrl_tuner_v5_t* v5) {
   rmdir(dir);
 }
 
+/* A table file read while no fingerprint is expected (NCCLRL_TUNER_TABLE_FINGERPRINT unset) is
+ * refused, whichever source named it (./nccl_tuner.conf too), with one WARN naming the fix: the
+ * variable set to the fingerprint of the bytes read, or `any`. The refusal follows
+ * NCCLRL_TUNER_ON_ERROR (fail: init fails; fallback: NCCL decides everything). `any` loads the file
+ * unchecked; a matching fingerprint loads it; another fingerprint is refused; NCCLRL_TUNER_TABLE_DATA
+ * needs none; nothing read (no ./nccl_tuner.conf) stays an INFO. */
+static void check_unchecked(void* lib, const ncclrl_tuner_v5_t* v5) {
+  char dir[] = "/tmp/ncclrl-harness-unchecked-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  char path[256], conf[256], fix[128], msg[256], cwd[4096];
+  snprintf(path, sizeof(path), "%s/nccl_tuner.csv", dir);
+  snprintf(conf, sizeof(conf), "%s/nccl_tuner.conf", dir);
+  const char* table = "allreduce,0,1000,ring,ll,2,-1,-1\n";
+  const char* other = "allreduce,0,1000,tree,simple,4,-1,-1\n";
+  char fp[17], other_fp[17];
+  snprintf(fp, sizeof(fp), "%016llx", fnv1a(table, strlen(table)));
+  snprintf(other_fp, sizeof(other_fp), "%016llx", fnv1a(other, strlen(other)));
+  snprintf(fix, sizeof(fix), "set NCCLRL_TUNER_TABLE_FINGERPRINT=%s (these %zu bytes' fingerprint", fp, strlen(table));
+  write_file(path, table);
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+  unsetenv("NCCL_TUNER_CONFIG_FILE");
+  unsetenv("NCCLRL_TUNER_ON_ERROR");
+  unsetenv("NCCLRL_TUNER_TABLE_FINGERPRINT");
+  void* ctx;
+  ncclrl_result_t rc;
+  /* unchecked, policy fail: every ABI version's init fails, one WARN naming the file and the fix */
+  setenv("NCCLRL_TUNER_TABLE", path, 1);
+  for (int version = 2; version <= 6; version++) {
+    rc = rank_init(lib, version, &ctx);
+    CHECK(rc != NCCLRL_SUCCESS && ctx == NULL, "v%d: an unchecked file must fail init (rc %d)", version, rc);
+    CHECK(count_level(NCCLRL_LOG_WARN) == 1 && find_msg(NCCLRL_LOG_WARN, path, fix)
+          && find_msg(NCCLRL_LOG_WARN, "NCCLRL_TUNER_TABLE_FINGERPRINT is unset", "or =any to load files unchecked")
+          && find_msg(NCCLRL_LOG_WARN, fix, "this communicator's init fails"),
+          "v%d: one WARN naming %s, '%s' and that init fails", version, path, fix);
+    CHECK(!find_msg(NCCLRL_LOG_INFO, "table from", NULL), "v%d: an unchecked file must not load", version);
+  }
+  /* NCCL_TUNER_CONFIG_FILE and ./nccl_tuner.conf are files too */
+  unsetenv("NCCLRL_TUNER_TABLE");
+  setenv("NCCL_TUNER_CONFIG_FILE", path, 1);
+  rc = rank_init(lib, 5, &ctx);
+  CHECK(rc != NCCLRL_SUCCESS && ctx == NULL && count_level(NCCLRL_LOG_WARN) == 1 && find_msg(NCCLRL_LOG_WARN, path, fix),
+        "an unchecked NCCL_TUNER_CONFIG_FILE must fail init with the WARN (rc %d)", rc);
+  unsetenv("NCCL_TUNER_CONFIG_FILE");
+  CHECK(getcwd(cwd, sizeof(cwd)) != NULL && chdir(dir) == 0, "chdir %s", dir);
+  rc = rank_init(lib, 5, &ctx); /* no ./nccl_tuner.conf yet: nothing read, an INFO, NCCL decides */
+  CHECK(rc == NCCLRL_SUCCESS && ctx && count_level(NCCLRL_LOG_WARN) == 0
+        && find_msg(NCCLRL_LOG_INFO, "no table at nccl_tuner.conf", NULL) && untouched(v5, ctx),
+        "no file, no fingerprint: an INFO and NCCL's decisions (rc %d)", rc);
+  if (rc == NCCLRL_SUCCESS) v5->finalize(ctx);
+  write_file(conf, table);
+  rc = rank_init(lib, 5, &ctx);
+  CHECK(rc != NCCLRL_SUCCESS && ctx == NULL && count_level(NCCLRL_LOG_WARN) == 1
+        && find_msg(NCCLRL_LOG_WARN, "table nccl_tuner.conf is a file", fix)
+        && find_msg(NCCLRL_LOG_WARN, fix, "this communicator's init fails"),
+        "an unchecked ./nccl_tuner.conf must fail init with the WARN (rc %d)", rc);
+  /* policy fallback: the same WARN, NCCL decides everything */
+  setenv("NCCLRL_TUNER_ON_ERROR", "fallback", 1);
+  rc = rank_init(lib, 5, &ctx);
+  CHECK(rc == NCCLRL_SUCCESS && ctx && count_level(NCCLRL_LOG_WARN) == 1
+        && find_msg(NCCLRL_LOG_WARN, "table nccl_tuner.conf is a file", fix)
+        && find_msg(NCCLRL_LOG_WARN, fix, "NCCL's own decisions everywhere") && untouched(v5, ctx)
+        && !find_msg(NCCLRL_LOG_INFO, "table from", NULL),
+        "fallback: an unchecked ./nccl_tuner.conf keeps NCCL's decisions with the WARN (rc %d)", rc);
+  if (rc == NCCLRL_SUCCESS) v5->finalize(ctx);
+  unlink(conf);
+  CHECK(chdir(cwd) == 0, "chdir back to %s", cwd);
+  setenv("NCCLRL_TUNER_TABLE", path, 1);
+  rc = rank_init(lib, 5, &ctx);
+  CHECK(rc == NCCLRL_SUCCESS && ctx && count_level(NCCLRL_LOG_WARN) == 1 && find_msg(NCCLRL_LOG_WARN, path, fix)
+        && find_msg(NCCLRL_LOG_WARN, fix, "NCCL's own decisions everywhere") && untouched(v5, ctx)
+        && !find_msg(NCCLRL_LOG_INFO, "table from", NULL),
+        "fallback: an unchecked NCCLRL_TUNER_TABLE keeps NCCL's decisions with the WARN (rc %d)", rc);
+  if (rc == NCCLRL_SUCCESS) v5->finalize(ctx);
+  unsetenv("NCCLRL_TUNER_ON_ERROR");
+  /* opt-out: `any` (any case) loads the file unchecked, no WARN */
+  static const char* const ANY[] = {"any", "ANY", "Any"};
+  for (size_t i = 0; i < sizeof(ANY) / sizeof(ANY[0]); i++) {
+    setenv("NCCLRL_TUNER_TABLE_FINGERPRINT", ANY[i], 1);
+    rc = rank_init(lib, 5, &ctx);
+    snprintf(msg, sizeof(msg), "fingerprint %s): 1 for this communicator", fp);
+    CHECK(rc == NCCLRL_SUCCESS && ctx && count_level(NCCLRL_LOG_WARN) == 0 && find_msg(NCCLRL_LOG_INFO, path, msg)
+          && forces_row(v5, ctx), "NCCLRL_TUNER_TABLE_FINGERPRINT=%s must load the file unchecked (rc %d)", ANY[i], rc);
+    if (rc == NCCLRL_SUCCESS) v5->finalize(ctx);
+  }
+  /* `any` does not require a table: nothing named, no ./nccl_tuner.conf is an INFO */
+  unsetenv("NCCLRL_TUNER_TABLE");
+  rc = rank_init(lib, 5, &ctx);
+  CHECK(rc == NCCLRL_SUCCESS && ctx && count_level(NCCLRL_LOG_WARN) == 0
+        && find_msg(NCCLRL_LOG_INFO, "no table at nccl_tuner.conf", NULL), "any without a table: INFO (rc %d)", rc);
+  if (rc == NCCLRL_SUCCESS) v5->finalize(ctx);
+  setenv("NCCLRL_TUNER_TABLE", path, 1);
+  /* the matching fingerprint loads */
+  setenv("NCCLRL_TUNER_TABLE_FINGERPRINT", fp, 1);
+  rc = rank_init(lib, 5, &ctx);
+  CHECK(rc == NCCLRL_SUCCESS && ctx && count_level(NCCLRL_LOG_WARN) == 0 && find_msg(NCCLRL_LOG_INFO, path, msg)
+        && forces_row(v5, ctx), "the matching fingerprint must load the file (rc %d)", rc);
+  if (rc == NCCLRL_SUCCESS) v5->finalize(ctx);
+  /* another fingerprint is refused: fail, then fallback */
+  setenv("NCCLRL_TUNER_TABLE_FINGERPRINT", other_fp, 1);
+  snprintf(msg, sizeof(msg), "has fingerprint %s, not the %s that NCCLRL_TUNER_TABLE_FINGERPRINT expects", fp, other_fp);
+  rc = rank_init(lib, 5, &ctx);
+  CHECK(rc != NCCLRL_SUCCESS && ctx == NULL && count_level(NCCLRL_LOG_WARN) == 1 && find_msg(NCCLRL_LOG_WARN, path, msg)
+        && find_msg(NCCLRL_LOG_WARN, msg, "this communicator's init fails"), "a mismatch must fail init (rc %d)", rc);
+  setenv("NCCLRL_TUNER_ON_ERROR", "fallback", 1);
+  rc = rank_init(lib, 5, &ctx);
+  CHECK(rc == NCCLRL_SUCCESS && ctx && count_level(NCCLRL_LOG_WARN) == 1
+        && find_msg(NCCLRL_LOG_WARN, msg, "NCCL's own decisions everywhere") && untouched(v5, ctx),
+        "fallback: a mismatch keeps NCCL's decisions with the WARN (rc %d)", rc);
+  if (rc == NCCLRL_SUCCESS) v5->finalize(ctx);
+  unsetenv("NCCLRL_TUNER_ON_ERROR");
+  /* NCCLRL_TUNER_TABLE_DATA is not a file: it loads without a fingerprint, the named file unread */
+  unsetenv("NCCLRL_TUNER_TABLE_FINGERPRINT");
+  setenv("NCCLRL_TUNER_TABLE_DATA", table, 1);
+  rc = rank_init(lib, 5, &ctx);
+  CHECK(rc == NCCLRL_SUCCESS && ctx && count_level(NCCLRL_LOG_WARN) == 0
+        && find_msg(NCCLRL_LOG_INFO, "table from NCCLRL_TUNER_TABLE_DATA", fp) && forces_row(v5, ctx),
+        "NCCLRL_TUNER_TABLE_DATA needs no fingerprint (rc %d)", rc);
+  if (rc == NCCLRL_SUCCESS) v5->finalize(ctx);
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+  /* a value outside the allowed set fails init, naming the variable and the allowed values */
+  static const char* const BAD[] = {"anything", "none", "an", "any "};
+  for (size_t i = 0; i < sizeof(BAD) / sizeof(BAD[0]); i++) {
+    setenv("NCCLRL_TUNER_TABLE_FINGERPRINT", BAD[i], 1);
+    rc = rank_init(lib, 5, &ctx);
+    CHECK(rc != NCCLRL_SUCCESS && ctx == NULL && count_level(NCCLRL_LOG_WARN) == 1
+          && find_msg(NCCLRL_LOG_WARN, "NCCLRL_TUNER_TABLE_FINGERPRINT=", "is not 16 hex digits")
+          && find_msg(NCCLRL_LOG_WARN, "NCCLRL_TUNER_TABLE_FINGERPRINT=", "or any"),
+          "NCCLRL_TUNER_TABLE_FINGERPRINT='%s' must fail init naming the allowed values", BAD[i]);
+  }
+  unsetenv("NCCLRL_TUNER_TABLE_FINGERPRINT");
+  unsetenv("NCCLRL_TUNER_TABLE");
+  unlink(path);
+  rmdir(dir);
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s LIB DATA_DIR\n", argv[0]);
@@ -587,6 +724,9 @@ int main(int argc, char** argv) {
   CHECK(strcmp(v5->name, "ncclrl") == 0 && v6->getChunkSize != NULL, "names/getChunkSize");
   /* HARNESS_LOCALE: every check below runs under that locale (an application's setlocale) */
   check_locale(v5);
+  /* the checks of table files below are about their content: read them unchecked (check_deployment
+   * and check_unchecked set the variable as they need) */
+  setenv("NCCLRL_TUNER_TABLE_FINGERPRINT", "any", 1);
 
   char path[1024];
   unsetenv("NCCLRL_TUNER_TABLE_DATA");
@@ -925,6 +1065,7 @@ int main(int argc, char** argv) {
 
   check_not_tables(v5);
   check_deployment(lib, v5);
+  check_unchecked(lib, v5);
   check_v2_refusals(v2);
   check_filter_limit(v5);
   check_threads(v5, argv[2]);

@@ -4,12 +4,13 @@
 cue to exercise fault handling.
 
 It reads the table as the plugin does (``NCCLRL_TUNER_TABLE_DATA``, else the file named by
-``NCCLRL_TUNER_TABLE``) and, with ``NCCL_DEBUG=INFO`` and the TUNING subsystem, prints the
-plugin's line ``TUNER/ncclrl: table from NCCLRL_TUNER_TABLE_DATA (N bytes, R rows, fingerprint
-F): ...`` once per GPU it drives. Under ``mpirun`` (``OMPI_COMM_WORLD_*``) or ``srun``
-(``SLURM_PROCID``/``SLURM_NTASKS``) it is one rank of the job: every rank prints its plugin line;
-rank 0 prints the recorded output with its ``# Rank`` lines rewritten for the job's world size
-and this host.
+``NCCLRL_TUNER_TABLE``, which loads only when ``NCCLRL_TUNER_TABLE_FINGERPRINT`` is its fingerprint
+or ``any``: otherwise the plugin's WARN and, unless ``NCCLRL_TUNER_ON_ERROR=fallback``, a failed
+init) and, with ``NCCL_DEBUG=INFO`` and the TUNING subsystem, prints the plugin's line
+``TUNER/ncclrl: table from SOURCE (N bytes, R rows, fingerprint F): ...`` once per GPU it drives.
+Under ``mpirun`` (``OMPI_COMM_WORLD_*``) or ``srun`` (``SLURM_PROCID``/``SLURM_NTASKS``) it is one
+rank of the job: every rank prints its plugin line; rank 0 prints the recorded output with its
+``# Rank`` lines rewritten for the job's world size and this host.
 
 Cues (environment):
 
@@ -98,13 +99,36 @@ pid = os.getpid()
 data = Path(os.environ["FAKE_PERF_DATA"])
 mode = os.environ.get("FAKE_PERF_MODE", "")
 
+
+
+def file_table(path: str) -> str | None:
+    """The table file as the plugin takes it: loaded when NCCLRL_TUNER_TABLE_FINGERPRINT is the
+    fingerprint of its bytes or ``any``; else its WARN, then NCCL decides (fallback) or the init fails."""
+    raw = Path(path).read_bytes()
+    want, got = os.environ.get("NCCLRL_TUNER_TABLE_FINGERPRINT", "").lower(), fnv1a(raw)
+    if want in ("any", got):
+        return raw.decode()
+    why = (f"is a file and NCCLRL_TUNER_TABLE_FINGERPRINT is unset: ...; set NCCLRL_TUNER_TABLE_FINGERPRINT={got} "
+           f"(these {len(raw)} bytes' fingerprint; ...) on every rank, or =any to load files unchecked" if not want
+           else f"has fingerprint {got}, not the {want} that NCCLRL_TUNER_TABLE_FINGERPRINT expects ({len(raw)} bytes)")
+    if os.environ.get("NCCLRL_TUNER_ON_ERROR", "").lower() == "fallback":
+        nccl_line(local * ngpus, f"WARN TUNER/ncclrl: table {path} {why}: NCCL's own decisions everywhere")
+        return None
+    nccl_line(local * ngpus, f"WARN TUNER/ncclrl: table {path} {why}: this communicator's init fails "
+              "(NCCLRL_TUNER_ON_ERROR=fallback keeps NCCL's own decisions instead)")
+    nccl_line(local * ngpus, "WARN ncclCommInitRank: invalid usage")
+    sys.exit(1)
+
+
 table = None
+source = "NCCLRL_TUNER_TABLE_DATA"
 plain = os.environ.get("FAKE_PERF_PLAIN_RANK", "") == str(rank)
 if os.environ.get("NCCL_TUNER_PLUGIN", "none") not in ("", "none"):
     if os.environ.get("NCCLRL_TUNER_TABLE_DATA"):
         table = os.environ["NCCLRL_TUNER_TABLE_DATA"]
     elif os.environ.get("NCCLRL_TUNER_TABLE"):
-        table = Path(os.environ["NCCLRL_TUNER_TABLE"]).read_text()
+        source = os.environ["NCCLRL_TUNER_TABLE"]
+        table = file_table(source)
 mismatch = table is not None and (os.environ.get("FAKE_PERF_TABLE_RANK", "") != "" or
                                   os.environ.get("FAKE_PERF_PLAIN_RANK", "") != "")
 if plain:
@@ -155,7 +179,7 @@ for i in range(ngpus):
     if table is not None and debug_on("TUNING"):
         raw = table.encode()
         rows = sum(1 for ln in table.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
-        nccl_line(dev, f"INFO TUNER/ncclrl: table from NCCLRL_TUNER_TABLE_DATA ({len(raw)} bytes, {rows} rows, "
+        nccl_line(dev, f"INFO TUNER/ncclrl: table from {source} ({len(raw)} bytes, {rows} rows, "
                   f"fingerprint {fnv1a(raw)}): {rows} for this communicator ({world * ngpus} ranks), 0 rejected; "
                   "tuner ABI v5")
 
