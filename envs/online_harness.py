@@ -13,10 +13,13 @@ AddressSanitizer and UndefinedBehaviorSanitizer). What a job shows (:class:`JobO
   a non-zero status).
 
 Faults (:data:`FAULTS`): none, a rank killed mid-exploration, the coordinator killed mid-
-exploration, a rank stalled past the round timeout, clock skew (one rank's GPU timer offset and
-running fast), garbage profiler events and tuner calls, a coordinator speaking another protocol
-version, no coordinator at all, one rank without the profiler, and ranks with different candidate
-files (arms that disagree).
+exploration, a rank stalled past the round timeout, a rank stopped (SIGSTOP) past it, clock skew
+(one rank's GPU timer offset and running fast), garbage profiler events and tuner calls, a
+coordinator speaking another protocol version, no coordinator at all, one rank without the
+profiler, ranks with different candidate files (arms that disagree), the coordinator stopped
+(SIGSTOP) mid-exploration while the ranks reach their verdict calls, its verdict log on a full disk
+(``/dev/full``), ranks whose static tables differ, an impostor listening at the address the ranks
+were given (it does not hold the secret), and one rank given another secret.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ from ncclrl.costmodel.topology import load_topology
 from ncclrl.envs.jobs import free_port, start_coordinator
 
 FAULTS = ("none", "rank-killed", "coordinator-killed", "rank-stalled", "rank-paused", "clock-skew", "garbage",
-          "version-mismatch", "no-coordinator", "no-profiler", "arms-differ")
+          "version-mismatch", "no-coordinator", "no-profiler", "arms-differ", "coordinator-paused", "log-disk-full",
+          "tables-differ", "impostor", "wrong-secret")
 COLL_IDS = {"broadcast": 0, "reduce": 1, "allgather": 2, "reducescatter": 3, "allreduce": 4}
 #: configurations timed per size bucket: (algorithm, protocol, channels); channels 0 = NCCL's own count
 CONFIGS = [(a, p, c) for a in (0, 1) for p in (0, 1, 2) for c in (0, 2, 4, 8)]
@@ -112,9 +116,12 @@ def _log(stack: contextlib.ExitStack, path: Path):
 
 
 class _FakeCoordinator:
-    """A server that speaks another protocol version (answers VERSION with WELCOME 2)."""
+    """A server that does not hold the job's secret: it answers VERSION with a WELCOME of another
+    protocol version (``version``), or of this one with a forged proof and then a verdict every rank
+    would take, were it believed (``forge``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, forge: bool = False) -> None:
+        self.forge = forge
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
@@ -130,7 +137,11 @@ class _FakeCoordinator:
                 return
             self.conns.append(c)
             with contextlib.suppress(OSError):
-                c.sendall(b"WELCOME 2 1000\n")
+                if self.forge:
+                    c.sendall(b"WELCOME 2 1000 " + b"0" * 32 + b" " + b"f" * 64 + b"\n"
+                              b"VERDICT 0 260 0 2 COMMIT 1 forged\nGO 0 260 0\n")
+                else:
+                    c.sendall(b"WELCOME 3 1000\n")
 
     def close(self) -> None:
         for c in self.conns:
@@ -139,6 +150,8 @@ class _FakeCoordinator:
 
 
 ROUND_TIMEOUT_S = 1.0
+#: faults that need a coordinator of their own (killed, stopped, or logging to a full disk)
+OWN_COORDINATOR = ("coordinator-killed", "coordinator-paused", "log-disk-full")
 GATHER_S = 0.2
 
 
@@ -154,7 +167,7 @@ class SharedCoordinator:
     def __init__(self, work: Path, policy: str = "round-robin") -> None:
         work.mkdir(parents=True, exist_ok=True)
         self.log_path = work / "coordinator.jsonl"
-        self.proc, self.address = _start_coordinator(work, policy, self.log_path, dict(os.environ))
+        self.proc, self.address, self.secret_file = _start_coordinator(work, policy, self.log_path, dict(os.environ))
 
     def close(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -164,19 +177,24 @@ class SharedCoordinator:
             self.proc.kill()
 
 
-def _start_coordinator(work: Path, policy: str, log_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    proc, port = start_coordinator(work, ["host=127.0.0.1", f"policy={policy}", f"round_timeout_s={ROUND_TIMEOUT_S}",
-                                          "slots=8", f"log={log_path.resolve()}"], work / "coordinator.err", env)
-    return proc, f"127.0.0.1:{port}"
+def _start_coordinator(work: Path, policy: str, log_path: Path | str, env: dict[str, str],
+                       argv: list[str] | None = None) -> tuple[subprocess.Popen, str, Path]:
+    log = log_path if isinstance(log_path, str) else log_path.resolve()
+    proc, port, secret = start_coordinator(work, ["host=127.0.0.1", f"policy={policy}",
+                                                  f"round_timeout_s={ROUND_TIMEOUT_S}", "slots=8", f"log={log}"],
+                                           work / "coordinator.err", env, argv=argv)
+    return proc, f"127.0.0.1:{port}", secret
 
 
 def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job: str = "ddp", steps: int = 60,
             bytes_factor: int = 256, preset: str = "h200-2x2-sock", policy: str = "round-robin",
             sanitized: bool = False, seed: int = 0, deadline_s: float = 120.0, data: Path | None = None,
-            pace_us: float = 2000.0, shared: SharedCoordinator | None = None) -> JobOutcome:
+            pace_us: float = 2000.0, shared: SharedCoordinator | None = None,
+            coordinator_argv: list[str] | None = None) -> JobOutcome:
     """Run one job of ``ranks`` processes with ``fault`` injected; see the module docstring. With
     ``shared``, the job reports to that coordinator (under a communicator id of its own) unless
-    the fault needs a coordinator of its own."""
+    the fault needs a coordinator of its own. ``coordinator_argv``: a program to run instead of
+    ``ncclrl coordinator`` (taking its keys), e.g. one with a fault of its own built in."""
     if fault not in FAULTS:
         raise ValueError(f"fault must be one of {', '.join(FAULTS)}, got {fault!r}")
     data = data or Path(__file__).resolve().parents[1] / "tests" / "data" / "profiles"
@@ -201,16 +219,22 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
     stack = contextlib.ExitStack()  # the processes' log files, closed once they have ended
     log_path = work / "coordinator.jsonl"
     log_path.unlink(missing_ok=True)
-    if fault == "version-mismatch":
-        fake = _FakeCoordinator()
+    env["NCCLRL_ONLINE_SECRET"] = "ab" * 32  # what the impostors are told nothing of
+    if fault in ("version-mismatch", "impostor"):
+        fake = _FakeCoordinator(forge=fault == "impostor")
         env["NCCLRL_ONLINE_COORD"] = f"127.0.0.1:{fake.port}"
     elif fault == "no-coordinator":
         env["NCCLRL_ONLINE_COORD"] = f"127.0.0.1:{free_port('127.0.0.1')}"  # nobody listens there
-    elif shared is not None and fault != "coordinator-killed":
+    elif shared is not None and fault not in OWN_COORDINATOR and coordinator_argv is None:
         env["NCCLRL_ONLINE_COORD"] = shared.address
+        env["NCCLRL_ONLINE_SECRET_FILE"] = str(shared.secret_file)
+        del env["NCCLRL_ONLINE_SECRET"]
         log_path = shared.log_path
     else:
-        coord, env["NCCLRL_ONLINE_COORD"] = _start_coordinator(work, policy, log_path, env)
+        coord, env["NCCLRL_ONLINE_COORD"], secret = _start_coordinator(
+            work, policy, "/dev/full" if fault == "log-disk-full" else log_path, env, coordinator_argv)
+        env["NCCLRL_ONLINE_SECRET_FILE"] = str(secret)
+        del env["NCCLRL_ONLINE_SECRET"]
     comm = f"{int.from_bytes(os.urandom(8), 'little') | 1:016x}"
     ncalls = len(calls)
     # inside the first explored round (2 warm-up calls, then 8 slots) of the busiest bucket: its 7th call
@@ -237,6 +261,11 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
                 args += ["--no-profiler"]
             elif fault == "arms-differ":
                 renv["NCCLRL_ONLINE_CANDIDATES"] = str(work / "candidates-other.csv")
+            elif fault == "tables-differ":  # a row the others do not have: their decisions would differ
+                renv["NCCLRL_TUNER_TABLE_DATA"] = "allreduce,0,4294967295,ring,simple,2,-1,-1\n"
+            elif fault == "wrong-secret":
+                renv.pop("NCCLRL_ONLINE_SECRET_FILE", None)
+                renv["NCCLRL_ONLINE_SECRET"] = "cd" * 32
         if fault == "garbage":
             args += ["--garbage"]
         procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL,
@@ -247,6 +276,14 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
                 break
             time.sleep(0.002)
         coord.send_signal(signal.SIGKILL)
+    if fault == "coordinator-paused":  # stopped mid-exploration while the ranks reach their verdict calls
+        while coord.poll() is None and any(p.poll() is None for p in procs):
+            if log_path.exists() and '"PLAN"' in log_path.read_text():
+                break
+            time.sleep(0.002)
+        coord.send_signal(signal.SIGSTOP)
+        time.sleep(round_timeout_s + gather_s + 1.5)
+        coord.send_signal(signal.SIGCONT)
     if fault == "rank-paused":  # the whole process stopped (SIGSTOP) mid-exploration, past the round timeout
         while any(p.poll() is None for p in procs):
             if log_path.exists() and '"PLAN"' in log_path.read_text():
@@ -289,7 +326,7 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
     ranks_frozen = 0
     for r in range(ranks):
         err = (work / f"rank{r}.err").read_text()
-        ranks_frozen += "frozen on the static table" in err
+        ranks_frozen += "frozen on " in err
         if "ERROR: AddressSanitizer" in err or "runtime error:" in err:
             crashed = True
             notes.append(f"rank {r}: sanitizer report")

@@ -27,15 +27,19 @@
  */
 
 #include <netdb.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 
 #include "ncclrl_profiler_abi.h"
 
-#define ONLINE_PROTO_VERSION 1
+#define ONLINE_PROTO_VERSION 2
 #define ONLINE_MAX_ARMS 8
 #define ONLINE_MAX_PLAN 64
 #define ONLINE_LOG2 64
@@ -49,6 +53,15 @@
 #define COORD_ENV "NCCLRL_ONLINE_COORD"
 #define CAND_ENV "NCCLRL_ONLINE_CANDIDATES"
 #define CAND_DATA_ENV "NCCLRL_ONLINE_CANDIDATES_DATA"
+#define SECRET_ENV "NCCLRL_ONLINE_SECRET"
+#define SECRET_FILE_ENV "NCCLRL_ONLINE_SECRET_FILE"
+#define SECRET_MIN 32  /* hex digits: 128 bits */
+#define SECRET_MAX 256
+#define HANDSHAKE_S 5.0 /* per address: connect, WELCOME, proof */
+#define PEER_CONNS 32    /* peers' questions answered at once */
+#define PEER_LINE 512
+#define PEER_ADDR 80
+#define ONLINE_MAX_ASK 4096 /* a communicator of more ranks freezes instead of asking its peers */
 #define REC_MAGIC 0x6e636f6cu  /* a collective record in use */
 #define KCH_MAGIC 0x6e636b63u  /* a kernel-channel record in use */
 
@@ -76,6 +89,8 @@ typedef struct obucket {
   uint64_t next_k;    /* the index at which the current round's verdict applies */
   int round;
   int final_arm;      /* state B_DONE: the arm every later call runs */
+  int agreed;         /* the ranks' static tables are known to agree: arm 0 may force the table's rows. Until
+                       * then (no GO yet, and no expected fingerprint matched) arm 0 leaves the call to NCCL */
   /* host -> collective-event side: the arm each call ran, in call order (single producer, single consumer) */
   int8_t fifo_arm[ONLINE_FIFO];
   ocfg_t fifo_cfg[ONLINE_FIFO];
@@ -84,9 +99,11 @@ typedef struct obucket {
   _Atomic uint64_t fifo_tail;
   /* verdict mailboxes, one per round modulo ONLINE_VSLOTS: a later round's verdict (an abort sent to
    * every rank when the communicator freezes) never overwrites one this rank has not applied yet. The
-   * client thread fills slot r % ONLINE_VSLOTS under the comm's lock, then publishes vtag = r + 1. */
+   * client thread fills slot r % ONLINE_VSLOTS under the comm's lock, then publishes vtag = r + 1; the
+   * coordinator's GO for the round (every rank holds the verdict) publishes gotag = r + 1, its ABORT
+   * (no rank will ever get GO) aborttag = r + 1. Only a verdict with its GO is ever applied. */
   struct {
-    _Atomic int vtag;
+    _Atomic int vtag, gotag, aborttag;
     int kind, arm, len;
     uint64_t k;
     uint8_t plan[ONLINE_MAX_PLAN];
@@ -94,7 +111,7 @@ typedef struct obucket {
   } v[ONLINE_VSLOTS];
   /* evidence and reporting (under the comm's lock) */
   uint64_t n[ONLINE_MAX_ARMS];
-  double sum_us[ONLINE_MAX_ARMS], sumsq_us[ONLINE_MAX_ARMS];
+  double sum_us[ONLINE_MAX_ARMS], sumsq_us[ONLINE_MAX_ARMS], max_us[ONLINE_MAX_ARMS];
   uint64_t done;        /* calls whose collective finished (timed or not) */
   uint64_t dropped;     /* samples refused: another configuration ran, or an impossible duration */
   int report_round;     /* the round whose report is due, -1 none */
@@ -136,6 +153,11 @@ typedef struct ocomm {
   row_t* cand;
   int ncand;
   int hello_sent;
+  uint64_t table_fp;    /* the static table's fingerprint (0: none): every rank must say the same at HELLO */
+  char (*peers)[PEER_ADDR]; /* every rank's peer address (the coordinator's PEER lines), or NULL */
+  int npeers;
+  int table_known;      /* no table, or one whose fingerprint NCCLRL_TUNER_TABLE_FINGERPRINT expected: the same
+                         * on every rank without a word; else only a GO (after HELLOs that agreed) says so */
   ocoll_t colls[ONLINE_COLL_POOL];
   uint64_t coll_next;
   okch_t kchs[ONLINE_KCH_POOL];
@@ -149,7 +171,6 @@ static int g_client_started;
 static pthread_t g_client;
 static _Atomic int g_lost;       /* the coordinator is gone, refused us, or was never reached (set by the reader only) */
 static _Atomic int g_broken;     /* we cannot send any more (outbox full, send error): read what is left, then lost */
-static _Atomic int g_welcomed;   /* the coordinator answered VERSION (its round timeout is known) */
 static _Atomic int g_coord_timeout_ms = 10000;
 static _Atomic int g_stop;
 static char g_outbox[1 << 16];   /* lines for the coordinator (under g_mu) */
@@ -168,28 +189,27 @@ static int online_requested(void) {
   return m && ascii_caseeq(m, "online");
 }
 
-static double env_double(const char* name, double def, double lo, double hi) {
+/* A setting of the online mode: unset or empty gives def; a value that is not a number in [lo, hi] (a whole
+ * one where whole) gives def too, with a WARN naming the variable and what it allows. */
+static double env_setting(ctx_t* ctx, const char* name, double def, double lo, double hi, int whole) {
   const char* v = getenv(name);
   if (!v || !*v) return def;
   char* end = NULL;
+  errno = 0;
   double x = strtod(v, &end);
-  return (end && *end == '\0' && x >= lo && x <= hi) ? x : def;
+  if (errno == 0 && end && *end == '\0' && x >= lo && x <= hi && (!whole || x == (double)(long long)x)) return x;
+  LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s='%.32s' is not %s in [%g, %g]: %g is used", name, v,
+      whole ? "a whole number" : "a number", lo, hi, def);
+  return def;
 }
 
-static void read_online_settings(void) {
-  g_gather_s = env_double("NCCLRL_ONLINE_GATHER_S", 2.0, 0.001, 600.0);
-  g_wait_s = env_double("NCCLRL_ONLINE_WAIT_S", 30.0, 0.01, 3600.0);
-  g_slots = (int)env_double("NCCLRL_ONLINE_SLOTS", 16, 2, ONLINE_MAX_PLAN);
-  g_gap = (int)env_double("NCCLRL_ONLINE_GAP_CALLS", 8, 1, 1 << 20);
-  g_warmup = (int)env_double("NCCLRL_ONLINE_WARMUP_CALLS", 2, 0, 1 << 20);
+static void read_online_settings(ctx_t* ctx) {
+  g_gather_s = env_setting(ctx, "NCCLRL_ONLINE_GATHER_S", 2.0, 0.001, 600.0, 0);
+  g_wait_s = env_setting(ctx, "NCCLRL_ONLINE_WAIT_S", 30.0, 0.01, 3600.0, 0);
+  g_slots = (int)env_setting(ctx, "NCCLRL_ONLINE_SLOTS", 16, 2, ONLINE_MAX_PLAN, 1);
+  g_gap = (int)env_setting(ctx, "NCCLRL_ONLINE_GAP_CALLS", 8, 1, 1 << 20, 1);
+  g_warmup = (int)env_setting(ctx, "NCCLRL_ONLINE_WARMUP_CALLS", 2, 0, 1 << 20, 1);
   g_settings_read = 1;
-}
-
-/* The verdict wait never ends before the coordinator's own round timeout has passed after the
- * latest moment this rank can have reported: a verdict the coordinator sends always arrives in time. */
-static double verdict_wait_s(void) {
-  double floor_s = g_gather_s + atomic_load(&g_coord_timeout_ms) / 1000.0 + 2.0;
-  return g_wait_s > floor_s ? g_wait_s : floor_s;
 }
 
 static void outbox_put(const char* line) {
@@ -218,6 +238,145 @@ static uint64_t fnv_mix(uint64_t h, uint64_t v) {
   return h;
 }
 
+/* ---- HMAC-SHA256 (FIPS 180-4, RFC 2104): the per-job secret's proofs; libc only ---- */
+
+typedef struct { uint32_t h[8]; uint64_t len; uint8_t buf[64]; size_t n; } sha256_t;
+
+static const uint32_t SHA_K[64] = {
+  0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
+  0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+  0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8,
+  0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+  0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819,
+  0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+  0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+  0xc67178f2};
+
+static uint32_t ror32(uint32_t x, int r) { return (x >> r) | (x << (32 - r)); }
+
+static void sha256_block(sha256_t* s, const uint8_t* p) {
+  uint32_t w[64], v[8];
+  for (int i = 0; i < 16; i++)
+    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+  for (int i = 16; i < 64; i++) {
+    uint32_t s0 = ror32(w[i - 15], 7) ^ ror32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    uint32_t s1 = ror32(w[i - 2], 17) ^ ror32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  memcpy(v, s->h, sizeof(v));
+  for (int i = 0; i < 64; i++) {
+    uint32_t t1 = v[7] + (ror32(v[4], 6) ^ ror32(v[4], 11) ^ ror32(v[4], 25)) + ((v[4] & v[5]) ^ (~v[4] & v[6])) +
+                  SHA_K[i] + w[i];
+    uint32_t t2 = (ror32(v[0], 2) ^ ror32(v[0], 13) ^ ror32(v[0], 22)) + ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
+    memmove(v + 1, v, 7 * sizeof(uint32_t));
+    v[4] += t1;
+    v[0] = t1 + t2;
+  }
+  for (int i = 0; i < 8; i++) s->h[i] += v[i];
+}
+
+static void sha256_init(sha256_t* s) {
+  static const uint32_t H0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  memcpy(s->h, H0, sizeof(H0));
+  s->len = 0;
+  s->n = 0;
+}
+
+static void sha256_put(sha256_t* s, const void* data, size_t len) {
+  const uint8_t* p = (const uint8_t*)data;
+  s->len += len;
+  while (len) {
+    size_t take = 64 - s->n < len ? 64 - s->n : len;
+    memcpy(s->buf + s->n, p, take);
+    s->n += take;
+    p += take;
+    len -= take;
+    if (s->n == 64) { sha256_block(s, s->buf); s->n = 0; }
+  }
+}
+
+static void sha256_end(sha256_t* s, uint8_t out[32]) {
+  uint64_t bits = s->len * 8;
+  uint8_t pad = 0x80, zero = 0, lenb[8];
+  sha256_put(s, &pad, 1);
+  while (s->n != 56) sha256_put(s, &zero, 1);
+  for (int i = 0; i < 8; i++) lenb[i] = (uint8_t)(bits >> (56 - 8 * i));
+  sha256_put(s, lenb, 8);
+  for (int i = 0; i < 8; i++) {
+    out[4 * i] = (uint8_t)(s->h[i] >> 24); out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
+    out[4 * i + 2] = (uint8_t)(s->h[i] >> 8); out[4 * i + 3] = (uint8_t)s->h[i];
+  }
+}
+
+/* hex of HMAC-SHA256(key, msg) into out (65 bytes) */
+static void hmac_hex(const char* key, size_t klen, const char* msg, char out[65]) {
+  uint8_t k[64] = {0}, ipad[64], opad[64], inner[32], mac[32];
+  if (klen > 64) { sha256_t t; sha256_init(&t); sha256_put(&t, key, klen); sha256_end(&t, k); }
+  else memcpy(k, key, klen);
+  for (int i = 0; i < 64; i++) { ipad[i] = k[i] ^ 0x36; opad[i] = k[i] ^ 0x5c; }
+  sha256_t s;
+  sha256_init(&s); sha256_put(&s, ipad, 64); sha256_put(&s, msg, strlen(msg)); sha256_end(&s, inner);
+  sha256_init(&s); sha256_put(&s, opad, 64); sha256_put(&s, inner, 32); sha256_end(&s, mac);
+  for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
+}
+
+/* equal strings, in time that does not depend on where they differ */
+static int ct_equal(const char* a, const char* b) {
+  size_t la = strlen(a), lb = strlen(b);
+  unsigned char d = (unsigned char)(la != lb);
+  for (size_t i = 0; i < la && i < lb; i++) d |= (unsigned char)(a[i] ^ b[i]);
+  return d == 0;
+}
+
+/* ---- the per-job secret: NCCLRL_ONLINE_SECRET (hex) or NCCLRL_ONLINE_SECRET_FILE (a file only its owner
+ * can read); never logged. Returns NULL and sets *why when there is none fit to use. ---- */
+
+static char g_secret[SECRET_MAX + 1];
+static size_t g_secret_len;
+
+static int secret_ok(const char* s, size_t n) {
+  if (n < SECRET_MIN || n > SECRET_MAX) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') || (s[i] >= 'A' && s[i] <= 'F'))) return 0;
+  return 1;
+}
+
+static const char* load_secret(void) {
+  static char why[320];
+  const char* v = getenv(SECRET_ENV);
+  if (v && *v) {
+    size_t n = strlen(v);
+    if (!secret_ok(v, n)) return SECRET_ENV " is not 32 to 256 hex digits";
+    memcpy(g_secret, v, n);
+    g_secret_len = n;
+    return NULL;
+  }
+  const char* path = getenv(SECRET_FILE_ENV);
+  if (!path || !*path)
+    return SECRET_ENV " and " SECRET_FILE_ENV " are both unset (the secret ncclrl coordinator wrote)";
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  struct stat st;
+  if (fd < 0) { snprintf(why, sizeof(why), SECRET_FILE_ENV " %.200s cannot be opened (%s)", path, strerror(errno)); return why; }
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077)) {
+    close(fd);
+    snprintf(why, sizeof(why), SECRET_FILE_ENV " %.200s is not a regular file of this user that only they can read "
+             "(chmod 600)", path);
+    return why;
+  }
+  char buf[SECRET_MAX + 2];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) n--;
+  if (n <= 0 || !secret_ok(buf, (size_t)n)) {
+    snprintf(why, sizeof(why), SECRET_FILE_ENV " %.200s does not hold 32 to 256 hex digits", path);
+    return why;
+  }
+  memcpy(g_secret, buf, (size_t)n);
+  g_secret_len = (size_t)n;
+  return NULL;
+}
+
 /* ---- the comm registry (tuner and profiler contexts share one ocomm_t per communicator) ---- */
 
 static ocomm_t* comm_find_locked(uint64_t id) {
@@ -232,6 +391,7 @@ static void comm_free(ocomm_t* c) {
   for (int i = 0; i < NCCLRL_NUM_COLLS; i++)
     for (int j = 0; j < ONLINE_LOG2; j++) free(c->b[i][j]);
   free(c->cand);
+  free(c->peers);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
@@ -259,35 +419,98 @@ static ocomm_t* pool_owner(const void* p, int kch) {
 
 /* ---- the client thread ---- */
 
-static void comm_freeze_all(const char* why) {
-  (void)why;
-  atomic_store(&g_lost, 1);
+/* Wait until fd is ready for ev, at most until the monotonic time end (ended early on unload). */
+static int wait_fd(int fd, short ev, double end) {
+  struct pollfd p = {fd, ev, 0};
+  while (!atomic_load(&g_stop) && mono_s() < end) {
+    int rc = poll(&p, 1, 50);
+    if (rc > 0) return 1;
+    if (rc < 0 && errno != EINTR) return 0;
+  }
+  return 0;
 }
 
+static int send_all(int fd, const char* s, double end) {
+  size_t n = strlen(s), off = 0;
+  while (off < n) {
+    ssize_t w = send(fd, s + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) { off += (size_t)w; continue; }
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 0;
+    if (!wait_fd(fd, POLLOUT, end)) return 0;
+  }
+  return 1;
+}
+
+/* The handshake on a connected socket: VERSION with our nonce; the coordinator's WELCOME must carry
+ * its proof of the secret over both nonces; then ours. 1: a coordinator holding the secret. */
+static int handshake(int fd, double end) {
+  uint8_t raw[16];
+  char nonce[33], line[512], mac[65], want[65], msg[160];
+  if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) return 0;
+  for (int i = 0; i < 16; i++) snprintf(nonce + 2 * i, 3, "%02x", raw[i]);
+  snprintf(line, sizeof(line), "VERSION %d %s\n", ONLINE_PROTO_VERSION, nonce);
+  if (!send_all(fd, line, end)) return 0;
+  size_t n = 0;
+  for (;;) { /* one line, byte by byte: nothing after it may be consumed here */
+    if (n + 1 >= sizeof(line)) return 0;
+    ssize_t r = recv(fd, line + n, 1, MSG_DONTWAIT);
+    if (r == 1) { if (line[n] == '\n') break; n++; continue; }
+    if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return 0;
+    if (!wait_fd(fd, POLLIN, end)) return 0;
+  }
+  line[n] = '\0';
+  char* save = NULL;
+  char* w[5];
+  w[0] = strtok_r(line, " ", &save);
+  for (int i = 1; i < 5; i++) w[i] = strtok_r(NULL, " ", &save);
+  if (!w[4] || strtok_r(NULL, " ", &save) || strcmp(w[0], "WELCOME") != 0) return 0;
+  long long ms = parse_num(w[2], 1, 3600000, 10);
+  if (parse_num(w[1], 0, 1 << 30, 10) != ONLINE_PROTO_VERSION || ms < 0 || strlen(w[3]) != 32 || strlen(w[4]) != 64)
+    return 0;
+  snprintf(msg, sizeof(msg), "ncclrl-coord %s %s", nonce, w[3]);
+  hmac_hex(g_secret, g_secret_len, msg, want);
+  if (!ct_equal(want, w[4])) return 0;
+  snprintf(msg, sizeof(msg), "ncclrl-rank %s %s", w[3], nonce);
+  hmac_hex(g_secret, g_secret_len, msg, mac);
+  snprintf(line, sizeof(line), "AUTH %s\n", mac);
+  if (!send_all(fd, line, end)) return 0;
+  atomic_store(&g_coord_timeout_ms, (int)ms);
+  return 1;
+}
+
+/* Connect to the coordinator: each address HOST resolves to in turn, until one proves it holds the
+ * secret (a process squatting the port, or listening on another address family, is passed over). */
 static int connect_coordinator(const char* spec) {
   char host[256];
   const char* colon = strrchr(spec, ':');
   if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) return -1;
   memcpy(host, spec, (size_t)(colon - spec));
   host[colon - spec] = '\0';
+  if (host[0] == '[' && colon - spec >= 2 && host[colon - spec - 1] == ']') { /* [v6]:port */
+    memmove(host, host + 1, (size_t)(colon - spec) - 2);
+    host[colon - spec - 2] = '\0';
+  }
   struct addrinfo hints = {0}, *res = NULL;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || !res) return -1;
   int fd = -1;
-  for (struct addrinfo* a = res; a; a = a->ai_next) {
+  for (struct addrinfo* a = res; a && !atomic_load(&g_stop); a = a->ai_next) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
-    int rc = connect(fd, a->ai_addr, a->ai_addrlen);
-    if (rc == 0) break;
-    if (errno == EINPROGRESS) {
-      struct pollfd p = {fd, POLLOUT, 0};
-      int err = 0;
-      socklen_t el = sizeof(err);
-      int up = 0;
-      for (int t = 0; t < 50 && !atomic_load(&g_stop) && !up; t++) /* 5 s at most, ended early on unload */
-        up = poll(&p, 1, 100) == 1;
-      if (up && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0) break;
+    double end = mono_s() + HANDSHAKE_S;
+    int rc = connect(fd, a->ai_addr, a->ai_addrlen), err = 0;
+    socklen_t el = sizeof(err);
+    int up = rc == 0 || (errno == EINPROGRESS && wait_fd(fd, POLLOUT, end) &&
+                         getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0);
+    if (up) {
+      int on = 1, idle = 10, intvl = 5, cnt = 3; /* a coordinator host gone without a word: seen in ~25 s */
+      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+      if (handshake(fd, end)) break;
     }
     close(fd);
     fd = -1;
@@ -301,53 +524,103 @@ static obucket_t* bucket_by_id(ocomm_t* c, int id) {
   return c->b[id / ONLINE_LOG2][id % ONLINE_LOG2];
 }
 
-/* One line from the coordinator. Anything malformed: the coordinator is not one we can trust: lost. */
-static void handle_line(char* line, int* welcomed) {
+/* Under g_mu: a line for the coordinator (the client thread, which already holds the lock). */
+static void outbox_put_locked(const char* line) {
+  size_t n = strlen(line);
+  if (g_outlen + n < sizeof(g_outbox)) {
+    memcpy(g_outbox + g_outlen, line, n);
+    g_outlen += n;
+  } else {
+    atomic_store(&g_broken, 1);
+  }
+}
+
+/* The bucket a GO or ABORT names, with both locks taken (NULL: none of ours, locks released). */
+static obucket_t* bucket_locked(char* cid_s, char* id_s, char* rnd_s, int* round, ocomm_t** cp) {
+  long long id = parse_num(id_s, 0, NCCLRL_NUM_COLLS * ONLINE_LOG2 - 1, 10);
+  long long rnd = parse_num(rnd_s, 0, 1 << 30, 10);
+  if (!cid_s || id < 0 || rnd < 0) return NULL;
+  pthread_mutex_lock(&g_mu);
+  ocomm_t* c = comm_find_locked(strtoull(cid_s, NULL, 16));
+  if (!c) { pthread_mutex_unlock(&g_mu); return NULL; }
+  pthread_mutex_lock(&c->mu);
+  obucket_t* b = bucket_by_id(c, (int)id);
+  if (!b) { pthread_mutex_unlock(&c->mu); pthread_mutex_unlock(&g_mu); return NULL; }
+  *round = (int)rnd;
+  *cp = c;
+  return b;
+}
+
+/* One line from the (authenticated) coordinator. Anything malformed: lost. Returns 0 when lost. */
+static int handle_line(char* line) {
+  uint64_t digest = 0xcbf29ce484222325ull; /* FNV-1a of the verdict line as received: HOLD proves it */
+  for (const char* q = line; *q; q++) { digest ^= (uint8_t)*q; digest *= 1099511628211ull; }
   char* save = NULL;
   char* w = strtok_r(line, " ", &save);
-  if (!w) return;
-  if (strcmp(w, "WELCOME") == 0) {
-    char* v = strtok_r(NULL, " ", &save);
-    char* t = strtok_r(NULL, " ", &save);
-    long long ms = parse_num(t, 1, 3600000, 10);
-    if (parse_num(v, 0, 1 << 30, 10) != ONLINE_PROTO_VERSION || ms < 0) { comm_freeze_all("version"); return; }
-    atomic_store(&g_coord_timeout_ms, (int)ms);
-    *welcomed = 1;
-    atomic_store(&g_welcomed, 1);
-    return;
-  }
+  if (!w) return 1;
   if (strcmp(w, "FREEZE") == 0) {
     char* id = strtok_r(NULL, " ", &save);
-    if (!id) return;
+    if (!id) return 1;
     uint64_t cid = strtoull(id, NULL, 16);
     pthread_mutex_lock(&g_mu);
     ocomm_t* c = comm_find_locked(cid);
     if (c) atomic_store(&c->frozen, 1); /* an unknown id: nothing of ours */
     pthread_mutex_unlock(&g_mu);
-    return;
+    return 1;
   }
-  if (strcmp(w, "VERDICT") != 0) { comm_freeze_all("unknown message"); return; }
+  if (strcmp(w, "PEER") == 0) { /* PEER <comm> <rank> <addr>: where to ask that rank, should the coordinator die */
+    char* id = strtok_r(NULL, " ", &save);
+    long long r = parse_num(strtok_r(NULL, " ", &save), 0, 1 << 30, 10);
+    char* addr = strtok_r(NULL, " ", &save);
+    if (!id || r < 0 || !addr || strlen(addr) >= PEER_ADDR) return 0;
+    pthread_mutex_lock(&g_mu);
+    ocomm_t* c = comm_find_locked(strtoull(id, NULL, 16));
+    if (c && r < c->nranks) {
+      pthread_mutex_lock(&c->mu);
+      if (!c->peers) c->peers = calloc((size_t)c->nranks, PEER_ADDR);
+      if (c->peers && !c->peers[r][0]) { snprintf(c->peers[r], PEER_ADDR, "%s", addr); c->npeers++; }
+      pthread_mutex_unlock(&c->mu);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return 1;
+  }
+  if (strcmp(w, "GO") == 0 || strcmp(w, "ABORT") == 0) {
+    int go = w[0] == 'G', round = 0, ok = 1;
+    char* f0 = strtok_r(NULL, " ", &save);
+    char* f1 = strtok_r(NULL, " ", &save);
+    char* f2 = strtok_r(NULL, " ", &save);
+    ocomm_t* c = NULL;
+    obucket_t* b = bucket_locked(f0, f1, f2, &round, &c);
+    if (!b) return 1;
+    __typeof__(b->v[0])* m = &b->v[round % ONLINE_VSLOTS];
+    if (!go) atomic_store_explicit(&m->aborttag, round + 1, memory_order_release);
+    else if (atomic_load(&m->vtag) == round + 1 && atomic_load(&m->aborttag) != round + 1)
+      atomic_store_explicit(&m->gotag, round + 1, memory_order_release);
+    else ok = 0; /* a GO for a verdict this rank never confirmed: not a coordinator we follow */
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&g_mu);
+    return ok;
+  }
+  if (strcmp(w, "VERDICT") != 0) return 0;
   char* f[6];
   for (int i = 0; i < 6; i++) f[i] = strtok_r(NULL, " ", &save);
   char* ev = strtok_r(NULL, "", &save);
-  if (!f[5]) { comm_freeze_all("short verdict"); return; }
-  uint64_t cid = strtoull(f[0], NULL, 16);
-  long long id = parse_num(f[1], 0, NCCLRL_NUM_COLLS * ONLINE_LOG2 - 1, 10);
-  long long rnd = parse_num(f[2], 0, 1 << 30, 10);
+  if (!f[5]) return 0;
   long long kk = parse_num(f[3], 0, INT64_MAX, 10);
-  if (id < 0 || rnd < 0 || kk < 0) { comm_freeze_all("malformed verdict"); return; }
-  int round = (int)rnd;
-  uint64_t k = (uint64_t)kk;
-  pthread_mutex_lock(&g_mu); /* held throughout: a communicator is freed under it */
-  ocomm_t* c = comm_find_locked(cid);
-  if (!c) { pthread_mutex_unlock(&g_mu); return; }
-  pthread_mutex_lock(&c->mu);
-  obucket_t* b = bucket_by_id(c, (int)id);
-  if (b && round >= 0 && atomic_load(&b->v[round % ONLINE_VSLOTS].vtag) != round + 1) {
-    __typeof__(b->v[0])* m = &b->v[round % ONLINE_VSLOTS];
+  int round = 0;
+  ocomm_t* c = NULL;
+  if (kk < 0 || parse_num(f[2], 0, 1 << 30, 10) < 0 || parse_num(f[1], 0, NCCLRL_NUM_COLLS * ONLINE_LOG2 - 1, 10) < 0)
+    return 0;
+  obucket_t* b = bucket_locked(f[0], f[1], f[2], &round, &c);
+  if (!b) return 1;
+  __typeof__(b->v[0])* m = &b->v[round % ONLINE_VSLOTS];
+  if (atomic_load(&m->vtag) != round + 1) {
     atomic_store_explicit(&m->vtag, 0, memory_order_relaxed);
-    m->k = k;
+    atomic_store_explicit(&m->gotag, 0, memory_order_relaxed);
+    atomic_store_explicit(&m->aborttag, 0, memory_order_relaxed);
+    m->k = (uint64_t)kk;
     m->len = 0;
+    m->arm = -1;
     m->evidence[0] = '\0';
     if (ev) snprintf(m->evidence, sizeof(m->evidence), "%s", ev);
     if (strcmp(f[4], "PLAN") == 0) {
@@ -365,9 +638,248 @@ static void handle_line(char* line, int* welcomed) {
       m->kind = V_ABORT;
     }
     atomic_store_explicit(&m->vtag, round + 1, memory_order_release);
+    char hold[160];
+    snprintf(hold, sizeof(hold), "HOLD %016llx %d %d %d %016llx\n", (unsigned long long)c->comm_id, c->rank, b->id,
+             round, (unsigned long long)digest);
+    outbox_put_locked(hold);
   }
   pthread_mutex_unlock(&c->mu);
   pthread_mutex_unlock(&g_mu);
+  return 1;
+}
+
+/* ---- peers: the ranks' own word when the coordinator died holding a round's GO half-sent ----
+ *
+ * Every rank process listens on one port (the address it reaches the coordinator from) and says it in
+ * HELLO; the coordinator hands each rank every peer's address (PEER lines) before any verdict of the
+ * communicator. A rank that holds a verdict, has no GO for it, and has read the coordinator's end of
+ * the connection (nothing more will come) asks every peer what it holds: GO, NOGO (no GO, and nothing
+ * more will come from the coordinator: final), or WAIT (still connected: ask again). A GO somewhere
+ * means the coordinator sent it, so every rank applies the verdict; NOGO everywhere means it never
+ * did, so every rank freezes. The set of ranks holding a GO no longer changes once the coordinator is
+ * gone, so every rank that asks computes the same answer. Peers prove they hold the job's secret, as
+ * the coordinator does. */
+
+static int g_peer_fd = -1;
+static char g_peer_addr[PEER_ADDR] = "-";
+
+typedef struct {
+  int fd, stage;        /* stage 0: awaits PEER; 1: awaits PAUTH and the question */
+  double end;           /* the connection's last moment */
+  char nonce[33];       /* ours */
+  char asker[33];       /* the asker's */
+  char buf[PEER_LINE];
+  size_t n;
+} pconn_t;
+static pconn_t g_pconns[PEER_CONNS];
+
+static void nonce_hex(char out[33]) {
+  uint8_t raw[16];
+  if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) memset(raw, 0, sizeof(raw)), raw[0] = (uint8_t)getpid();
+  for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+/* Listen on the address this process reaches the coordinator from, any port. */
+static void peer_listen(int coord_fd) {
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof(ss);
+  if (getsockname(coord_fd, (struct sockaddr*)&ss, &sl) != 0) return;
+  if (ss.ss_family == AF_INET) ((struct sockaddr_in*)&ss)->sin_port = 0;
+  else if (ss.ss_family == AF_INET6) ((struct sockaddr_in6*)&ss)->sin6_port = 0;
+  else return;
+  int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return;
+  if (bind(fd, (struct sockaddr*)&ss, sl) != 0 || listen(fd, 64) != 0 || getsockname(fd, (struct sockaddr*)&ss, &sl)) {
+    close(fd);
+    return;
+  }
+  char ip[INET6_ADDRSTRLEN];
+  if (ss.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &((struct sockaddr_in*)&ss)->sin_addr, ip, sizeof(ip));
+    snprintf(g_peer_addr, sizeof(g_peer_addr), "%s:%d", ip, ntohs(((struct sockaddr_in*)&ss)->sin_port));
+  } else {
+    inet_ntop(AF_INET6, &((struct sockaddr_in6*)&ss)->sin6_addr, ip, sizeof(ip));
+    snprintf(g_peer_addr, sizeof(g_peer_addr), "[%s]:%d", ip, ntohs(((struct sockaddr_in6*)&ss)->sin6_port));
+  }
+  g_peer_fd = fd;
+  for (int i = 0; i < PEER_CONNS; i++) g_pconns[i].fd = -1;
+}
+
+/* What this rank holds of (communicator, bucket, round): "GO", "NOGO" (final) or "WAIT". */
+static const char* peer_state(char* cid, char* bucket, char* round) {
+  int r = 0;
+  ocomm_t* c = NULL;
+  obucket_t* b = bucket_locked(cid, bucket, round, &r, &c);
+  const char* st = atomic_load(&g_lost) ? "NOGO" : "WAIT";
+  if (b) {
+    __typeof__(b->v[0])* m = &b->v[r % ONLINE_VSLOTS];
+    if (atomic_load(&m->gotag) == r + 1) st = "GO";
+    else if (atomic_load(&m->aborttag) == r + 1 || atomic_load(&c->frozen)) st = "NOGO";
+    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&g_mu);
+  }
+  return st;
+}
+
+static void pconn_close(pconn_t* p) {
+  close(p->fd);
+  p->fd = -1;
+}
+
+/* One line from a peer asking: the handshake, then one question, then the connection ends. */
+static void pconn_line(pconn_t* p, char* line) {
+  char* save = NULL;
+  char* w[6];
+  w[0] = strtok_r(line, " ", &save);
+  for (int i = 1; i < 6; i++) w[i] = strtok_r(NULL, " ", &save);
+  char out[PEER_LINE], msg[160], mac[65];
+  double end = mono_s() + 0.5;
+  if (p->stage == 0 && w[0] && w[1] && w[2] && !w[3] && strcmp(w[0], "PEER") == 0 &&
+      parse_num(w[1], 0, 1 << 30, 10) == ONLINE_PROTO_VERSION && strlen(w[2]) == 32) {
+    nonce_hex(p->nonce);
+    snprintf(p->asker, sizeof(p->asker), "%s", w[2]);
+    snprintf(msg, sizeof(msg), "ncclrl-peer-s %s %s", p->asker, p->nonce);
+    hmac_hex(g_secret, g_secret_len, msg, mac);
+    snprintf(out, sizeof(out), "PWELCOME %s %s\n", p->nonce, mac);
+    p->stage = 1;
+    if (!send_all(p->fd, out, end)) pconn_close(p);
+    return;
+  }
+  if (p->stage == 1 && w[0] && w[4] && !w[5] && strcmp(w[0], "PAUTH") == 0) {
+    snprintf(msg, sizeof(msg), "ncclrl-peer-q %s %s", p->nonce, p->asker);
+    hmac_hex(g_secret, g_secret_len, msg, mac);
+    /* the question rides on the proof's line: PAUTH <proof> <comm> <bucket> <round> */
+    char* q[3] = {w[2], w[3], w[4]};
+    if (ct_equal(mac, w[1])) {
+      snprintf(out, sizeof(out), "STATE %s\n", peer_state(q[0], q[1], q[2]));
+      send_all(p->fd, out, end);
+    }
+  }
+  pconn_close(p);
+}
+
+/* The client thread's share: accept peers (bounded), read their lines, answer. */
+static void peer_serve(int readable) {
+  double now = mono_s();
+  if (readable) {
+    for (;;) {
+      int fd = accept(g_peer_fd, NULL, NULL);
+      if (fd < 0) break;
+      if (fcntl(fd, F_SETFL, O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) { close(fd); continue; }
+      int slot = -1;
+      for (int j = 0; j < PEER_CONNS && slot < 0; j++) if (g_pconns[j].fd < 0) slot = j;
+      if (slot < 0) { close(fd); continue; } /* full: the asker tries again */
+      memset(&g_pconns[slot], 0, sizeof(pconn_t));
+      g_pconns[slot].fd = fd;
+      g_pconns[slot].end = now + HANDSHAKE_S;
+    }
+  }
+  for (int j = 0; j < PEER_CONNS; j++) {
+    pconn_t* p = &g_pconns[j];
+    if (p->fd < 0) continue;
+    if (now > p->end) { pconn_close(p); continue; }
+    ssize_t r = recv(p->fd, p->buf + p->n, PEER_LINE - 1 - p->n, MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) { pconn_close(p); continue; }
+    if (r < 0) continue;
+    p->n += (size_t)r;
+    p->buf[p->n] = '\0';
+    char* nl;
+    while (p->fd >= 0 && (nl = memchr(p->buf, '\n', p->n))) {
+      *nl = '\0';
+      char line[PEER_LINE];
+      snprintf(line, sizeof(line), "%s", p->buf);
+      size_t used = (size_t)(nl - p->buf) + 1;
+      memmove(p->buf, nl + 1, p->n - used);
+      p->n -= used;
+      p->buf[p->n] = '\0';
+      pconn_line(p, line);
+    }
+    if (p->fd >= 0 && p->n >= PEER_LINE - 1) pconn_close(p);
+  }
+}
+
+/* Ask one peer what it holds of (comm, bucket, round): 1 GO, 0 NOGO, 2 WAIT, -1 no answer. */
+static int peer_ask(const char* addr, uint64_t cid, int bucket, int round) {
+  char host[PEER_ADDR], port[16];
+  const char* colon = strrchr(addr, ':');
+  if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof(host) || strlen(colon + 1) >= sizeof(port)) return -1;
+  memcpy(host, addr, (size_t)(colon - addr));
+  host[colon - addr] = '\0';
+  snprintf(port, sizeof(port), "%s", colon + 1);
+  if (host[0] == '[') { size_t l = strlen(host); if (l < 3 || host[l - 1] != ']') return -1; host[l - 1] = '\0'; memmove(host, host + 1, l - 1); }
+  struct addrinfo hints = {0}, *res = NULL;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host, port, &hints, &res) != 0 || !res) return -1;
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), ans = -1;
+  double end = mono_s() + 2.0;
+  int err = 0;
+  socklen_t el = sizeof(err);
+  if (fd >= 0) {
+    int rc = connect(fd, res->ai_addr, res->ai_addrlen);
+    if (rc == 0 || (errno == EINPROGRESS && wait_fd(fd, POLLOUT, end) &&
+                    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0)) {
+      char nonce[33], line[PEER_LINE], msg[160], mac[65];
+      nonce_hex(nonce);
+      snprintf(line, sizeof(line), "PEER %d %s\n", ONLINE_PROTO_VERSION, nonce);
+      size_t n = 0;
+      int ok = send_all(fd, line, end);
+      for (int got = 0; ok && got < 2;) { /* PWELCOME, then STATE */
+        ssize_t r = recv(fd, line + n, 1, MSG_DONTWAIT);
+        if (r == 1) {
+          if (line[n] != '\n') { if (++n + 1 >= sizeof(line)) ok = 0; continue; }
+          line[n] = '\0';
+          n = 0;
+          char* save = NULL;
+          char* w0 = strtok_r(line, " ", &save);
+          char* w1 = strtok_r(NULL, " ", &save);
+          char* w2 = strtok_r(NULL, " ", &save);
+          if (got == 0) {
+            if (!w0 || !w1 || !w2 || strcmp(w0, "PWELCOME") || strlen(w1) != 32) { ok = 0; break; }
+            char want[65];
+            snprintf(msg, sizeof(msg), "ncclrl-peer-s %s %s", nonce, w1);
+            hmac_hex(g_secret, g_secret_len, msg, want);
+            if (!ct_equal(want, w2)) { ok = 0; break; } /* not a peer of this job */
+            snprintf(msg, sizeof(msg), "ncclrl-peer-q %s %s", w1, nonce);
+            hmac_hex(g_secret, g_secret_len, msg, mac);
+            snprintf(line, sizeof(line), "PAUTH %s %016llx %d %d\n", mac, (unsigned long long)cid, bucket, round);
+            ok = send_all(fd, line, end);
+            got = 1;
+          } else {
+            if (w0 && w1 && !strcmp(w0, "STATE")) ans = !strcmp(w1, "GO") ? 1 : !strcmp(w1, "NOGO") ? 0 : !strcmp(w1, "WAIT") ? 2 : -1;
+            got = 2;
+          }
+          continue;
+        }
+        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || !wait_fd(fd, POLLIN, end)) ok = 0;
+      }
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return ans;
+}
+
+/* The coordinator is gone; this rank holds round r's verdict but no GO: what every rank will do.
+ * 1: some rank holds the GO (apply); 0: none does (freeze); -1: not every peer could be asked. */
+static int peers_decide(ocomm_t* c, obucket_t* b, int round) {
+  if (!c->peers || c->npeers != c->nranks) return -1;
+  int done[ONLINE_MAX_ASK], nask = c->nranks < ONLINE_MAX_ASK ? c->nranks : ONLINE_MAX_ASK;
+  if (c->nranks > ONLINE_MAX_ASK) return -1;
+  memset(done, 0, sizeof(done));
+  done[c->rank] = 1;
+  double end = mono_s() + 30.0;
+  for (int left = nask - 1; left > 0 && mono_s() < end;) {
+    for (int r = 0; r < nask; r++) {
+      if (done[r]) continue;
+      int a = peer_ask(c->peers[r], c->comm_id, b->id, round);
+      if (a == 1) return 1;
+      if (a == 0) { done[r] = 1; left--; }
+    }
+    if (left > 0) { struct timespec nap = {0, 50000000}; nanosleep(&nap, NULL); }
+  }
+  for (int r = 0; r < nask; r++) if (!done[r]) return -1;
+  return 0;
 }
 
 /* Reports due: complete (every call through the round's end has finished) or past the gather time. */
@@ -379,8 +891,9 @@ static void send_reports(double now) {
     if (!c || !c->online) continue;
     pthread_mutex_lock(&c->mu);
     if (!c->hello_sent) {
-      snprintf(line, sizeof(line), "HELLO %d %016llx %d %d %d %ld\n", ONLINE_PROTO_VERSION,
-               (unsigned long long)c->comm_id, c->rank, c->nranks, c->nnodes, (long)getpid());
+      snprintf(line, sizeof(line), "HELLO %d %016llx %d %d %d %ld %016llx %s\n", ONLINE_PROTO_VERSION,
+               (unsigned long long)c->comm_id, c->rank, c->nranks, c->nnodes, (long)getpid(),
+               (unsigned long long)c->table_fp, g_peer_addr);
       size_t n = strlen(line);
       if (g_outlen + n < sizeof(g_outbox)) { memcpy(g_outbox + g_outlen, line, n); g_outlen += n; c->hello_sent = 1; }
     }
@@ -393,8 +906,8 @@ static void send_reports(double now) {
                            (unsigned long long)c->comm_id, c->rank, b->id, b->report_round,
                            (unsigned long long)b->report_k, (unsigned long long)b->fp, b->narms);
         for (int a = 0; a < b->narms && off < (int)sizeof(line) - 80; a++)
-          off += snprintf(line + off, sizeof(line) - off, " %llu:%.3f:%.3f", (unsigned long long)b->n[a],
-                          b->sum_us[a], b->sumsq_us[a]);
+          off += snprintf(line + off, sizeof(line) - off, " %llu:%.3f:%.3f:%.3f", (unsigned long long)b->n[a],
+                          b->sum_us[a], b->sumsq_us[a], b->max_us[a]);
         snprintf(line + off, sizeof(line) - off, "\n");
         size_t n = strlen(line);
         if (g_outlen + n < sizeof(g_outbox)) {
@@ -416,25 +929,29 @@ static void* client_main(void* arg) {
   const char* spec = getenv(COORD_ENV);
   int fd = spec && *spec ? connect_coordinator(spec) : -1;
   if (fd < 0) { atomic_store(&g_lost, 1); return NULL; }
-  char hello[64];
-  snprintf(hello, sizeof(hello), "VERSION %d\n", ONLINE_PROTO_VERSION);
-  outbox_put(hello);
+  peer_listen(fd);
   char in[ONLINE_LINE * 4];
   size_t inlen = 0;
-  int welcomed = 0, shut = 0;
-  double t_start = mono_s(), broken_at = 0.0;
-  /* Only this reader decides the coordinator is lost: at EOF, a read error, a malformed line, or
-   * (once it cannot send) after draining what the coordinator sent for a round timeout and 2 s. */
-  while (!atomic_load(&g_stop) && !atomic_load(&g_lost)) {
+  int shut = 0;
+  /* Only this reader decides the coordinator is lost: at EOF, a read error, or a line no coordinator
+   * of ours sends. Once it cannot send, it keeps reading: the coordinator, missing this rank's word,
+   * ends every round it waits on with ABORT or FREEZE, and those are read here. Once it is lost, the
+   * thread goes on answering peers until the library is unloaded. */
+  while (!atomic_load(&g_stop)) {
+    if (fd >= 0 && atomic_load(&g_lost)) { close(fd); fd = -1; }
+    if (fd < 0) {
+      if (g_peer_fd < 0) break;
+      struct pollfd q = {g_peer_fd, POLLIN, 0};
+      int rc = poll(&q, 1, 10);
+      peer_serve(rc > 0);
+      continue;
+    }
     double now = mono_s();
-    if (!welcomed && now - t_start > 10.0) { atomic_store(&g_lost, 1); break; }
     if (atomic_load(&g_broken) && !shut) {
       shutdown(fd, SHUT_WR);
       shut = 1;
-      broken_at = now;
     }
-    if (shut && now - broken_at > atomic_load(&g_coord_timeout_ms) / 1000.0 + 2.0) { atomic_store(&g_lost, 1); break; }
-    if (welcomed && !shut) send_reports(now);
+    if (!shut) send_reports(now);
     pthread_mutex_lock(&g_mu);
     if (g_outlen > 0 && !shut) {
       ssize_t w = send(fd, g_outbox, g_outlen, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -442,12 +959,13 @@ static void* client_main(void* arg) {
       else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) atomic_store(&g_broken, 1);
     }
     pthread_mutex_unlock(&g_mu);
-    struct pollfd p = {fd, POLLIN, 0};
-    int rc = poll(&p, 1, 1);
-    if (rc < 0 && errno != EINTR) { atomic_store(&g_lost, 1); break; }
-    if (rc > 0) {
+    struct pollfd p[2] = {{fd, POLLIN, 0}, {g_peer_fd, POLLIN, 0}};
+    int rc = poll(p, g_peer_fd >= 0 ? 2 : 1, 1);
+    if (rc < 0 && errno != EINTR) { atomic_store(&g_lost, 1); continue; }
+    if (g_peer_fd >= 0) peer_serve(rc > 0 && (p[1].revents & POLLIN));
+    if (rc > 0 && p[0].revents) {
       ssize_t r = recv(fd, in + inlen, sizeof(in) - 1 - inlen, MSG_DONTWAIT);
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) { atomic_store(&g_lost, 1); break; }
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) { atomic_store(&g_lost, 1); continue; }
       if (r > 0) {
         inlen += (size_t)r;
         in[inlen] = '\0';
@@ -455,24 +973,25 @@ static void* client_main(void* arg) {
         char* nl;
         while ((nl = memchr(s, '\n', inlen - (size_t)(s - in))) && !atomic_load(&g_lost)) {
           *nl = '\0';
-          handle_line(s, &welcomed);
+          if (!handle_line(s)) atomic_store(&g_lost, 1);
           s = nl + 1;
         }
         size_t rest = inlen - (size_t)(s - in);
-        if (rest >= sizeof(in) - 1) { atomic_store(&g_lost, 1); break; } /* a line longer than any we speak */
+        if (rest >= sizeof(in) - 1) { atomic_store(&g_lost, 1); continue; } /* a line longer than any we speak */
         memmove(in, s, rest);
         inlen = rest;
       }
     }
   }
-  close(fd);
+  if (fd >= 0) close(fd);
+  for (int j = 0; j < PEER_CONNS; j++) if (g_pconns[j].fd >= 0) pconn_close(&g_pconns[j]);
+  if (g_peer_fd >= 0) { close(g_peer_fd); g_peer_fd = -1; }
   return NULL;
 }
 
 static void client_start_locked(void) {
   if (g_client_started) return;
   g_client_started = 1;
-  read_online_settings();
   if (pthread_create(&g_client, NULL, client_main, NULL) != 0) {
     atomic_store(&g_lost, 1);
     g_client_started = 0;
@@ -521,6 +1040,12 @@ static void load_candidates(ctx_t* ctx, ocomm_t* c) {
     if (text) memcpy(text, data, len + 1);
   } else {
     if (!path || !*path) return;
+    if (access(path, R_OK) != 0) {
+      LOG(ctx, NCCLRL_LOG_WARN, PREFIX "online: " CAND_ENV " %s cannot be read (%s): this rank has no "
+          "alternatives; unless every rank lacks them, the arms differ and the coordinator freezes the communicator "
+          "(the static table everywhere)", path, strerror(errno));
+      return;
+    }
     char* raw = read_file(ctx, path, &len);
     if (!raw) return;
     text = malloc(len + 1); /* the file's bytes are not NUL-terminated */
@@ -561,9 +1086,14 @@ static void load_candidates(ctx_t* ctx, ocomm_t* c) {
  * never hears from it, aborts, and every rank freezes at the same call. It never runs the static
  * table on its own while the others explore. */
 static ocomm_t* online_attach(ctx_t* ctx, uint64_t comm_id) {
+  const char* mode = getenv(MODE_ENV);
+  if (mode && *mode && !ascii_caseeq(mode, "online") && !ascii_caseeq(mode, "static"))
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX MODE_ENV "='%.32s' is not static or online: static mode", mode);
   if (!online_requested()) return NULL;
   pthread_mutex_lock(&g_mu);
-  if (!g_settings_read) read_online_settings();
+  if (!g_settings_read) read_online_settings(ctx);
+  static const char* secret_why = "";
+  if (secret_why && !*secret_why) secret_why = load_secret(); /* once per process: NULL when it loaded */
   ocomm_t* c = comm_find_locked(comm_id);
   const char* spec = getenv(COORD_ENV);
   const char* why = NULL;
@@ -573,6 +1103,8 @@ static ocomm_t* online_attach(ctx_t* ctx, uint64_t comm_id) {
     why = "the communicator has several ranks in this process";
   else if (!spec || !*spec)
     why = COORD_ENV " is not set (HOST:PORT of ncclrl coordinator)";
+  else if (secret_why)
+    why = secret_why;
   if (why) {
     if (c && c->tuner_claimed) c->online = 0; /* its profiler's rank is ambiguous: that state must not report either */
     ocomm_t* p = calloc(1, sizeof(ocomm_t));
@@ -584,6 +1116,7 @@ static ocomm_t* online_attach(ctx_t* ctx, uint64_t comm_id) {
       p->log = ctx->log;
       p->nranks = (int)ctx->nranks;
       p->nnodes = (int)ctx->nnodes;
+      p->table_known = !ctx->loaded || (ctx->has_expect && ctx->table_fp == ctx->expect);
     }
     pthread_mutex_unlock(&g_mu);
     LOG(ctx, NCCLRL_LOG_WARN, PREFIX "online mode on communicator %016llx cannot report: %s. Every rank freezes on the "
@@ -596,13 +1129,15 @@ static ocomm_t* online_attach(ctx_t* ctx, uint64_t comm_id) {
   c->log = ctx->log;
   c->nranks = (int)ctx->nranks;
   c->nnodes = (int)ctx->nnodes;
+  c->table_fp = ctx->loaded ? ctx->table_fp : 0;
+  c->table_known = !ctx->loaded || (ctx->has_expect && ctx->table_fp == ctx->expect);
   c->online = 1;
   client_start_locked();
   pthread_mutex_unlock(&g_mu);
   load_candidates(ctx, c);
   LOG(ctx, NCCLRL_LOG_INFO, PREFIX "online mode on communicator %016llx (rank %d of %d): coordinator %s, %d slots "
-      "per round at most, gap %d calls, warm-up %d calls, verdict wait %.1f s", (unsigned long long)comm_id, c->rank,
-      c->nranks, spec, g_slots, g_gap, g_warmup, verdict_wait_s());
+      "per round at most, gap %d calls, warm-up %d calls, a WARN every %.0f s a verdict waits",
+      (unsigned long long)comm_id, c->rank, c->nranks, spec, g_slots, g_gap, g_warmup, g_wait_s);
   return c;
 }
 
@@ -685,10 +1220,8 @@ static obucket_t* bucket_new(ocomm_t* c, ctx_t* ctx, int coll, size_t nBytes, in
   /* Never a function of this rank's connection or timing (those differ between ranks): the same on
    * every rank. Round 0 has no plan: arm 0 runs until call W, where the coordinator's first verdict
    * (a plan every rank received, or an abort) applies; its report asks for it at once. */
-  if (b->narms < 2) {
-    b->state = B_DONE;
-    b->final_arm = 0;
-  } else {
+  b->agreed = c->table_known;
+  { /* even a bucket with nothing to explore asks round 0's verdict: its GO says the tables agree */
     b->state = B_EXPLORE;
     b->start = 0;
     b->len = 0;
@@ -699,14 +1232,14 @@ static obucket_t* bucket_new(ocomm_t* c, ctx_t* ctx, int coll, size_t nBytes, in
     b->report_k = b->next_k;
     b->report_due_s = 0.0;
   }
-  if (ctx->trace || b->state == B_EXPLORE) {
+  if (ctx->trace || b->narms > 1) {
     char arms[256];
     int off = 0;
     for (int a = 1; a < b->narms && off < (int)sizeof(arms) - 40; a++)
       off += snprintf(arms + off, sizeof(arms) - off, " %d=%s/%s/%d", a, ALGO_NAMES[(int)b->arms[a].algo],
                       PROTO_NAMES[(int)b->arms[a].proto], (int)b->arms[a].channels);
     LOG(ctx, NCCLRL_LOG_INFO, PREFIX "online %016llx %s 2^%d B: arms 0=table%s; %s", (unsigned long long)c->comm_id,
-        COLL_NAMES[coll], lg, arms, b->state == B_EXPLORE ? "exploring" : "nothing to explore");
+        COLL_NAMES[coll], lg, arms, b->narms > 1 ? "exploring" : "nothing to explore");
   }
   return b;
 }
@@ -715,34 +1248,54 @@ static void freeze_bucket(ocomm_t* c, obucket_t* b, const char* why) {
   b->state = B_DONE;
   b->final_arm = 0;
   c->log(NCCLRL_LOG_WARN, NCCLRL_SUBSYS_TUNING, __FILE__, __LINE__,
-         PREFIX "online %016llx %s 2^%d B: frozen on the static table at call %llu (round %d): %s",
-         (unsigned long long)c->comm_id, COLL_NAMES[b->coll], b->id % ONLINE_LOG2, (unsigned long long)b->calls,
-         b->round, why);
+         PREFIX "online %016llx %s 2^%d B: frozen on %s at call %llu (round %d): %s",
+         (unsigned long long)c->comm_id, COLL_NAMES[b->coll], b->id % ONLINE_LOG2,
+         b->agreed ? "the static table" : "NCCL's own choice (the ranks' tables were never shown to agree)",
+         (unsigned long long)b->calls, b->round, why);
 }
 
-/* At call next_k: apply the round's verdict, waiting for it (bounded) if it has not arrived. */
+/* At call next_k: apply the round's verdict once the coordinator has said every rank holds it (GO).
+ * Until it says GO or ABORT, or its connection ends, this rank waits: deciding alone while the
+ * coordinator can still decide is how ranks split. A fault is read after every line that came
+ * before it on the connection (one thread reads them in order): a GO sent before the coordinator
+ * died or froze the communicator is applied, exactly as on the ranks that read it first. */
 static void resolve_verdict(ocomm_t* c, obucket_t* b) {
   int want = b->round + 1;
-  _Atomic int* tag = &b->v[b->round % ONLINE_VSLOTS].vtag;
-  if (atomic_load_explicit(tag, memory_order_acquire) != want) {
-    double t0 = -1.0; /* the countdown starts once the coordinator's round timeout is known (or it is lost) */
+  __typeof__(b->v[0])* mb = &b->v[b->round % ONLINE_VSLOTS];
+  if (atomic_load_explicit(&mb->gotag, memory_order_acquire) != want) {
+    double t0 = mono_s(), warn_at = t0 + g_wait_s;
     struct timespec nap = {0, 20000};
     for (;;) {
-      if (t0 < 0.0 && (atomic_load(&g_welcomed) || atomic_load(&g_lost) || !atomic_load(&c->online))) t0 = mono_s();
-      double limit = verdict_wait_s();
-      /* A fault is read after the verdict that preceded it on the connection (one thread reads both, in
-       * order): once a fault is seen, a verdict not yet here will never come, and one that came is
-       * applied as on the ranks that got it first. */
-      const char* fault = !atomic_load(&c->online) ? "this rank cannot reach a coordinator"
-                        : atomic_load(&g_lost) ? "the coordinator is gone and no verdict came"
-                        : atomic_load(&c->frozen) ? "the coordinator froze this communicator"
-                        : t0 >= 0.0 && mono_s() - t0 > limit ? "no verdict within the wait" : NULL;
-      if (atomic_load_explicit(tag, memory_order_acquire) == want) break;
-      if (fault) { freeze_bucket(c, b, fault); return; }
+      int lost = atomic_load(&g_lost), frozen = atomic_load(&c->frozen), alone = !atomic_load(&c->online);
+      int aborted = atomic_load(&mb->aborttag) == want;
+      if (atomic_load_explicit(&mb->gotag, memory_order_acquire) == want) break;
+      if (lost && !frozen && !aborted && !alone && atomic_load(&mb->vtag) == want) {
+        /* it died between the verdict and this rank's GO: maybe another rank has the GO. Ask them all. */
+        int d = peers_decide(c, b, b->round);
+        if (d == 1) { atomic_store(&mb->gotag, want); break; }
+        freeze_bucket(c, b, d == 0 ? "the coordinator is gone; no rank holds a GO for the round (asked them all)"
+                                   : "the coordinator is gone, no GO came, and not every rank could be asked");
+        return;
+      }
+      if (alone || lost || frozen || aborted) {
+        freeze_bucket(c, b, alone ? "this rank cannot reach a coordinator" : lost ? "the coordinator is gone and no "
+                      "GO came" : frozen ? "the coordinator froze this communicator" : "the coordinator aborted the round");
+        return;
+      }
+      double now = mono_s();
+      if (now > warn_at) {
+        c->log(NCCLRL_LOG_WARN, NCCLRL_SUBSYS_TUNING, __FILE__, __LINE__,
+               PREFIX "online %016llx %s 2^%d B: waiting %.0f s at call %llu for the coordinator's word on round %d; "
+               "its connection is open (a stopped coordinator? every rank waits alike; ending it freezes them all)",
+               (unsigned long long)c->comm_id, COLL_NAMES[b->coll], b->id % ONLINE_LOG2, now - t0,
+               (unsigned long long)b->next_k, b->round);
+        warn_at = now + g_wait_s;
+      }
       nanosleep(&nap, NULL);
       if (nap.tv_nsec < 1000000) nap.tv_nsec *= 2;
     }
   }
+  b->agreed = 1; /* a GO: every rank said HELLO with the same table before any verdict was sent */
   pthread_mutex_lock(&c->mu);
   __typeof__(b->v[0])* m = &b->v[b->round % ONLINE_VSLOTS];
   int kind = m->kind, arm = m->arm, len = m->len;
@@ -781,8 +1334,8 @@ static void resolve_verdict(ocomm_t* c, obucket_t* b) {
   freeze_bucket(c, b, kind == V_ABORT ? "the coordinator aborted the round" : "a malformed verdict");
 }
 
-/* The hot path. Returns the arm this call runs (0: the static table's decision; the caller applies
- * it) and fills *cfg for arms > 0; *bp is the bucket to note the call in afterwards, or NULL. */
+/* The hot path. Returns the arm this call runs (0: the static table's decision, -1: NCCL's own; the
+ * caller applies it) and fills *cfg for arms > 0; *bp is the bucket to note the call in afterwards, or NULL. */
 static int online_pick(ocomm_t* c, ctx_t* ctx, int coll, size_t nBytes, float** costTable, int numAlgo, int numProto,
                        ocfg_t arm0, obucket_t** bp, ocfg_t* cfg, int* timed) {
   *bp = NULL;
@@ -798,16 +1351,19 @@ static int online_pick(ocomm_t* c, ctx_t* ctx, int coll, size_t nBytes, float** 
     pthread_mutex_unlock(&c->mu);
   }
   uint64_t i = b->calls++;
+  /* arm 0 is the static table only once the ranks' tables are known to agree; before, NCCL decides (-1) */
+  int arm0_or_nccl = b->agreed ? 0 : -1;
   if (b->state != B_EXPLORE) {
     if (b->final_arm > 0) { *cfg = b->arms[b->final_arm]; return b->final_arm; }
-    return 0;
+    return arm0_or_nccl;
   }
   if (i == b->next_k) {
     resolve_verdict(c, b);
+    arm0_or_nccl = b->agreed ? 0 : -1;
     if (b->state != B_EXPLORE) {
       if (b->final_arm > 0) { *cfg = b->arms[b->final_arm]; return b->final_arm; }
       *bp = b; /* still noted: the calls before k may be waiting for their events */
-      return 0;
+      return arm0_or_nccl;
     }
   }
   *bp = b;
@@ -827,7 +1383,7 @@ static int online_pick(ocomm_t* c, ctx_t* ctx, int coll, size_t nBytes, float** 
     if (arm > 0) *cfg = b->arms[arm];
     return arm;
   }
-  return 0;
+  return arm0_or_nccl;
 }
 
 /* After the decision: what this call forced (arm, configuration), for its collective event to match. */
@@ -1003,6 +1559,7 @@ static void kch_done_locked(ocomm_t* c, okch_t* k) {
   b->n[p->arm]++;
   b->sum_us[p->arm] += us;
   b->sumsq_us[p->arm] += us * us;
+  if (us > b->max_us[p->arm]) b->max_us[p->arm] = us;
   (void)c;
 }
 

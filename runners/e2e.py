@@ -274,6 +274,7 @@ class E2E:
         self.table_fp = fingerprint(self.table_text)
         self.sides: tuple[str, ...] = SIDES + ((ONLINE,) if cfg.online else ())
         self.coordinator = ""  # HOST:PORT of the online side's coordinator, once started
+        self.secret_file = ""  # the file holding its secret (mode 0600; every rank reads it)
         self.candidates = ""
         if cfg.online:
             from ncclrl.agents.export import online_candidates
@@ -289,7 +290,8 @@ class E2E:
             env.update({"NCCL_TUNER_PLUGIN": self.plugin, TABLE_ENV: self.table_text, **self.knobs})
         if side == ONLINE:
             env.update({"NCCL_PROFILER_PLUGIN": self.plugin, "NCCLRL_TUNER_MODE": "online",
-                        "NCCLRL_ONLINE_COORD": self.coordinator, "NCCLRL_ONLINE_CANDIDATES_DATA": self.candidates})
+                        "NCCLRL_ONLINE_COORD": self.coordinator, "NCCLRL_ONLINE_SECRET_FILE": self.secret_file,
+                        "NCCLRL_ONLINE_CANDIDATES_DATA": self.candidates})
         elif side == "default":
             env["NCCL_TUNER_PLUGIN"] = "none"
         return env
@@ -361,7 +363,7 @@ def run_e2e(cfg: E2EConfig, out=None) -> dict[str, Any]:
     by_side: dict[str, dict[str, list[list[float]]]] = {s: {m: [] for m in modes} for s in e2e.sides}
     order = job_order(cfg.rounds, e2e.sides)
     with job_folder("e2e") as tmp, OnlineCoordinator(cfg, e2e, out_dir) as coord:
-        e2e.coordinator = coord.address
+        e2e.coordinator, e2e.secret_file = coord.address, coord.secret_file
         for n, side in enumerate(order):
             log.info("# job %d of %d: %s (%s)", n + 1, len(order), side, ", ".join(modes))
             res = e2e.run_job(modes, side, Path(tmp) / f"job{n}")
@@ -408,17 +410,19 @@ class OnlineCoordinator:
         self.cfg, self.e2e, self.out_dir = cfg, e2e, out_dir
         self.proc = None  # the coordinator's process, once started
         self.address = ""
+        self.secret_file = ""
 
     def __enter__(self) -> OnlineCoordinator:
         if not self.cfg.online:
             return self
-        keys = ["host=0.0.0.0", f"log={self.out_dir.resolve() / 'coordinator.jsonl'}"]
-        if self.cfg.online_policy:
-            keys.append(f"policy={self.cfg.online_policy}")
-        self.proc, port = start_coordinator(self.out_dir, keys, self.out_dir / "coordinator.log")
         here = self.e2e.launcher.kind == "local" or self.e2e.launcher.emulated
         host = self.cfg.online_host or ("127.0.0.1" if here else socket.getfqdn())
+        keys = [f"host={host}", f"log={self.out_dir.resolve() / 'coordinator.jsonl'}"]  # only where the ranks reach it
+        if self.cfg.online_policy:
+            keys.append(f"policy={self.cfg.online_policy}")
+        self.proc, port, secret = start_coordinator(self.out_dir, keys, self.out_dir / "coordinator.log")
         self.address = f"{host}:{port}"
+        self.secret_file = str(secret)
         log.info("# online side: coordinator at %s, verdicts in %s", self.address, self.out_dir / "coordinator.jsonl")
         return self
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ncclrl.envs.online_harness import FAULTS, SharedCoordinator, run_job
-from ncclrl.runners.coordinator import Coordinator
+from ncclrl.runners.coordinator import Coordinator, fnv1a64
+from ncclrl.runners.coordinator.secret import proof
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugin"
 FP = "00000000000000aa"
@@ -20,15 +21,27 @@ FP = "00000000000000aa"
 
 # -- the coordinator's state machine -------------------------------------------------------------
 
-def hello(core: Coordinator, conn: int, rank: int, nranks: int = 2, cid: str = "abc") -> None:
+SECRET = "5e" * 32
+NONCE = "0123456789abcdef" * 2
+
+
+def handshake(core: Coordinator, conn: int, secret: str = SECRET) -> list[str]:
     core.opened(conn)
-    core.line(conn, "VERSION 1", 0.0)
-    core.line(conn, f"HELLO 1 {cid} {rank} {nranks} 1 100", 0.0)
+    core.line(conn, f"VERSION 2 {NONCE}", 0.0)
+    welcome = core.take()[conn][0].split()
+    assert welcome[:2] == ["WELCOME", "2"] and welcome[4] == proof(SECRET, "coord", NONCE, welcome[3])
+    core.line(conn, f"AUTH {proof(secret, 'rank', welcome[3], NONCE)}", 0.0)
+    return welcome
+
+
+def hello(core: Coordinator, conn: int, rank: int, nranks: int = 2, cid: str = "abc", table: str = "0") -> None:
+    handshake(core, conn)
+    core.line(conn, f"HELLO 2 {cid} {rank} {nranks} 1 100 {table} 127.0.0.1:{4000 + rank}", 0.0)
 
 
 def report(core: Coordinator, conn: int, rank: int, rnd: int, k: int, arms: list[tuple[int, float, float]],
            now: float = 0.0, fp: str = FP, cid: str = "abc") -> None:
-    ev = " ".join(f"{n}:{n * m:.3f}:{n * (m * m + s * s):.3f}" for n, m, s in arms)
+    ev = " ".join(f"{n}:{n * m:.3f}:{n * (m * m + s * s):.3f}:{m + 2 * s if n else 0:.3f}" for n, m, s in arms)
     core.line(conn, f"REPORT {cid} {rank} 260 {rnd} {k} {fp} {len(arms)} {ev}", now)
 
 
@@ -36,14 +49,24 @@ def lines(core: Coordinator) -> dict[int, list[str]]:
     return {c: [x.strip() for x in v] for c, v in core.take().items()}
 
 
+def hold(core: Coordinator, conn: int, rank: int, verdict: str, now: float = 0.0, digest: str | None = None) -> None:
+    w = verdict.split()
+    core.line(conn, f"HOLD {w[1]} {rank} {w[2]} {w[3]} {digest or fnv1a64(verdict)}", now)
+
+
+def two_ranks(policy: str = "round-robin", timeout: float = 5.0) -> Coordinator:
+    core = Coordinator(policy, SECRET, round_timeout_s=timeout)
+    hello(core, 1, 0)
+    hello(core, 2, 1)
+    lines(core)
+    return core
+
+
 ZERO3 = [(0, 0.0, 0.0)] * 3
 
 
-def test_a_verdict_needs_every_rank_and_reaches_every_rank():
-    core = Coordinator("round-robin", round_timeout_s=5.0)
-    hello(core, 1, 0)
-    hello(core, 2, 1)
-    assert lines(core) == {1: ["WELCOME 1 5000"], 2: ["WELCOME 1 5000"]}
+def test_a_verdict_needs_every_rank_and_applies_only_once_every_rank_holds_it():
+    core = two_ranks()
     report(core, 1, 0, 0, 2, ZERO3)
     assert lines(core) == {}  # rank 1 has not reported
     report(core, 2, 1, 0, 2, ZERO3)
@@ -51,62 +74,109 @@ def test_a_verdict_needs_every_rank_and_reaches_every_rank():
     assert out[1] == out[2] and out[1][0].startswith("VERDICT 0000000000000abc 260 0 2 PLAN ")
     plan = [int(a) for a in out[1][0].split()[6].split(",")]
     assert sorted(set(plan)) == [0, 1, 2]
+    hold(core, 1, 0, out[1][0])
+    assert lines(core) == {}  # no GO while rank 1 has not confirmed it
+    hold(core, 2, 1, out[2][0])
+    assert lines(core) == {1: ["GO 0000000000000abc 260 0"], 2: ["GO 0000000000000abc 260 0"]}
+
+
+def test_every_rank_learns_where_to_ask_the_others_before_any_verdict():
+    core = Coordinator("halving", SECRET)
+    hello(core, 1, 0)
+    assert all(not x.startswith("PEER") for x in sum(lines(core).values(), []))
+    hello(core, 2, 1)
+    out = lines(core)
+    assert out[1] == out[2] == ["PEER 0000000000000abc 0 127.0.0.1:4000", "PEER 0000000000000abc 1 127.0.0.1:4001"]
+
+
+def test_a_connection_without_the_secret_is_refused_and_cannot_join():
+    core = Coordinator("halving", SECRET)
+    handshake(core, 1, secret="77" * 32)  # the wrong proof
+    assert lines(core)[1] == ["REJECT not_authenticated"] and 1 in core.closing
+    core.line(1, "HELLO 2 abc 0 2 1 100 0 -", 0.0)
+    assert core.comms == {}
+    core.opened(2)
+    core.line(2, "HELLO 2 abc 0 2 1 100 0 -", 0.0)  # no handshake at all
+    assert lines(core)[2] == ["REJECT not_authenticated"] and core.comms == {}
+    core.opened(3)
+    core.line(3, f"VERSION 2 {NONCE}", 0.0)
+    core.line(3, "AUTH " + "0" * 64, 0.0)  # a guess
+    assert lines(core)[3][-1] == "REJECT not_authenticated"
+
+
+def test_a_hold_of_another_verdict_freezes_and_a_missing_hold_aborts_never_a_go():
+    core = two_ranks(timeout=2.0)
+    for r, conn in ((0, 1), (1, 2)):
+        report(core, conn, r, 0, 2, ZERO3)
+    v = lines(core)[1][0]
+    hold(core, 1, 0, v, digest="0" * 16)  # rank 0 holds other bytes than were sent
+    out = lines(core)
+    assert out[1][0] == "ABORT 0000000000000abc 260 0 rank_0_holds_another_verdict_for_round_0_of_allreduce_2^4_B"
+    assert out[1][1].startswith("FREEZE") and out[1] == out[2]
+    hold(core, 2, 1, v)
+    assert all(not x.startswith("GO") for x in sum(lines(core).values(), []))
+    core2 = two_ranks(timeout=2.0)
+    for r, conn in ((0, 1), (1, 2)):
+        report(core2, conn, r, 0, 2, ZERO3, now=10.0)
+    v = lines(core2)[1][0]
+    hold(core2, 1, 0, v, now=10.5)
+    core2.tick(11.9)
+    assert lines(core2) == {}
+    core2.tick(12.0)  # rank 1 never confirmed: the round is aborted, and a late HOLD gets no GO
+    out = lines(core2)
+    assert out[1][0].startswith("ABORT 0000000000000abc 260 0") and out[1] == out[2]
+    hold(core2, 2, 1, v, now=12.1)
+    assert all(not x.startswith("GO") for x in sum(lines(core2).values(), []))
 
 
 def test_the_coordinator_never_commits_an_arm_slower_than_the_table():
-    core = Coordinator("round-robin", round_timeout_s=5.0)
-    hello(core, 1, 0)
-    hello(core, 2, 1)
+    core = two_ranks()
     for r, conn in ((0, 1), (1, 2)):
         report(core, conn, r, 0, 2, ZERO3)
-    lines(core)
     verdicts = []
-    for rnd, k in ((1, 26), (2, 50), (3, 74)):
+    v = lines(core)[1][0]
+    for rnd in range(1, 60):
+        hold(core, 1, 0, v)
+        hold(core, 2, 1, v)
+        lines(core)
+        k = int(v.split()[4]) + 24
         for r, conn in ((0, 1), (1, 2)):
             # arm 1 slower than arm 0, arm 2 much slower: nothing beats the table
             report(core, conn, r, rnd, k, [(8 * rnd, 100.0, 2.0), (8 * rnd, 130.0, 2.0), (8 * rnd, 200.0, 2.0)])
         out = lines(core)
         assert out[1] == out[2]
-        verdicts.append(out[1][0])
-        if " COMMIT " in out[1][0]:
+        v = out[1][0]
+        verdicts.append(v)
+        if " COMMIT " in v:
             break
     assert " COMMIT 0 " in verdicts[-1]
 
 
 def test_a_rank_that_stops_reporting_aborts_the_round_and_freezes_the_communicator():
-    core = Coordinator("round-robin", round_timeout_s=2.0)
-    hello(core, 1, 0)
-    hello(core, 2, 1)
-    lines(core)
+    core = two_ranks(timeout=2.0)
     report(core, 1, 0, 0, 2, ZERO3, now=10.0)
     core.tick(11.9)
     assert lines(core) == {}
     core.tick(12.0)
     out = lines(core)
     assert out[1] == out[2]
-    assert out[1][0].startswith("VERDICT 0000000000000abc 260 0 2 ABORT")
+    assert out[1][0].startswith("ABORT 0000000000000abc 260 0")
     assert out[1][1].startswith("FREEZE 0000000000000abc")
     report(core, 2, 1, 0, 2, ZERO3, now=12.5)  # the late report gets the same abort, never a plan
     assert all("PLAN" not in x for x in sum(lines(core).values(), []))
 
 
 def test_a_round_completed_past_its_timeout_freezes_instead_of_deciding():
-    core = Coordinator("round-robin", round_timeout_s=2.0)
-    hello(core, 1, 0)
-    hello(core, 2, 1)
-    lines(core)
+    core = two_ranks(timeout=2.0)
     report(core, 1, 0, 0, 2, ZERO3, now=10.0)
     report(core, 2, 1, 0, 2, ZERO3, now=12.5)  # the loop lagged: tick never ran, rank 0 may have given up
     out = lines(core)
-    assert out[1] == out[2] and out[1][0].startswith("VERDICT 0000000000000abc 260 0 2 ABORT")
+    assert out[1] == out[2] and out[1][0].startswith("ABORT 0000000000000abc 260 0")
     assert all("PLAN" not in x for x in out[1])
 
 
 def test_a_refused_connection_cannot_complete_a_round():
-    core = Coordinator("round-robin", round_timeout_s=5.0)
-    hello(core, 1, 0)
-    hello(core, 2, 1)
-    lines(core)
+    core = two_ranks()
     report(core, 1, 0, 0, 2, ZERO3)
     core.line(1, "BOGUS", 0.1)  # rank 0's process is refused: it will treat the coordinator as gone
     report(core, 1, 0, 0, 2, ZERO3, now=0.2)  # a line already buffered behind it is not read
@@ -116,54 +186,155 @@ def test_a_refused_connection_cannot_complete_a_round():
     assert any(x.startswith("FREEZE") for x in out[2])
 
 
-def test_ranks_that_disagree_on_the_arms_freeze_the_communicator():
-    core = Coordinator("halving")
-    hello(core, 1, 0)
-    hello(core, 2, 1)
-    lines(core)
+def test_ranks_that_disagree_on_the_arms_or_the_table_freeze_the_communicator():
+    core = two_ranks("halving")
     report(core, 1, 0, 0, 2, ZERO3)
     report(core, 2, 1, 0, 2, ZERO3, fp="00000000000000bb")
     out = lines(core)
-    assert out[1][0].startswith("VERDICT 0000000000000abc 260 0 2 ABORT") and out[1][1].startswith("FREEZE")
+    assert out[1][0].startswith("ABORT 0000000000000abc 260 0") and out[1][1].startswith("FREEZE")
     assert out[1] == out[2]
+    core = Coordinator("halving", SECRET)
+    hello(core, 1, 0, table="1111")
+    hello(core, 2, 1, table="2222")
+    out = lines(core)
+    assert any(x.startswith("FREEZE 0000000000000abc the_ranks'_static_tables_differ") for x in out[1])
 
 
 def test_a_closed_connection_freezes_and_a_goodbye_does_not():
-    core = Coordinator("halving")
-    hello(core, 1, 0)
-    hello(core, 2, 1)
-    lines(core)
+    core = two_ranks("halving")
     core.line(1, "BYE abc 0", 1.0)  # nothing open: leaving is no fault
     assert lines(core) == {}
-    core2 = Coordinator("halving")
-    hello(core2, 1, 0)
-    hello(core2, 2, 1)
-    lines(core2)
+    core2 = two_ranks("halving")
     report(core2, 2, 1, 0, 2, ZERO3)
     core2.closed(1, 1.0)  # rank 0 dies while round 0 waits for it
     out = lines(core2)
-    assert out[2][0].startswith("VERDICT 0000000000000abc 260 0 2 ABORT") and out[2][1].startswith("FREEZE")
+    assert out[2][0].startswith("ABORT 0000000000000abc 260 0") and out[2][1].startswith("FREEZE")
 
 
 def test_another_protocol_version_or_garbage_is_refused():
-    core = Coordinator("halving")
+    core = Coordinator("halving", SECRET)
     core.opened(1)
-    core.line(1, "VERSION 2", 0.0)
-    assert lines(core)[1][0].startswith("REJECT version 2")
+    core.line(1, f"VERSION 1 {NONCE}", 0.0)
+    assert lines(core)[1][0].startswith("REJECT version_1")
     assert 1 in core.closing
-    core.opened(3)
-    core.line(3, "VERSION 1", 0.0)
+    handshake(core, 3)
     core.line(3, "REPORT zz", 0.0)
     assert lines(core)[3][-1].startswith("REJECT malformed")
 
 
-def test_a_bad_policy_or_timeout_is_one_config_error():
+@pytest.mark.parametrize("hello_line", ["HELLO 2 abc 0 99999999999 1 100 0 -",  # unbounded ranks: no MemoryError
+                                        "HELLO 2 abc 5 2 1 100 0 -", "HELLO 2 abc 0 2 3 100 0 -",
+                                        "HELLO 2 " + "f" * 40 + " 0 2 1 100 0 -",
+                                        "HELLO 2 abc 0 2 1 100 0 evil.host:1"])
+def test_a_hello_out_of_bounds_is_refused(hello_line):
+    core = Coordinator("halving", SECRET)
+    handshake(core, 1)
+    core.line(1, hello_line, 0.0)
+    assert lines(core)[1][-1].startswith("REJECT malformed") and core.comms == {}
+
+
+def test_a_bad_policy_timeout_or_secret_is_one_config_error():
     from ncclrl.costmodel.errors import ConfigError
 
     with pytest.raises(ConfigError, match="policy"):
-        Coordinator("nope")
+        Coordinator("nope", SECRET)
     with pytest.raises(ConfigError, match="round_timeout_s"):
-        Coordinator("halving", round_timeout_s=0)
+        Coordinator("halving", SECRET, round_timeout_s=0)
+    with pytest.raises(ConfigError, match="secret"):
+        Coordinator("halving", "short")
+
+
+# -- the server: bounds on what an outsider can hold --------------------------------------------
+
+def test_the_server_refuses_outsiders_and_bounds_their_lines_and_handshakes():
+    import asyncio
+    import contextlib
+    import socket
+    import time
+
+    from ncclrl.runners.coordinator import ServerOptions, bind, serve
+
+    async def scenario() -> list[bytes]:
+        core = Coordinator("halving", SECRET)
+        socks = bind("127.0.0.1", 0)
+        port = socks[0].getsockname()[1]
+        stop = asyncio.Event()
+        task = asyncio.create_task(serve(core, socks, stop=stop,
+                                         options=ServerOptions(handshake_s=0.3, max_unauthed=4, line_bytes=256)))
+        await asyncio.sleep(0.05)
+        seen = []
+
+        async def talk(payload: bytes, wait: float = 0.6) -> bytes:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(payload)
+            with contextlib.suppress(ConnectionError):
+                await w.drain()
+            try:
+                return await asyncio.wait_for(r.read(4096), wait)
+            except TimeoutError:
+                return b"<still open>"
+            except ConnectionError:
+                return b""  # reset by the server: closed
+            finally:
+                w.close()
+
+        seen.append(await talk(b"HELLO 2 abc 0 2 1 100 0 -\n"))  # no handshake: refused
+        seen.append(await talk(b"x" * 1000))  # a line past the bound: cut off
+        seen.append(await talk(b""))  # silent: cut off after the handshake time
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]  # more than max_unauthed
+        await asyncio.sleep(0.1)
+        seen.append(await talk(f"VERSION 2 {NONCE}\n".encode(), wait=0.2))
+        for s in idle:
+            s.close()
+        t0 = time.monotonic()
+        while core.conns and time.monotonic() - t0 < 2:
+            await asyncio.sleep(0.05)
+        seen.append(str(len(core.conns)).encode())
+        stop.set()
+        await task
+        return seen
+
+    refused, long_line, silent, crowded, left = asyncio.run(scenario())
+    assert refused.startswith(b"REJECT not_authenticated")
+    assert long_line == b"" and silent == b""  # closed by the server, not left open
+    assert crowded == b""  # the waiting room was full: closed at once, not served
+    assert left == b"0"  # nothing held once they left
+
+
+def test_the_coordinator_command_says_a_port_in_use_in_one_line(tmp_path):
+    import socket
+    import sys
+
+    hog = socket.socket()
+    hog.bind(("127.0.0.1", 0))
+    hog.listen(1)
+    port = hog.getsockname()[1]
+    p = subprocess.run([sys.executable, "-m", "ncclrl", "coordinator", "host=127.0.0.1", f"port={port}",
+                        f"secret_file={tmp_path / 's'}", f"log={tmp_path / 'l.jsonl'}"],
+                       capture_output=True, text=True, timeout=60)
+    hog.close()
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0, p.stderr
+    assert f"port: {port} is in use" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "l.jsonl").exists() and not (tmp_path / "s").exists()  # nothing written
+    (tmp_path / "plain").write_text("")
+    for args, key in ((["host=no-such-host.invalid"], "host"), ([f"log={tmp_path}"], "log"),
+                      ([f"port_file={tmp_path / 'plain' / 'port'}"], "port_file")):
+        p = subprocess.run([sys.executable, "-m", "ncclrl", "coordinator", "port=0", *args],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and p.stderr.startswith(f"ncclrl: error: {key}:"), p.stderr
+        assert "Traceback" not in p.stderr
+
+
+def test_a_secret_file_others_may_read_is_refused(tmp_path):
+    from ncclrl.costmodel.errors import ConfigError
+    from ncclrl.runners.coordinator.secret import load_or_create
+
+    text, path = load_or_create(str(tmp_path / "new"))
+    assert len(text) == 64 and (path.stat().st_mode & 0o777) == 0o600
+    assert load_or_create(str(path))[0] == text
+    path.chmod(0o644)
+    with pytest.raises(ConfigError, match="secret_file"):
+        load_or_create(str(path))
 
 
 # -- the fault harness ---------------------------------------------------------------------------
@@ -188,8 +359,9 @@ def decisions(work: Path, rank: int) -> set[tuple[str, str, str]]:
     return {tuple(x.split()[3:6]) for x in (work / f"rank{rank}.txt").read_text().splitlines()}
 
 
-FREEZES = {"rank-killed", "rank-stalled", "rank-paused", "no-profiler", "arms-differ"}
-EXPLORES = {"none", "clock-skew", "garbage"}
+FREEZES = {"rank-killed", "rank-stalled", "rank-paused", "no-profiler", "arms-differ", "tables-differ", "wrong-secret"}
+EXPLORES = {"none", "clock-skew", "garbage", "coordinator-paused"}
+UNTOUCHED = {"version-mismatch", "no-coordinator", "impostor"}  # no coordinator they believe: never a verdict
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -202,8 +374,27 @@ def test_every_fault_ends_without_hang_divergence_or_crash(build, shared, tmp_pa
         assert len(decisions(tmp_path, 0)) >= 2 and out.commits >= 1, out
     if fault in FREEZES:
         assert out.freezes >= 1 and out.commits == 0, out
-    if fault in ("version-mismatch", "no-coordinator"):  # frozen before the first plan: the table only
+    if fault in UNTOUCHED:  # frozen before the first plan: one decision per call, NCCL's own
         assert len(decisions(tmp_path, 0)) == 1 and out.verdicts == 0, out
+
+
+@pytest.mark.parametrize("go_to", ["one", "none"])
+def test_a_coordinator_dying_inside_its_go_leaves_every_rank_on_one_side(build, tmp_path, monkeypatch, go_to):
+    """The coordinator dies with one round's GO written to one rank's socket only (or to none, every
+    rank having confirmed the verdict): the ranks ask each other, and all apply it (or none does)."""
+    import sys
+
+    monkeypatch.setenv("GO_TO", go_to)
+    fake = Path(__file__).resolve().parent / "fakes" / "half_go_coordinator.py"
+    out = run_job(build, tmp_path, "none", ranks=4, job="ddp", steps=40, pace_us=1000,
+                  coordinator_argv=[sys.executable, str(fake)])
+    assert not (out.hung or out.divergent or out.crashed), out
+    errs = [(tmp_path / f"rank{r}.err").read_text() for r in range(4)]
+    if go_to == "one":  # every rank ran round 1's plan: the three without the GO learned it from rank 0
+        assert all("at call 15 (round 1)" in e for e in errs), errs
+        assert len(decisions(tmp_path, 0)) >= 2
+    else:
+        assert all("no rank holds a GO for the round (asked them all)" in e for e in errs), errs
 
 
 @pytest.mark.parametrize("fault", FAULTS)

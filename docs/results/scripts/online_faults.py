@@ -1,7 +1,9 @@
-"""The online mode's fault table: every fault of ncclrl.envs.online_harness, on the recorded DDP and
-FSDP call sequences, plain and under AddressSanitizer + UndefinedBehaviorSanitizer, over seeds.
+"""The online mode's fault table: every fault of ncclrl.envs.online_harness, and a coordinator that
+dies inside its GO (tests/fakes/half_go_coordinator.py: the GO reaches one rank, or none), on the
+recorded DDP and FSDP call sequences, plain and under AddressSanitizer + UndefinedBehaviorSanitizer,
+over seeds.
 
-    python docs/results/scripts/online_faults.py --seeds 3 --out docs/results/online
+    python docs/results/scripts/online_faults.py --seeds 14 --out docs/results/online
 
 Writes faults.csv (one row per job) and faults.md (the table: jobs, hangs, divergent decisions,
 crashes, and what the coordinator did), and prints the table.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import subprocess
 import sys
 import tempfile
@@ -32,13 +35,17 @@ def main() -> int:
     build = Path(tempfile.mkdtemp(prefix="online-faults-"))
     subprocess.run(["make", "-s", "-C", str(ROOT / "plugin"), f"BUILD={build}", "online", "online-asan"], check=True)
     rows = []
-    for fault in FAULTS:
+    fake = [sys.executable, str(ROOT / "tests" / "fakes" / "half_go_coordinator.py")]
+    cases = [(f, None, "") for f in FAULTS] + [("coordinator-dies-in-go", fake, "one"),
+                                             ("coordinator-dies-before-go", fake, "none")]
+    for fault, argv, go_to in cases:
+        os.environ["GO_TO"] = go_to
         for job in ("ddp", "fsdp"):
             for sanitized in (False, True):
                 for seed in range(a.seeds):
                     with tempfile.TemporaryDirectory() as work:
-                        o = run_job(build, Path(work), fault, ranks=a.ranks, job=job, steps=40, seed=seed,
-                                    sanitized=sanitized, pace_us=1000)
+                        o = run_job(build, Path(work), fault if argv is None else "none", ranks=a.ranks, job=job,
+                                    steps=40, seed=seed, sanitized=sanitized, pace_us=1000, coordinator_argv=argv)
                     rows.append({"fault": fault, "job": job, "sanitized": int(sanitized), "seed": seed,
                                  "ranks": a.ranks, "calls": o.calls, "hung": int(o.hung),
                                  "divergent": int(o.divergent), "crashed": int(o.crashed),
@@ -52,7 +59,7 @@ def main() -> int:
         w.writerows(rows)
     lines = ["| fault | jobs | hangs | divergent | crashes | jobs with a commit | jobs the coordinator froze | "
              "ranks that froze (of all) | wall s (max) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for fault in FAULTS:
+    for fault, _, _ in cases:
         r = [x for x in rows if x["fault"] == fault]
         lines.append(f"| {fault} | {len(r)} | {sum(x['hung'] for x in r)} | {sum(x['divergent'] for x in r)} | "
                      f"{sum(x['crashed'] for x in r)} | {sum(x['commits'] > 0 for x in r)} | "
