@@ -199,6 +199,12 @@ def _t_quantile(q: float, df: float) -> float:
     return _t_quantile_cached(q, max(int(df), 1))
 
 
+def warm_up() -> None:
+    """Load now what the commit test loads on first use (scipy's t quantile): a coordinator calls it at
+    start, so a job's first verdict does not wait on imports while every rank waits on the verdict."""
+    _t_quantile(1.0 - ALPHA, 10)
+
+
 def safe_best(state: BucketState, among: Sequence[int] | None = None, alpha: float = ALPHA) -> Commit:
     """Commit the arm of least mean among ``among`` (default: all) that passes
     :func:`faster_than_incumbent` and is not :func:`catastrophic`; arm 0 when none does."""
@@ -562,4 +568,4 @@ __all__ = ["ACTIONS", "CATASTROPHIC", "MAX_ARMS", "MAX_ROUNDS", "MAX_SLOTS", "OB
            "TUNED", "ArmStats", "BucketState", "Commit", "Halving", "OnlinePolicy", "PPOPolicy", "Plan", "RoundRobin",
            "Thompson", "action_mask", "active_arms", "apply_action", "catastrophic", "contender", "control_plan",
            "control_slots", "faster_than_incumbent", "live_alternatives", "make_policy", "observe", "round_robin",
-           "safe_best", "settle"]
+           "safe_best", "settle", "warm_up"]

@@ -1196,7 +1196,7 @@ static void apply_online(ctx_t* ctx, const row_t* r, int coll, size_t nBytes, in
     }
   }
   if (arm == 0) apply_row(ctx, r, coll, nBytes, costTable, numAlgo, numProto, nChannels);
-  else if (arm < 0) ran = static_cfg(NULL, costTable, numAlgo, numProto); /* NCCL decides: its own choice */
+  else if (arm < 0 && b) ran = static_cfg(NULL, costTable, numAlgo, numProto); /* NCCL decides: its own choice */
   /* NCCL aggregates grouped tasks (numPipeOps > 1) into one decision whose events carry each task's own
    * size: such a call keeps its place in the schedule but is not matched to events */
   if (b && pipe <= 1) online_note(b, timed ? arm : -1, ran, nBytes);

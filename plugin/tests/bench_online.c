@@ -1,7 +1,7 @@
 /* getCollInfo's cost per call in online mode, median over single calls (the clock's own cost, measured
  * the same way, subtracted), for buckets that are exploring (a plan every round, a stand-in coordinator
- * in a thread answering each report at once) and for buckets committed to an arm; and static mode for
- * comparison. 16 buckets (AllReduce, 2^10 .. 2^25 bytes), 3 arms each.
+ * in a thread answering each report at once, and each HOLD with its GO) and for buckets committed to
+ * an arm; and static mode for comparison. 16 buckets (AllReduce, 2^10 .. 2^25 bytes), 3 arms each.
  *
  *   bench_online LIB CANDIDATES
  */
@@ -17,11 +17,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../ncclrl_hmac.h"
 #include "../ncclrl_profiler_abi.h"
+
+#define SECRET "0123456789abcdef0123456789abcdef"
 
 #define CALLS 200000
 static int commit_mode;
 static int lfd;
+static int n_go; /* GOs the stand-in sent: the buckets really explored (a rank it failed to convince sends none) */
 
 static void* coordinator(void* arg) {
   (void)arg;
@@ -37,9 +41,20 @@ static void* coordinator(void* arg) {
     char* nl;
     while ((nl = memchr(s, '\n', n - (size_t)(s - buf)))) {
       *nl = '\0';
-      if (!strncmp(s, "VERSION", 7)) {
-        snprintf(line, sizeof(line), "WELCOME 1 1000\n");
+      char nonce[40], msg[160], mac[65];
+      if (sscanf(s, "VERSION 2 %32s", nonce) == 1) { /* the proof over the rank's nonce and ours */
+        snprintf(msg, sizeof(msg), "ncclrl-coord %s %s", nonce, "00000000000000000000000000000000");
+        hmac_hex(SECRET, strlen(SECRET), msg, mac);
+        snprintf(line, sizeof(line), "WELCOME 2 1000 00000000000000000000000000000000 %s\n", mac);
         send(fd, line, strlen(line), 0);
+      } else if (!strncmp(s, "HOLD", 4)) {
+        char comm[32];
+        int rank, bucket, round;
+        if (sscanf(s, "HOLD %31s %d %d %d", comm, &rank, &bucket, &round) == 4) {
+          snprintf(line, sizeof(line), "GO %s %d %d\n", comm, bucket, round);
+          send(fd, line, strlen(line), 0);
+          n_go++;
+        }
       } else if (!strncmp(s, "REPORT", 6)) {
         char comm[32];
         int rank, bucket, round;
@@ -141,6 +156,8 @@ static void run(const char* lib_path, const char* label, int online, int commit)
   double clk = clock_cost();
   printf("getCollInfo, %s: %.1f ns/call median (90th percentile %.1f ns; %d single calls over 16 buckets, the "
          "clock's %.1f ns subtracted)\n", label, med - clk, p90 - clk, CALLS, clk);
+  if (online) printf("  (%d verdicts applied: the stand-in coordinator's GOs)\n", n_go);
+  n_go = 0;
   v5->finalize(ctx);
   prof->finalize(pctx);
   if (online) { shutdown(lfd, SHUT_RDWR); close(lfd); }
@@ -150,6 +167,7 @@ int main(int argc, char** argv) {
   if (argc != 3) return 2;
   samples = malloc(sizeof(double) * CALLS);
   setenv("NCCLRL_ONLINE_CANDIDATES", argv[2], 1);
+  setenv("NCCLRL_ONLINE_SECRET", SECRET, 1);
   setenv("NCCLRL_ONLINE_GATHER_S", "0.001", 1);
   setenv("NCCLRL_ONLINE_WARMUP_CALLS", "2", 1);
   setenv("NCCLRL_TUNER_TABLE_DATA", "allreduce,0,max,ring,simple,8,-1,-1\n", 1);

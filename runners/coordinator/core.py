@@ -133,9 +133,10 @@ class Coordinator:
 
     def __init__(self, policy: str, secret: str, round_timeout_s: float = 10.0, slots: int = 16, seed: int = 0,
                  events: Callable[[dict], None] | None = None, max_comms: int = 4096) -> None:
-        from ncclrl.agents.online import make_policy
+        from ncclrl.agents.online import make_policy, warm_up
 
         make_policy(policy)  # a bad name fails here, before any rank connects
+        warm_up()
         if not S.valid(secret):
             raise ConfigError("secret", f"must be {S.MIN_HEX} to {S.MAX_HEX} hex digits")
         if not 0 < round_timeout_s <= 3600:
