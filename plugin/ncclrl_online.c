@@ -59,6 +59,7 @@
 #define SECRET_MAX 256
 #define HANDSHAKE_S 5.0 /* per address: connect, WELCOME, proof */
 #define PEER_CONNS 32    /* peers' questions answered at once */
+#define PEER_S 0.5       /* a peer's question, handshake included, is answered within this or dropped */
 #define PEER_LINE 512
 #define PEER_ADDR 80
 #define ONLINE_MAX_ASK 4096 /* a communicator of more ranks freezes instead of asking its peers */
@@ -173,9 +174,11 @@ static _Atomic int g_lost;       /* the coordinator is gone, refused us, or was 
 static _Atomic int g_broken;     /* we cannot send any more (outbox full, send error): read what is left, then lost */
 static _Atomic int g_coord_timeout_ms = 10000;
 static _Atomic int g_stop;
-static char g_outbox[1 << 16];   /* lines for the coordinator (under g_mu) */
+static char g_outbox[1 << 16];   /* lines for the coordinator (under g_mu), each sealed (seal_locked) */
+static char g_session[65];       /* the connection's key, from the secret and both nonces (handshake) */
+static uint64_t g_tx_seq, g_rx_seq; /* lines sealed to the coordinator (under g_mu), read from it (client thread) */
 static size_t g_outlen;
-static double g_gather_s = 2.0, g_wait_s = 30.0;
+static double g_gather_s = 2.0, g_wait_s = 30.0, g_connect_s = 10.0;
 static int g_slots = 16, g_gap = 8, g_warmup = 2, g_settings_read;
 
 static double mono_s(void) {
@@ -206,21 +209,18 @@ static double env_setting(ctx_t* ctx, const char* name, double def, double lo, d
 static void read_online_settings(ctx_t* ctx) {
   g_gather_s = env_setting(ctx, "NCCLRL_ONLINE_GATHER_S", 2.0, 0.001, 600.0, 0);
   g_wait_s = env_setting(ctx, "NCCLRL_ONLINE_WAIT_S", 30.0, 0.01, 3600.0, 0);
+  g_connect_s = env_setting(ctx, "NCCLRL_ONLINE_CONNECT_S", 10.0, 0.0, 600.0, 0);
   g_slots = (int)env_setting(ctx, "NCCLRL_ONLINE_SLOTS", 16, 2, ONLINE_MAX_PLAN, 1);
   g_gap = (int)env_setting(ctx, "NCCLRL_ONLINE_GAP_CALLS", 8, 1, 1 << 20, 1);
   g_warmup = (int)env_setting(ctx, "NCCLRL_ONLINE_WARMUP_CALLS", 2, 0, 1 << 20, 1);
   g_settings_read = 1;
 }
 
+static int seal_locked(const char* text);
+
 static void outbox_put(const char* line) {
-  size_t n = strlen(line);
   pthread_mutex_lock(&g_mu);
-  if (g_outlen + n < sizeof(g_outbox)) {
-    memcpy(g_outbox + g_outlen, line, n);
-    g_outlen += n;
-  } else {
-    atomic_store(&g_broken, 1); /* the coordinator does not read: stop sending, drain what it sent */
-  }
+  if (!seal_locked(line)) atomic_store(&g_broken, 1); /* the coordinator does not read: stop sending, drain */
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -239,6 +239,47 @@ static uint64_t fnv_mix(uint64_t h, uint64_t v) {
 }
 
 #include "ncclrl_hmac.h"
+
+/* ---- sealed lines: after the handshake every line carries " ~" and the first 32 hex digits of
+ * HMAC(session key, direction, its sequence number, the line), so no line can be forged, changed,
+ * dropped or replayed by whatever relays the connection ---- */
+
+static void line_mac(char dir, uint64_t seq, const char* payload, size_t n, char out[33]) {
+  char msg[ONLINE_LINE + 32], mac[65];
+  int off = snprintf(msg, sizeof(msg), "%c%llu ", dir, (unsigned long long)seq);
+  if (n > sizeof(msg) - (size_t)off - 1) n = sizeof(msg) - (size_t)off - 1;
+  memcpy(msg + off, payload, n);
+  msg[off + (int)n] = '\0';
+  hmac_hex(g_session, strlen(g_session), msg, mac);
+  memcpy(out, mac, 32);
+  out[32] = '\0';
+}
+
+/* Under g_mu: text (one line, its newline optional) sealed into the outbox. 0: no room (nothing queued). */
+static int seal_locked(const char* text) {
+  size_t n = strlen(text);
+  while (n && text[n - 1] == '\n') n--;
+  if (n >= ONLINE_LINE || g_outlen + n + 36 >= sizeof(g_outbox)) return 0;
+  char mac[33];
+  line_mac('r', g_tx_seq, text, n, mac);
+  memcpy(g_outbox + g_outlen, text, n);
+  g_outlen += n;
+  g_outlen += (size_t)snprintf(g_outbox + g_outlen, sizeof(g_outbox) - g_outlen, " ~%s\n", mac);
+  g_tx_seq++;
+  return 1;
+}
+
+/* A line from the coordinator: its seal checked and cut off. 0: not sealed by it (lost). */
+static int unseal(char* line) {
+  char* t = strrchr(line, ' ');
+  if (!t || t[1] != '~' || strlen(t + 2) != 32) return 0;
+  char mac[33];
+  line_mac('c', g_rx_seq, line, (size_t)(t - line), mac);
+  if (!ct_equal(mac, t + 2)) return 0;
+  *t = '\0';
+  g_rx_seq++;
+  return 1;
+}
 
 /* ---- the per-job secret: NCCLRL_ONLINE_SECRET (hex) or NCCLRL_ONLINE_SECRET_FILE (a file only its owner
  * can read); never logged. Returns NULL and sets *why when there is none fit to use. ---- */
@@ -381,6 +422,9 @@ static int handshake(int fd, double end) {
   snprintf(msg, sizeof(msg), "ncclrl-coord %s %s", nonce, w[3]);
   hmac_hex(g_secret, g_secret_len, msg, want);
   if (!ct_equal(want, w[4])) return 0;
+  snprintf(msg, sizeof(msg), "ncclrl-session %s %s", nonce, w[3]); /* before line, which w[] points into, is reused */
+  hmac_hex(g_secret, g_secret_len, msg, g_session);
+  g_tx_seq = g_rx_seq = 0;
   snprintf(msg, sizeof(msg), "ncclrl-rank %s %s", w[3], nonce);
   hmac_hex(g_secret, g_secret_len, msg, mac);
   snprintf(line, sizeof(line), "AUTH %s\n", mac);
@@ -437,13 +481,7 @@ static obucket_t* bucket_by_id(ocomm_t* c, int id) {
 
 /* Under g_mu: a line for the coordinator (the client thread, which already holds the lock). */
 static void outbox_put_locked(const char* line) {
-  size_t n = strlen(line);
-  if (g_outlen + n < sizeof(g_outbox)) {
-    memcpy(g_outbox + g_outlen, line, n);
-    g_outlen += n;
-  } else {
-    atomic_store(&g_broken, 1);
-  }
+  if (!seal_locked(line)) atomic_store(&g_broken, 1);
 }
 
 /* The bucket a GO or ABORT names, with both locks taken (NULL: none of ours, locks released). */
@@ -613,16 +651,21 @@ static void peer_listen(int coord_fd) {
     snprintf(g_peer_addr, sizeof(g_peer_addr), "[%s]:%d", ip, ntohs(((struct sockaddr_in6*)&ss)->sin6_port));
   }
   g_peer_fd = fd;
-  for (int i = 0; i < PEER_CONNS; i++) g_pconns[i].fd = -1;
 }
 
 /* What this rank holds of (communicator, bucket, round): "GO", "NOGO" (final) or "WAIT". */
-static const char* peer_state(char* cid, char* bucket, char* round) {
+static const char* peer_state(char* cid, char* bucket, char* round, int* rank) {
   int r = 0;
   ocomm_t* c = NULL;
-  obucket_t* b = bucket_locked(cid, bucket, round, &r, &c);
+  char cid_copy[32], b_copy[16], r_copy[16]; /* bucket_locked's parsing leaves its arguments as they were */
+  snprintf(cid_copy, sizeof(cid_copy), "%s", cid);
+  snprintf(b_copy, sizeof(b_copy), "%s", bucket);
+  snprintf(r_copy, sizeof(r_copy), "%s", round);
+  obucket_t* b = bucket_locked(cid_copy, b_copy, r_copy, &r, &c);
   const char* st = atomic_load(&g_lost) ? "NOGO" : "WAIT";
+  *rank = -1;
   if (b) {
+    *rank = c->rank;
     __typeof__(b->v[0])* m = &b->v[r % ONLINE_VSLOTS];
     if (atomic_load(&m->gotag) == r + 1) st = "GO";
     else if (atomic_load(&m->aborttag) == r + 1 || atomic_load(&c->frozen)) st = "NOGO";
@@ -643,7 +686,7 @@ static void pconn_line(pconn_t* p, char* line) {
   char* w[6];
   w[0] = strtok_r(line, " ", &save);
   for (int i = 1; i < 6; i++) w[i] = strtok_r(NULL, " ", &save);
-  char out[PEER_LINE], msg[160], mac[65];
+  char out[PEER_LINE], msg[256], mac[65];
   double end = mono_s() + 0.5;
   if (p->stage == 0 && w[0] && w[1] && w[2] && !w[3] && strcmp(w[0], "PEER") == 0 &&
       parse_num(w[1], 0, 1 << 30, 10) == ONLINE_PROTO_VERSION && strlen(w[2]) == 32) {
@@ -659,10 +702,15 @@ static void pconn_line(pconn_t* p, char* line) {
   if (p->stage == 1 && w[0] && w[4] && !w[5] && strcmp(w[0], "PAUTH") == 0) {
     snprintf(msg, sizeof(msg), "ncclrl-peer-q %s %s", p->nonce, p->asker);
     hmac_hex(g_secret, g_secret_len, msg, mac);
-    /* the question rides on the proof's line: PAUTH <proof> <comm> <bucket> <round> */
-    char* q[3] = {w[2], w[3], w[4]};
-    if (ct_equal(mac, w[1])) {
-      snprintf(out, sizeof(out), "STATE %s\n", peer_state(q[0], q[1], q[2]));
+    /* the question rides on the proof's line: PAUTH <proof> <comm> <bucket> <round>; the answer is
+     * sealed over both nonces, the question and who answers, so no relay can forge or redirect it */
+    if (ct_equal(mac, w[1]) && strlen(w[2]) <= 16 && strlen(w[3]) <= 8 && strlen(w[4]) <= 12) {
+      int rank = -1;
+      const char* st = peer_state(w[2], w[3], w[4], &rank);
+      snprintf(msg, sizeof(msg), "ncclrl-peer-state %s %s %s %s %s %d %s", p->asker, p->nonce, w[2], w[3], w[4],
+               rank, st);
+      hmac_hex(g_secret, g_secret_len, msg, mac);
+      snprintf(out, sizeof(out), "STATE %s %d %s\n", st, rank, mac);
       send_all(p->fd, out, end);
     }
   }
@@ -679,10 +727,14 @@ static void peer_serve(int readable) {
       if (fcntl(fd, F_SETFL, O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) { close(fd); continue; }
       int slot = -1;
       for (int j = 0; j < PEER_CONNS && slot < 0; j++) if (g_pconns[j].fd < 0) slot = j;
-      if (slot < 0) { close(fd); continue; } /* full: the asker tries again */
+      if (slot < 0) { /* full: the oldest goes (a real asker finishes in well under its half second) */
+        slot = 0;
+        for (int j = 1; j < PEER_CONNS; j++) if (g_pconns[j].end < g_pconns[slot].end) slot = j;
+        pconn_close(&g_pconns[slot]);
+      }
       memset(&g_pconns[slot], 0, sizeof(pconn_t));
       g_pconns[slot].fd = fd;
-      g_pconns[slot].end = now + HANDSHAKE_S;
+      g_pconns[slot].end = now + PEER_S;
     }
   }
   for (int j = 0; j < PEER_CONNS; j++) {
@@ -710,7 +762,7 @@ static void peer_serve(int readable) {
 }
 
 /* Ask one peer what it holds of (comm, bucket, round): 1 GO, 0 NOGO, 2 WAIT, -1 no answer. */
-static int peer_ask(const char* addr, uint64_t cid, int bucket, int round) {
+static int peer_ask(const char* addr, int rank, uint64_t cid, int bucket, int round) {
   char host[PEER_ADDR], port[16];
   const char* colon = strrchr(addr, ':');
   if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof(host) || strlen(colon + 1) >= sizeof(port)) return -1;
@@ -730,7 +782,7 @@ static int peer_ask(const char* addr, uint64_t cid, int bucket, int round) {
     int rc = connect(fd, res->ai_addr, res->ai_addrlen);
     if (rc == 0 || (errno == EINPROGRESS && wait_fd(fd, POLLOUT, end) &&
                     getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0)) {
-      char nonce[33], line[PEER_LINE], msg[160], mac[65];
+      char nonce[33], server_nonce[33] = "", line[PEER_LINE], msg[200], mac[65];
       nonce_hex(nonce);
       snprintf(line, sizeof(line), "PEER %d %s\n", ONLINE_PROTO_VERSION, nonce);
       size_t n = 0;
@@ -745,6 +797,7 @@ static int peer_ask(const char* addr, uint64_t cid, int bucket, int round) {
           char* w0 = strtok_r(line, " ", &save);
           char* w1 = strtok_r(NULL, " ", &save);
           char* w2 = strtok_r(NULL, " ", &save);
+          char* w3 = strtok_r(NULL, " ", &save);
           if (got == 0) {
             if (!w0 || !w1 || !w2 || strcmp(w0, "PWELCOME") || strlen(w1) != 32) { ok = 0; break; }
             char want[65];
@@ -753,11 +806,19 @@ static int peer_ask(const char* addr, uint64_t cid, int bucket, int round) {
             if (!ct_equal(want, w2)) { ok = 0; break; } /* not a peer of this job */
             snprintf(msg, sizeof(msg), "ncclrl-peer-q %s %s", w1, nonce);
             hmac_hex(g_secret, g_secret_len, msg, mac);
+            snprintf(server_nonce, sizeof(server_nonce), "%s", w1); /* before line, which w1 points into, is reused */
             snprintf(line, sizeof(line), "PAUTH %s %016llx %d %d\n", mac, (unsigned long long)cid, bucket, round);
             ok = send_all(fd, line, end);
             got = 1;
           } else {
-            if (w0 && w1 && !strcmp(w0, "STATE")) ans = !strcmp(w1, "GO") ? 1 : !strcmp(w1, "NOGO") ? 0 : !strcmp(w1, "WAIT") ? 2 : -1;
+            char want[65];
+            if (w0 && w1 && w2 && w3 && !strcmp(w0, "STATE") && parse_num(w2, 0, 1 << 30, 10) == rank) {
+              snprintf(msg, sizeof(msg), "ncclrl-peer-state %s %s %016llx %d %d %d %s", nonce, server_nonce,
+                       (unsigned long long)cid, bucket, round, rank, w1);
+              hmac_hex(g_secret, g_secret_len, msg, want);
+              if (ct_equal(want, w3)) /* from that rank, about this round: believed */
+                ans = !strcmp(w1, "GO") ? 1 : !strcmp(w1, "NOGO") ? 0 : !strcmp(w1, "WAIT") ? 2 : -1;
+            }
             got = 2;
           }
           continue;
@@ -783,7 +844,7 @@ static int peers_decide(ocomm_t* c, obucket_t* b, int round) {
   for (int left = nask - 1; left > 0 && mono_s() < end;) {
     for (int r = 0; r < nask; r++) {
       if (done[r]) continue;
-      int a = peer_ask(c->peers[r], c->comm_id, b->id, round);
+      int a = peer_ask(c->peers[r], r, c->comm_id, b->id, round);
       if (a == 1) return 1;
       if (a == 0) { done[r] = 1; left--; }
     }
@@ -805,8 +866,7 @@ static void send_reports(double now) {
       snprintf(line, sizeof(line), "HELLO %d %016llx %d %d %d %ld %016llx %s\n", ONLINE_PROTO_VERSION,
                (unsigned long long)c->comm_id, c->rank, c->nranks, c->nnodes, (long)getpid(),
                (unsigned long long)c->table_fp, g_peer_addr);
-      size_t n = strlen(line);
-      if (g_outlen + n < sizeof(g_outbox)) { memcpy(g_outbox + g_outlen, line, n); g_outlen += n; c->hello_sent = 1; }
+      if (seal_locked(line)) c->hello_sent = 1;
     }
     for (int co = 0; co < NCCLRL_NUM_COLLS; co++)
       for (int j = 0; j < ONLINE_LOG2; j++) {
@@ -819,13 +879,7 @@ static void send_reports(double now) {
         for (int a = 0; a < b->narms && off < (int)sizeof(line) - 80; a++)
           off += snprintf(line + off, sizeof(line) - off, " %llu:%.3f:%.3f:%.3f", (unsigned long long)b->n[a],
                           b->sum_us[a], b->sumsq_us[a], b->max_us[a]);
-        snprintf(line + off, sizeof(line) - off, "\n");
-        size_t n = strlen(line);
-        if (g_outlen + n < sizeof(g_outbox)) {
-          memcpy(g_outbox + g_outlen, line, n);
-          g_outlen += n;
-          b->reported_round = b->report_round;
-        }
+        if (seal_locked(line)) b->reported_round = b->report_round;
       }
     pthread_mutex_unlock(&c->mu);
   }
@@ -838,7 +892,18 @@ static void* client_main(void* arg) {
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, NULL);
   const char* spec = getenv(COORD_ENV);
-  int fd = spec && *spec ? connect_coordinator(spec) : -1;
+  for (int j = 0; j < PEER_CONNS; j++) g_pconns[j].fd = -1;
+  /* tried again with backoff for NCCLRL_ONLINE_CONNECT_S: a coordinator starting after the ranks, or
+   * one whose handshake queue an outsider keeps full, is reached yet; the ranks wait at their verdict calls */
+  double give_up = mono_s() + g_connect_s, nap_s = 0.05;
+  int fd = -1;
+  while (spec && *spec && !atomic_load(&g_stop)) {
+    fd = connect_coordinator(spec);
+    if (fd >= 0 || mono_s() + nap_s > give_up) break;
+    struct timespec nap = {(time_t)nap_s, (long)((nap_s - (double)(time_t)nap_s) * 1e9)};
+    nanosleep(&nap, NULL);
+    nap_s = nap_s * 2 < 1.0 ? nap_s * 2 : 1.0;
+  }
   if (fd < 0) { atomic_store(&g_lost, 1); return NULL; }
   peer_listen(fd);
   char in[ONLINE_LINE * 4];
@@ -884,7 +949,7 @@ static void* client_main(void* arg) {
         char* nl;
         while ((nl = memchr(s, '\n', inlen - (size_t)(s - in))) && !atomic_load(&g_lost)) {
           *nl = '\0';
-          if (!handle_line(s)) atomic_store(&g_lost, 1);
+          if (!unseal(s) || !handle_line(s)) atomic_store(&g_lost, 1);
           s = nl + 1;
         }
         size_t rest = inlen - (size_t)(s - in);

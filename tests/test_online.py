@@ -13,7 +13,7 @@ import pytest
 
 from ncclrl.envs.online_harness import FAULTS, SharedCoordinator, run_job
 from ncclrl.runners.coordinator import Coordinator, fnv1a64
-from ncclrl.runners.coordinator.secret import proof
+from ncclrl.runners.coordinator.secret import line_mac, proof, session_key
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugin"
 FP = "00000000000000aa"
@@ -25,33 +25,56 @@ SECRET = "5e" * 32
 NONCE = "0123456789abcdef" * 2
 
 
+SESSIONS: dict[tuple[int, int], list] = {}  # (core, connection) -> [session key, lines sealed so far]
+
+
 def handshake(core: Coordinator, conn: int, secret: str = SECRET) -> list[str]:
     core.opened(conn)
     core.line(conn, f"VERSION 2 {NONCE}", 0.0)
     welcome = core.take()[conn][0].split()
     assert welcome[:2] == ["WELCOME", "2"] and welcome[4] == proof(SECRET, "coord", NONCE, welcome[3])
     core.line(conn, f"AUTH {proof(secret, 'rank', welcome[3], NONCE)}", 0.0)
+    SESSIONS[id(core), conn] = [session_key(secret, NONCE, welcome[3]), 0]
+    SESSIONS[id(core), conn, "c"] = 0  # (a new core may have an old one's id)
     return welcome
+
+
+def send(core: Coordinator, conn: int, text: str, now: float = 0.0) -> None:
+    """A line from a rank, sealed with its connection's key as the plugin seals it."""
+    sess = SESSIONS[id(core), conn]
+    core.line(conn, f"{text} ~{line_mac(sess[0], 'r', sess[1], text)}", now)
+    sess[1] += 1
 
 
 def hello(core: Coordinator, conn: int, rank: int, nranks: int = 2, cid: str = "abc", table: str = "0") -> None:
     handshake(core, conn)
-    core.line(conn, f"HELLO 2 {cid} {rank} {nranks} 1 100 {table} 127.0.0.1:{4000 + rank}", 0.0)
+    send(core, conn, f"HELLO 2 {cid} {rank} {nranks} 1 100 {table} 127.0.0.1:{4000 + rank}")
 
 
 def report(core: Coordinator, conn: int, rank: int, rnd: int, k: int, arms: list[tuple[int, float, float]],
            now: float = 0.0, fp: str = FP, cid: str = "abc") -> None:
     ev = " ".join(f"{n}:{n * m:.3f}:{n * (m * m + s * s):.3f}:{m + 2 * s if n else 0:.3f}" for n, m, s in arms)
-    core.line(conn, f"REPORT {cid} {rank} 260 {rnd} {k} {fp} {len(arms)} {ev}", now)
+    send(core, conn, f"REPORT {cid} {rank} 260 {rnd} {k} {fp} {len(arms)} {ev}", now)
+
+
+def unsealed(core: Coordinator, conn: int, line: str) -> str:
+    """A line the coordinator sent, its seal checked (each connection's lines in order) and cut off."""
+    text, _, seal = line.strip().rpartition(" ~")
+    if not text:
+        return line.strip()  # sent before the handshake ended (WELCOME, REJECT): not sealed
+    n = SESSIONS.get((id(core), conn, "c"), 0)
+    assert seal == line_mac(SESSIONS[id(core), conn][0], "c", n, text), line
+    SESSIONS[id(core), conn, "c"] = n + 1
+    return text
 
 
 def lines(core: Coordinator) -> dict[int, list[str]]:
-    return {c: [x.strip() for x in v] for c, v in core.take().items()}
+    return {c: [unsealed(core, c, x) for x in v] for c, v in core.take().items()}
 
 
 def hold(core: Coordinator, conn: int, rank: int, verdict: str, now: float = 0.0, digest: str | None = None) -> None:
     w = verdict.split()
-    core.line(conn, f"HOLD {w[1]} {rank} {w[2]} {w[3]} {digest or fnv1a64(verdict)}", now)
+    send(core, conn, f"HOLD {w[1]} {rank} {w[2]} {w[3]} {digest or fnv1a64(verdict)}", now)
 
 
 def two_ranks(policy: str = "round-robin", timeout: float = 5.0) -> Coordinator:
@@ -102,6 +125,24 @@ def test_a_connection_without_the_secret_is_refused_and_cannot_join():
     core.line(3, f"VERSION 2 {NONCE}", 0.0)
     core.line(3, "AUTH " + "0" * 64, 0.0)  # a guess
     assert lines(core)[3][-1] == "REJECT not_authenticated"
+
+
+def test_a_line_changed_replayed_or_unsealed_after_the_handshake_is_refused():
+    """What a relay between a rank and the coordinator could do, once both proved the secret."""
+    for attack in ("changed", "replayed", "unsealed"):
+        core = Coordinator("halving", SECRET)
+        hello(core, 1, 0)
+        lines(core)
+        key, n = SESSIONS[id(core), 1]
+        text = "REPORT abc 0 260 0 2 00000000000000aa 3 0:0:0:0 0:0:0:0 0:0:0:0"
+        if attack == "changed":  # sealed for one report, carrying another
+            core.line(1, f"{text.replace(' 0:0', ' 5:0', 1)} ~{line_mac(key, 'r', n, text)}", 0.0)
+        elif attack == "replayed":  # the HELLO's own seal again
+            core.line(1, f"HELLO 2 abc 0 2 1 100 0 127.0.0.1:4000 ~{line_mac(key, 'r', n - 1, 'x')}", 0.0)
+        else:
+            core.line(1, text, 0.0)
+        assert lines(core)[1] == ["REJECT not_sealed"] and 1 in core.closing, attack
+        assert not core.comms[0xABC].conns  # its rank is out: the communicator cannot complete a round with it
 
 
 def test_a_hold_of_another_verdict_freezes_and_a_missing_hold_aborts_never_a_go():
@@ -178,7 +219,7 @@ def test_a_round_completed_past_its_timeout_freezes_instead_of_deciding():
 def test_a_refused_connection_cannot_complete_a_round():
     core = two_ranks()
     report(core, 1, 0, 0, 2, ZERO3)
-    core.line(1, "BOGUS", 0.1)  # rank 0's process is refused: it will treat the coordinator as gone
+    send(core, 1, "BOGUS", 0.1)  # rank 0's process is refused: it will treat the coordinator as gone
     report(core, 1, 0, 0, 2, ZERO3, now=0.2)  # a line already buffered behind it is not read
     report(core, 2, 1, 0, 2, ZERO3, now=0.3)
     out = lines(core)
@@ -202,7 +243,7 @@ def test_ranks_that_disagree_on_the_arms_or_the_table_freeze_the_communicator():
 
 def test_a_closed_connection_freezes_and_a_goodbye_does_not():
     core = two_ranks("halving")
-    core.line(1, "BYE abc 0", 1.0)  # nothing open: leaving is no fault
+    send(core, 1, "BYE abc 0", 1.0)  # nothing open: leaving is no fault
     assert lines(core) == {}
     core2 = two_ranks("halving")
     report(core2, 2, 1, 0, 2, ZERO3)
@@ -218,7 +259,7 @@ def test_another_protocol_version_or_garbage_is_refused():
     assert lines(core)[1][0].startswith("REJECT version_1")
     assert 1 in core.closing
     handshake(core, 3)
-    core.line(3, "REPORT zz", 0.0)
+    send(core, 3, "REPORT zz")
     assert lines(core)[3][-1].startswith("REJECT malformed")
 
 
@@ -229,7 +270,7 @@ def test_another_protocol_version_or_garbage_is_refused():
 def test_a_hello_out_of_bounds_is_refused(hello_line):
     core = Coordinator("halving", SECRET)
     handshake(core, 1)
-    core.line(1, hello_line, 0.0)
+    send(core, 1, hello_line)
     assert lines(core)[1][-1].startswith("REJECT malformed") and core.comms == {}
 
 
@@ -297,7 +338,7 @@ def test_the_server_refuses_outsiders_and_bounds_their_lines_and_handshakes():
     refused, long_line, silent, crowded, left = asyncio.run(scenario())
     assert refused.startswith(b"REJECT not_authenticated")
     assert long_line == b"" and silent == b""  # closed by the server, not left open
-    assert crowded == b""  # the waiting room was full: closed at once, not served
+    assert crowded.startswith(b"WELCOME 2 ")  # the waiting room was full: its oldest went, the newcomer is served
     assert left == b"0"  # nothing held once they left
 
 
@@ -376,6 +417,18 @@ def test_every_fault_ends_without_hang_divergence_or_crash(build, shared, tmp_pa
         assert out.freezes >= 1 and out.commits == 0, out
     if fault in UNTOUCHED:  # frozen before the first plan: one decision per call, NCCL's own
         assert len(decisions(tmp_path, 0)) == 1 and out.verdicts == 0, out
+
+
+def test_a_relay_that_changes_verdicts_in_transit_changes_no_decision(build, tmp_path):
+    """A man in the middle without the secret (the handshake relayed untouched, later lines changed)
+    is caught by the lines' seals: the ranks freeze alike, none runs a plan it was not sent."""
+    import sys
+
+    fake = Path(__file__).resolve().parent / "fakes" / "relay_coordinator.py"
+    out = run_job(build, tmp_path, "none", ranks=4, job="ddp", steps=40, pace_us=1000,
+                  coordinator_argv=[sys.executable, str(fake)])
+    assert not (out.hung or out.divergent or out.crashed), out
+    assert out.commits == 0 and len(decisions(tmp_path, 0)) == 1, out
 
 
 @pytest.mark.parametrize("go_to", ["one", "none"])

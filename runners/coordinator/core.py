@@ -37,6 +37,7 @@ MAX_COMMS_PER_CONN = 1024
 COLLS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 _HEX16 = re.compile(r"[0-9a-fA-F]{1,16}")
 _NONCE = re.compile(r"[0-9a-f]{32}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 _PEER = re.compile(r"-|[0-9.]{7,15}:\d{1,5}|\[[0-9a-fA-F:.]{2,45}\]:\d{1,5}")
 
 
@@ -106,6 +107,9 @@ class ConnState:
     nonce_c: str = ""
     nonce_r: str = ""
     authed: bool = False
+    key: str = ""  # the session key: every line after the handshake is sealed with it
+    tx: int = 0  # lines sealed to this connection
+    rx: int = 0  # lines read from it
     ranks: set[tuple[int, int]] = field(default_factory=set)
 
 
@@ -157,9 +161,14 @@ class Coordinator:
         self.outbox: dict[int, list[str]] = {}
         self.closing: set[int] = set()
         self.records: list[dict] = []
+        self._refused = 0
 
     # -- connections ---------------------------------------------------------------------------
     def _send(self, conn: int, line: str) -> None:
+        st = self.conns.get(conn)
+        if st is not None and st.authed:
+            line = f"{line} ~{S.line_mac(st.key, 'c', st.tx, line)}"
+            st.tx += 1
         self.outbox.setdefault(conn, []).append(line + "\n")
 
     def _comm_send(self, cid: int, line: str) -> None:
@@ -266,6 +275,16 @@ class Coordinator:
         if not st.authed:
             self._handshake(conn, st, w, now)
             return
+        payload, _, seal = text.rpartition(" ~")
+        if not payload or not hmac.compare_digest(seal.encode(errors="replace"),
+                                                  S.line_mac(st.key, "r", st.rx, payload).encode()):
+            log.warning("# connection %d refused: a line not sealed with its session key", conn)
+            self._refuse(conn, "not sealed", now)
+            return
+        st.rx += 1
+        w = payload.split()
+        if not w:
+            return
         try:
             if w[0] == "HELLO":
                 self._hello(conn, st, w, now)
@@ -291,11 +310,15 @@ class Coordinator:
             mine = S.proof(self._secret, "coord", st.nonce_r, st.nonce_c)
             self._send(conn, f"WELCOME {PROTOCOL_VERSION} {int(self.round_timeout_s * 1000)} {st.nonce_c} {mine}")
             return
-        if w[0] == "AUTH" and st.nonce_r and len(w) == 2 and \
+        if w[0] == "AUTH" and st.nonce_r and len(w) == 2 and _HEX64.fullmatch(w[1]) and \
                 hmac.compare_digest(w[1], S.proof(self._secret, "rank", st.nonce_c, st.nonce_r)):
             st.authed = True
+            st.key = S.session_key(self._secret, st.nonce_r, st.nonce_c)
             return
-        log.warning("# connection %d refused: it did not prove it holds the job's secret", conn)
+        self._refused += 1
+        if self._refused <= 10 or self._refused % 1000 == 0:  # an outsider cannot fill the log
+            log.warning("# connection %d refused: it did not prove it holds the job's secret (%d refused so far)",
+                        conn, self._refused)
         self._refuse(conn, "not authenticated", now)
 
     def _hello(self, conn: int, st: ConnState, w: list[str], now: float) -> None:

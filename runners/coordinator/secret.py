@@ -3,8 +3,9 @@
 The coordinator and every rank hold the same secret (at least 32 hex digits): ranks read it from
 ``NCCLRL_ONLINE_SECRET`` or from the file ``NCCLRL_ONLINE_SECRET_FILE`` names, which only its
 owner may read. Each connection opens with a challenge both ways, HMAC-SHA256 over both sides'
-nonces (docs/design/online.md, "Threat model"); the secret itself never crosses the wire and is
-never logged.
+nonces, and every later line is sealed with a key drawn from the secret and both nonces, and its
+sequence number (docs/design/online.md, "Threat model"); the secret itself never crosses the wire
+and is never logged.
 """
 
 from __future__ import annotations
@@ -34,6 +35,17 @@ def proof(secret: str, role: str, first: str, second: str) -> str:
     """``role``'s proof of holding ``secret`` over the two nonces, hex HMAC-SHA256 of
     ``"ncclrl-{role} {first} {second}"`` (the plugin computes the same)."""
     return hmac.new(secret.encode(), f"ncclrl-{role} {first} {second}".encode(), hashlib.sha256).hexdigest()
+
+
+def session_key(secret: str, nonce_r: str, nonce_c: str) -> str:
+    """The connection's key, from the secret and both nonces: every line after the handshake is sealed with it."""
+    return proof(secret, "session", nonce_r, nonce_c)
+
+
+def line_mac(key: str, direction: str, seq: int, payload: str) -> str:
+    """A line's seal: the first 32 hex digits of HMAC-SHA256(key, ``{direction}{seq} {payload}``), direction
+    ``r`` (rank to coordinator) or ``c``; the plugin computes the same."""
+    return hmac.new(key.encode(), f"{direction}{seq} {payload}".encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def valid(text: str) -> bool:

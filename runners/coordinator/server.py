@@ -121,10 +121,12 @@ async def serve(core: Coordinator, socks: list[socket.socket], ready: Callable[[
         core.emit()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        unauthed = sum(1 for c in writers if not core.authed(c))
-        if len(writers) >= opt.max_conns or unauthed >= opt.max_unauthed:
+        if len(writers) >= opt.max_conns:
             writer.transport.abort()
             return
+        waiting = [c for c in writers if not core.authed(c)]  # in opening order
+        if len(waiting) >= opt.max_unauthed:  # the oldest goes: a real rank's handshake takes about a millisecond,
+            drop(waiting[0])                  # so holding the room takes connections faster than that
         conn = next(counter)
         writers[conn] = writer
         core.opened(conn)
