@@ -60,6 +60,7 @@
 #define HANDSHAKE_S 5.0 /* per address: connect, WELCOME, proof */
 #define PEER_CONNS 32    /* peers' questions answered at once */
 #define PEER_S 0.5       /* a peer's question, handshake included, is answered within this or dropped */
+#define PEER_MIN_AGE_S 0.05 /* a full peer port drops its oldest connection only once it is this old */
 #define PEER_LINE 512
 #define PEER_ADDR 80
 #define ONLINE_MAX_ASK 4096 /* a communicator of more ranks freezes instead of asking its peers */
@@ -435,7 +436,7 @@ static int handshake(int fd, double end) {
 
 /* Connect to the coordinator: each address HOST resolves to in turn, until one proves it holds the
  * secret (a process squatting the port, or listening on another address family, is passed over). */
-static int connect_coordinator(const char* spec) {
+static int connect_coordinator(const char* spec, double give_up) {
   char host[256];
   const char* colon = strrchr(spec, ':');
   if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof(host)) return -1;
@@ -454,6 +455,7 @@ static int connect_coordinator(const char* spec) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
     double end = mono_s() + HANDSHAKE_S;
+    if (end > give_up && give_up > mono_s()) end = give_up; /* NCCLRL_ONLINE_CONNECT_S bounds every attempt */
     int rc = connect(fd, a->ai_addr, a->ai_addrlen), err = 0;
     socklen_t el = sizeof(err);
     int up = rc == 0 || (errno == EINPROGRESS && wait_fd(fd, POLLOUT, end) &&
@@ -727,9 +729,10 @@ static void peer_serve(int readable) {
       if (fcntl(fd, F_SETFL, O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) { close(fd); continue; }
       int slot = -1;
       for (int j = 0; j < PEER_CONNS && slot < 0; j++) if (g_pconns[j].fd < 0) slot = j;
-      if (slot < 0) { /* full: the oldest goes (a real asker finishes in well under its half second) */
+      if (slot < 0) { /* full: the oldest goes once it had its time (an asker under way is never cut short) */
         slot = 0;
         for (int j = 1; j < PEER_CONNS; j++) if (g_pconns[j].end < g_pconns[slot].end) slot = j;
+        if (g_pconns[slot].end - PEER_S + PEER_MIN_AGE_S > now) { close(fd); continue; } /* the asker retries */
         pconn_close(&g_pconns[slot]);
       }
       memset(&g_pconns[slot], 0, sizeof(pconn_t));
@@ -898,7 +901,7 @@ static void* client_main(void* arg) {
   double give_up = mono_s() + g_connect_s, nap_s = 0.05;
   int fd = -1;
   while (spec && *spec && !atomic_load(&g_stop)) {
-    fd = connect_coordinator(spec);
+    fd = connect_coordinator(spec, give_up);
     if (fd >= 0 || mono_s() + nap_s > give_up) break;
     struct timespec nap = {(time_t)nap_s, (long)((nap_s - (double)(time_t)nap_s) * 1e9)};
     nanosleep(&nap, NULL);

@@ -26,6 +26,7 @@ class ServerOptions:
     :param max_conns: connections at once (beyond it a new one is closed at once)
     :param max_unauthed: connections at once still in their handshake
     :param handshake_s: time a connection has to prove it holds the secret
+    :param min_age_s: a full handshake room drops its oldest connection only once it is this old
     :param line_bytes: longest line a connection may send
     :param write_buffer_bytes: most bytes a connection may leave unread before it is closed
     """
@@ -33,6 +34,7 @@ class ServerOptions:
     max_conns: int = 4096
     max_unauthed: int = 64
     handshake_s: float = 5.0
+    min_age_s: float = 0.05
     line_bytes: int = 8192
     write_buffer_bytes: int = 1 << 22
 
@@ -96,6 +98,7 @@ async def serve(core: Coordinator, socks: list[socket.socket], ready: Callable[[
     """Run the coordinator's server on ``socks`` (from :func:`bind`) until ``stop`` is set (or forever)."""
     opt = options or ServerOptions()
     writers: dict[int, asyncio.StreamWriter] = {}
+    opened: dict[int, float] = {}  # connection -> when it was accepted
     counter = iter(range(1, 1 << 62))
     wake = asyncio.Event()
 
@@ -125,9 +128,15 @@ async def serve(core: Coordinator, socks: list[socket.socket], ready: Callable[[
             writer.transport.abort()
             return
         waiting = [c for c in writers if not core.authed(c)]  # in opening order
-        if len(waiting) >= opt.max_unauthed:  # the oldest goes: a real rank's handshake takes about a millisecond,
-            drop(waiting[0])                  # so holding the room takes connections faster than that
+        if len(waiting) >= opt.max_unauthed:
+            # the oldest goes if it has had its time (a real rank's handshake takes about a millisecond, and
+            # one under way is never cut short by a crowd); else the newcomer is turned away and retries
+            if time.monotonic() - opened.get(waiting[0], 0.0) < opt.min_age_s:
+                writer.transport.abort()
+                return
+            drop(waiting[0])
         conn = next(counter)
+        opened[conn] = time.monotonic()
         writers[conn] = writer
         core.opened(conn)
         t_end = time.monotonic() + opt.handshake_s
@@ -149,6 +158,7 @@ async def serve(core: Coordinator, socks: list[socket.socket], ready: Callable[[
             core.closed(conn, time.monotonic())
             flush()
             wr = writers.pop(conn, None)
+            opened.pop(conn, None)
             if wr is not None:
                 wr.close()
 
