@@ -31,7 +31,10 @@ SESSIONS: dict[tuple[int, int], list] = {}  # (core, connection) -> [session key
 def handshake(core: Coordinator, conn: int, secret: str = SECRET) -> list[str]:
     core.opened(conn)
     core.line(conn, f"VERSION 2 {NONCE}", 0.0)
-    welcome = core.take()[conn][0].split()
+    out = core.take()
+    welcome = out.pop(conn)[0].split()
+    for c, queued in out.items():  # the other connections' lines stay for lines() to read, in order
+        core.outbox[c] = queued + core.outbox.get(c, [])
     assert welcome[:2] == ["WELCOME", "2"] and welcome[4] == proof(SECRET, "coord", NONCE, welcome[3])
     core.line(conn, f"AUTH {proof(secret, 'rank', welcome[3], NONCE)}", 0.0)
     SESSIONS[id(core), conn] = [session_key(secret, NONCE, welcome[3]), 0]
@@ -239,6 +242,21 @@ def test_ranks_that_disagree_on_the_arms_or_the_table_freeze_the_communicator():
     hello(core, 2, 1, table="2222")
     out = lines(core)
     assert any(x.startswith("FREEZE 0000000000000abc the_ranks'_static_tables_differ") for x in out[1])
+
+
+@pytest.mark.parametrize("odd_one", [0, 1, 2])
+def test_every_rank_hears_of_a_freeze_whenever_it_joins_or_reports(odd_one):
+    """The rank with another table says HELLO first, in the middle or last: every rank is told, and every
+    report gets an abort (a rank told nothing waits at its verdict call while its connection is open)."""
+    core = Coordinator("halving", SECRET)
+    for r in range(3):
+        hello(core, r + 1, r, nranks=3, table="2222" if r == odd_one else "1111")
+    out = lines(core)
+    assert all(any(x.startswith("FREEZE 0000000000000abc") for x in out[r + 1]) for r in range(3)), out
+    for r in range(3):
+        report(core, r + 1, r, 0, 2, ZERO3)
+    out = lines(core)
+    assert all(out[r + 1] and out[r + 1][0].startswith("ABORT 0000000000000abc 260 0") for r in range(3)), out
 
 
 def test_a_closed_connection_freezes_and_a_goodbye_does_not():

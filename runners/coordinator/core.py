@@ -336,8 +336,12 @@ class Coordinator:
                 raise ValueError(f"more than {self.max_comms} communicators")
             comm = self.comms[cid] = CommRun(nranks=nranks, nnodes=nnodes, table_fp=table_fp)
         st.ranks.add((cid, rank))
+        # every way below ends with this connection told of a freeze, if there is one: a rank that joins a
+        # frozen communicator and hears nothing waits at its first verdict call for as long as it is connected
         if comm.nranks != nranks or rank in comm.conns or rank in comm.left:
             comm.conns[rank] = conn
+            if comm.frozen:
+                self._send(conn, f"FREEZE {cid:016x} {_word(comm.frozen)}")
             self._freeze(cid, f"rank {rank} says {nranks} ranks, or joined twice", now)
             return
         comm.conns[rank] = conn
@@ -346,10 +350,10 @@ class Coordinator:
             comm.peers_sent = True
             for r, addr in sorted(comm.peers.items()):
                 self._comm_send(cid, f"PEER {cid:016x} {r} {addr}")
-        if comm.table_fp != table_fp:
-            self._freeze(cid, f"the ranks' static tables differ (fingerprints {comm.table_fp} and {table_fp})", now)
-        elif comm.frozen:
+        if comm.frozen:
             self._send(conn, f"FREEZE {cid:016x} {_word(comm.frozen)}")
+        elif comm.table_fp != table_fp:
+            self._freeze(cid, f"the ranks' static tables differ (fingerprints {comm.table_fp} and {table_fp})", now)
 
     def _bye(self, conn: int, st: ConnState, w: list[str], now: float) -> None:
         """A rank's communicator was destroyed: its leaving is no fault, unless a round waits on it."""
@@ -390,11 +394,10 @@ class Coordinator:
             s.append(vals[0])
             q.append(vals[1])
             mx.append(vals[2])
-        if comm.frozen:
+        if comm.frozen:  # every rank that reports gets the abort, whenever it reports
             run = comm.buckets.setdefault(b, BucketRun(narms=narms, fp=fp, finished=True))
-            if rnd not in run.decided:
-                run.decided.add(rnd)
-                self._send(conn, f"ABORT {cid:016x} {b} {rnd} frozen:{_word(comm.frozen)}")
+            run.decided.add(rnd)
+            self._send(conn, f"ABORT {cid:016x} {b} {rnd} frozen:{_word(comm.frozen)}")
             return
         run = comm.buckets.setdefault(b, BucketRun(narms=narms, fp=fp))
         if run.finished or rnd in run.decided or rnd != run.rounds_done:
