@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[3]
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed+seeds-1 (one worker's share)")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds first-seed .. first-seed+seeds-1 (one worker's share)")
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "online"))
     ap.add_argument("--resume", action="store_true", help="keep the jobs faults.csv already holds")
@@ -45,7 +46,8 @@ def main() -> int:
     if a.resume and csv_path.exists():  # each job is stored as it ends: a stopped run goes on where it was
         with open(csv_path, newline="") as f:
             for r in csv.DictReader(f):
-                r = {k: (r[k] if k in ("fault", "job") else float(r[k]) if k == "wall_s" else int(r[k])) for k in fields}
+                r = {k: (r[k] if k in ("fault", "job") else float(r[k]) if k == "wall_s" else int(r[k]))
+                     for k in fields}
                 rows.append(r)
                 done.add((r["fault"], r["job"], r["sanitized"], r["seed"]))
     else:
@@ -58,7 +60,7 @@ def main() -> int:
     cases = [(f, None, "") for f in FAULTS] + [("coordinator-dies-in-go", fake, "one"),
                                              ("coordinator-dies-before-go", fake, "none"),
                                              ("relay-changes-lines", relay, "")]
-    for seed in range(a.first_seed, a.first_seed + a.seeds):  # seed by seed: a run stopped early still covers every fault
+    for seed in range(a.first_seed, a.first_seed + a.seeds):  # seed by seed: stopped early, it still covers every fault
         for fault, argv, go_to in cases:
             os.environ["GO_TO"] = go_to
             for job in ("ddp", "fsdp"):
