@@ -211,7 +211,7 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCLRL_", "NCCL_"))}
     env.update({"NCCLRL_TUNER_MODE": "online", "NCCLRL_ONLINE_CANDIDATES": str(work / "candidates.csv"),
                 "NCCLRL_ONLINE_GATHER_S": str(gather_s), "NCCLRL_ONLINE_WAIT_S": "5",
-                "NCCLRL_ONLINE_SLOTS": "8", "NCCLRL_ONLINE_GAP_CALLS": "4", "NCCLRL_ONLINE_CONNECT_S": "1",
+                "NCCLRL_ONLINE_GAP_CALLS": "4", "NCCLRL_ONLINE_CONNECT_S": "1",
                 "NCCLRL_TUNER_TABLE_DATA": "# no rows: NCCL's own choice is the static table\n",
                 "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:exitcode=86",
                 "UBSAN_OPTIONS": "halt_on_error=1:exitcode=87:print_stacktrace=1"})

@@ -180,7 +180,7 @@ static char g_session[65];       /* the connection's key, from the secret and bo
 static uint64_t g_tx_seq, g_rx_seq; /* lines sealed to the coordinator (under g_mu), read from it (client thread) */
 static size_t g_outlen;
 static double g_gather_s = 2.0, g_wait_s = 30.0, g_connect_s = 10.0;
-static int g_slots = 16, g_gap = 8, g_warmup = 2, g_settings_read;
+static int g_gap = 8, g_warmup = 2, g_settings_read;
 
 static double mono_s(void) {
   struct timespec ts;
@@ -211,7 +211,6 @@ static void read_online_settings(ctx_t* ctx) {
   g_gather_s = env_setting(ctx, "NCCLRL_ONLINE_GATHER_S", 2.0, 0.001, 600.0, 0);
   g_wait_s = env_setting(ctx, "NCCLRL_ONLINE_WAIT_S", 30.0, 0.01, 3600.0, 0);
   g_connect_s = env_setting(ctx, "NCCLRL_ONLINE_CONNECT_S", 10.0, 0.0, 600.0, 0);
-  g_slots = (int)env_setting(ctx, "NCCLRL_ONLINE_SLOTS", 16, 2, ONLINE_MAX_PLAN, 1);
   g_gap = (int)env_setting(ctx, "NCCLRL_ONLINE_GAP_CALLS", 8, 1, 1 << 20, 1);
   g_warmup = (int)env_setting(ctx, "NCCLRL_ONLINE_WARMUP_CALLS", 2, 0, 1 << 20, 1);
   g_settings_read = 1;
@@ -1114,9 +1113,9 @@ static ocomm_t* online_attach(ctx_t* ctx, uint64_t comm_id) {
   client_start_locked();
   pthread_mutex_unlock(&g_mu);
   load_candidates(ctx, c);
-  LOG(ctx, NCCLRL_LOG_INFO, PREFIX "online mode on communicator %016llx (rank %d of %d): coordinator %s, %d slots "
-      "per round at most, gap %d calls, warm-up %d calls, a WARN every %.0f s a verdict waits",
-      (unsigned long long)comm_id, c->rank, c->nranks, spec, g_slots, g_gap, g_warmup, g_wait_s);
+  LOG(ctx, NCCLRL_LOG_INFO, PREFIX "online mode on communicator %016llx (rank %d of %d): coordinator %s, gap %d "
+      "calls, warm-up %d calls, a WARN every %.0f s a verdict waits", (unsigned long long)comm_id, c->rank, c->nranks,
+      spec, g_gap, g_warmup, g_wait_s);
   return c;
 }
 

@@ -390,6 +390,8 @@ def test_a_secret_file_others_may_read_is_refused(tmp_path):
 
     text, path = load_or_create(str(tmp_path / "new"))
     assert len(text) == 64 and (path.stat().st_mode & 0o777) == 0o600
+    _, deep = load_or_create(str(tmp_path / "not" / "yet" / "there"))  # its folders made, only the owner's
+    assert (deep.parent.stat().st_mode & 0o777) == 0o700 and (deep.stat().st_mode & 0o777) == 0o600
     assert load_or_create(str(path))[0] == text
     path.chmod(0o644)
     with pytest.raises(ConfigError, match="secret_file"):

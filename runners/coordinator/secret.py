@@ -53,14 +53,19 @@ def valid(text: str) -> bool:
 
 
 def load_or_create(path: str) -> tuple[str, Path]:
-    """The secret of the file ``path`` (created, mode 0600, with a fresh secret when it does not exist;
-    empty: a fresh file in a new private temporary folder). A file others may read, or one not of
-    this user, is refused: a :class:`ConfigError` on ``secret_file``."""
+    """The secret of the file ``path`` (created, mode 0600, with a fresh secret when it does not exist,
+    its missing folders mode 0700; empty: a fresh file in a new private temporary folder). A file
+    others may read, or one not of this user, is refused: a :class:`ConfigError` on ``secret_file``."""
     if not path:
         folder = Path(tempfile.mkdtemp(prefix="ncclrl-coordinator-"))  # mode 0700
         p = folder / "secret"
     else:
         p = Path(path).expanduser()
+        if not p.parent.exists():  # a folder of its own, only its owner may enter
+            try:
+                p.parent.mkdir(mode=0o700, parents=True)
+            except OSError as e:
+                raise ConfigError("secret_file", f"cannot create {p.parent} ({e.strerror})") from None
     try:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
