@@ -393,24 +393,41 @@ static int send_all(int fd, const char* s, double end) {
   return 1;
 }
 
-/* The handshake on a connected socket: VERSION with our nonce; the coordinator's WELCOME must carry
- * its proof of the secret over both nonces; then ours. 1: a coordinator holding the secret. */
-static int handshake(int fd, double end) {
+static void nonce_hex(char out[33]) {
   uint8_t raw[16];
-  char nonce[33], line[512], mac[65], want[65], msg[160];
-  if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) return 0;
-  for (int i = 0; i < 16; i++) snprintf(nonce + 2 * i, 3, "%02x", raw[i]);
-  snprintf(line, sizeof(line), "VERSION %d %s\n", ONLINE_PROTO_VERSION, nonce);
-  if (!send_all(fd, line, end)) return 0;
+  if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) { /* no entropy: a nonce that is at least this process's */
+    memset(raw, 0, sizeof(raw));
+    uint64_t t = (uint64_t)(mono_s() * 1e9), pid = (uint64_t)getpid();
+    memcpy(raw, &t, 8);
+    memcpy(raw + 8, &pid, 8);
+  }
+  for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+/* One line from fd into buf (its newline cut off), byte by byte so that nothing after it is consumed,
+ * by the monotonic time end. 1: a line; 0: EOF, an error, the time, or a line longer than cap - 1. */
+static int recv_line(int fd, char* buf, size_t cap, double end) {
   size_t n = 0;
-  for (;;) { /* one line, byte by byte: nothing after it may be consumed here */
-    if (n + 1 >= sizeof(line)) return 0;
-    ssize_t r = recv(fd, line + n, 1, MSG_DONTWAIT);
-    if (r == 1) { if (line[n] == '\n') break; n++; continue; }
+  for (;;) {
+    if (n + 1 >= cap) return 0;
+    ssize_t r = recv(fd, buf + n, 1, MSG_DONTWAIT);
+    if (r == 1) {
+      if (buf[n] == '\n') { buf[n] = '\0'; return 1; }
+      n++;
+      continue;
+    }
     if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return 0;
     if (!wait_fd(fd, POLLIN, end)) return 0;
   }
-  line[n] = '\0';
+}
+
+/* The handshake on a connected socket: VERSION with our nonce; the coordinator's WELCOME must carry
+ * its proof of the secret over both nonces; then ours. 1: a coordinator holding the secret. */
+static int handshake(int fd, double end) {
+  char nonce[33], line[512], mac[65], want[65], msg[160];
+  nonce_hex(nonce);
+  snprintf(line, sizeof(line), "VERSION %d %s\n", ONLINE_PROTO_VERSION, nonce);
+  if (!send_all(fd, line, end) || !recv_line(fd, line, sizeof(line), end)) return 0;
   char* save = NULL;
   char* w[5];
   w[0] = strtok_r(line, " ", &save);
@@ -503,8 +520,7 @@ static obucket_t* bucket_locked(char* cid_s, char* id_s, char* rnd_s, int* round
 
 /* One line from the (authenticated) coordinator. Anything malformed: lost. Returns 0 when lost. */
 static int handle_line(char* line) {
-  uint64_t digest = 0xcbf29ce484222325ull; /* FNV-1a of the verdict line as received: HOLD proves it */
-  for (const char* q = line; *q; q++) { digest ^= (uint8_t)*q; digest *= 1099511628211ull; }
+  uint64_t digest = fnv1a64(line, strlen(line)); /* of the verdict line as read (its seal cut off): HOLD proves it */
   char* save = NULL;
   char* w = strtok_r(line, " ", &save);
   if (!w) return 1;
@@ -623,12 +639,6 @@ typedef struct {
 } pconn_t;
 static pconn_t g_pconns[PEER_CONNS];
 
-static void nonce_hex(char out[33]) {
-  uint8_t raw[16];
-  if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw)) memset(raw, 0, sizeof(raw)), raw[0] = (uint8_t)getpid();
-  for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
-}
-
 /* Listen on the address this process reaches the coordinator from, any port. */
 static void peer_listen(int coord_fd) {
   struct sockaddr_storage ss;
@@ -658,11 +668,7 @@ static void peer_listen(int coord_fd) {
 static const char* peer_state(char* cid, char* bucket, char* round, int* rank) {
   int r = 0;
   ocomm_t* c = NULL;
-  char cid_copy[32], b_copy[16], r_copy[16]; /* bucket_locked's parsing leaves its arguments as they were */
-  snprintf(cid_copy, sizeof(cid_copy), "%s", cid);
-  snprintf(b_copy, sizeof(b_copy), "%s", bucket);
-  snprintf(r_copy, sizeof(r_copy), "%s", round);
-  obucket_t* b = bucket_locked(cid_copy, b_copy, r_copy, &r, &c);
+  obucket_t* b = bucket_locked(cid, bucket, round, &r, &c); /* it only reads them: the answer's seal covers them */
   const char* st = atomic_load(&g_lost) ? "NOGO" : "WAIT";
   *rank = -1;
   if (b) {
@@ -787,45 +793,36 @@ static int peer_ask(const char* addr, int rank, uint64_t cid, int bucket, int ro
       char nonce[33], server_nonce[33] = "", line[PEER_LINE], msg[200], mac[65];
       nonce_hex(nonce);
       snprintf(line, sizeof(line), "PEER %d %s\n", ONLINE_PROTO_VERSION, nonce);
-      size_t n = 0;
-      int ok = send_all(fd, line, end);
-      for (int got = 0; ok && got < 2;) { /* PWELCOME, then STATE */
-        ssize_t r = recv(fd, line + n, 1, MSG_DONTWAIT);
-        if (r == 1) {
-          if (line[n] != '\n') { if (++n + 1 >= sizeof(line)) ok = 0; continue; }
-          line[n] = '\0';
-          n = 0;
-          char* save = NULL;
-          char* w0 = strtok_r(line, " ", &save);
-          char* w1 = strtok_r(NULL, " ", &save);
-          char* w2 = strtok_r(NULL, " ", &save);
-          char* w3 = strtok_r(NULL, " ", &save);
-          if (got == 0) {
-            if (!w0 || !w1 || !w2 || strcmp(w0, "PWELCOME") || strlen(w1) != 32) { ok = 0; break; }
-            char want[65];
-            snprintf(msg, sizeof(msg), "ncclrl-peer-s %s %s", nonce, w1);
-            hmac_hex(g_secret, g_secret_len, msg, want);
-            if (!ct_equal(want, w2)) { ok = 0; break; } /* not a peer of this job */
-            snprintf(msg, sizeof(msg), "ncclrl-peer-q %s %s", w1, nonce);
+      char* save = NULL;
+      char *w0, *w1, *w2, *w3, want[65];
+      if (send_all(fd, line, end) && recv_line(fd, line, sizeof(line), end)) { /* PWELCOME <nonce> <proof> */
+        w0 = strtok_r(line, " ", &save);
+        w1 = strtok_r(NULL, " ", &save);
+        w2 = strtok_r(NULL, " ", &save);
+        if (w0 && w1 && w2 && !strcmp(w0, "PWELCOME") && strlen(w1) == 32) {
+          snprintf(server_nonce, sizeof(server_nonce), "%s", w1); /* before line, which w1 points into, is reused */
+          snprintf(msg, sizeof(msg), "ncclrl-peer-s %s %s", nonce, server_nonce);
+          hmac_hex(g_secret, g_secret_len, msg, want);
+          if (ct_equal(want, w2)) { /* a peer of this job: the question, then its sealed answer */
+            snprintf(msg, sizeof(msg), "ncclrl-peer-q %s %s", server_nonce, nonce);
             hmac_hex(g_secret, g_secret_len, msg, mac);
-            snprintf(server_nonce, sizeof(server_nonce), "%s", w1); /* before line, which w1 points into, is reused */
             snprintf(line, sizeof(line), "PAUTH %s %016llx %d %d\n", mac, (unsigned long long)cid, bucket, round);
-            ok = send_all(fd, line, end);
-            got = 1;
-          } else {
-            char want[65];
-            if (w0 && w1 && w2 && w3 && !strcmp(w0, "STATE") && parse_num(w2, 0, 1 << 30, 10) == rank) {
-              snprintf(msg, sizeof(msg), "ncclrl-peer-state %s %s %016llx %d %d %d %s", nonce, server_nonce,
-                       (unsigned long long)cid, bucket, round, rank, w1);
-              hmac_hex(g_secret, g_secret_len, msg, want);
-              if (ct_equal(want, w3)) /* from that rank, about this round: believed */
-                ans = !strcmp(w1, "GO") ? 1 : !strcmp(w1, "NOGO") ? 0 : !strcmp(w1, "WAIT") ? 2 : -1;
+            if (send_all(fd, line, end) && recv_line(fd, line, sizeof(line), end)) { /* STATE <st> <rank> <seal> */
+              save = NULL;
+              w0 = strtok_r(line, " ", &save);
+              w1 = strtok_r(NULL, " ", &save);
+              w2 = strtok_r(NULL, " ", &save);
+              w3 = strtok_r(NULL, " ", &save);
+              if (w0 && w1 && w2 && w3 && !strcmp(w0, "STATE") && parse_num(w2, 0, 1 << 30, 10) == rank) {
+                snprintf(msg, sizeof(msg), "ncclrl-peer-state %s %s %016llx %d %d %d %s", nonce, server_nonce,
+                         (unsigned long long)cid, bucket, round, rank, w1);
+                hmac_hex(g_secret, g_secret_len, msg, want);
+                if (ct_equal(want, w3)) /* from that rank, about this round: believed */
+                  ans = !strcmp(w1, "GO") ? 1 : !strcmp(w1, "NOGO") ? 0 : !strcmp(w1, "WAIT") ? 2 : -1;
+              }
             }
-            got = 2;
           }
-          continue;
         }
-        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || !wait_fd(fd, POLLIN, end)) ok = 0;
       }
     }
     close(fd);

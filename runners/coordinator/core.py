@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.table import fingerprint as fnv1a64  # the plugin digests a verdict line the same way
 from ncclrl.runners.coordinator import secret as S
 
 log = logging.getLogger(__name__)
@@ -39,14 +40,6 @@ _HEX16 = re.compile(r"[0-9a-fA-F]{1,16}")
 _NONCE = re.compile(r"[0-9a-f]{32}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _PEER = re.compile(r"-|[0-9.]{7,15}:\d{1,5}|\[[0-9a-fA-F:.]{2,45}\]:\d{1,5}")
-
-
-def fnv1a64(text: str) -> str:
-    """FNV-1a 64-bit of ``text``'s bytes, 16 hex digits (the plugin's digest of a verdict line)."""
-    h = 0xCBF29CE484222325
-    for b in text.encode():
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"{h:016x}"
 
 
 @dataclass
@@ -213,9 +206,12 @@ class Coordinator:
                 if rnd not in run.gone and (rnd not in run.decided or rnd in run.pending):
                     self._abort(cid, b, rnd, why, now)
             run.finished = True
-        self._comm_send(cid, f"FREEZE {cid:016x} {_word(why)}")
+        self._comm_send(cid, self._freeze_line(cid))
         log.warning("# communicator %016x frozen: %s", cid, why)
         self._event({"t": round(now, 6), "comm": f"{cid:016x}", "event": "freeze", "why": why})
+
+    def _freeze_line(self, cid: int) -> str:
+        return f"FREEZE {cid:016x} {_word(self.comms[cid].frozen)}"
 
     def _abort(self, cid: int, b: int, rnd: int, why: str, now: float) -> None:
         run = self.comms[cid].buckets[b]
@@ -341,7 +337,7 @@ class Coordinator:
         if comm.nranks != nranks or rank in comm.conns or rank in comm.left:
             comm.conns[rank] = conn
             if comm.frozen:
-                self._send(conn, f"FREEZE {cid:016x} {_word(comm.frozen)}")
+                self._send(conn, self._freeze_line(cid))
             self._freeze(cid, f"rank {rank} says {nranks} ranks, or joined twice", now)
             return
         comm.conns[rank] = conn
@@ -351,7 +347,7 @@ class Coordinator:
             for r, addr in sorted(comm.peers.items()):
                 self._comm_send(cid, f"PEER {cid:016x} {r} {addr}")
         if comm.frozen:
-            self._send(conn, f"FREEZE {cid:016x} {_word(comm.frozen)}")
+            self._send(conn, self._freeze_line(cid))
         elif comm.table_fp != table_fp:
             self._freeze(cid, f"the ranks' static tables differ (fingerprints {comm.table_fp} and {table_fp})", now)
 
