@@ -6,6 +6,12 @@ keeps what they state: NCCL version, GPUs, ranks, nodes, channels, NVLS/CollNet,
 its NICs, rings and trees, the graph search's per-channel bandwidths, socket knobs, and, with
 ``NCCL_DEBUG_SUBSYS=TUNING``, NCCL's latency/bandwidth table and its per-call decisions.
 
+NCCL 2.31+ (the tuning refactor) prints, besides the per-call lines of rank 0, an ``Input: {...}`` and a
+``Best tuning {...}`` line for every tuning computation of every rank, and ``Best tuning, algorithm, X,
+protocol, Y`` from the enqueue path; its table has no ``Max NThreads`` row and prints ``-1.0/-1.0``
+(disabled) and ``0.0/0.0`` (model off) entries. Symmetric-kernel calls
+(``AllReduce [Symmetric]: 4 Bytes -> Kernel AllReduce_AGxLL_R nchannels 1 ...``) are decisions too.
+
 :func:`detect` turns those facts into a :class:`~ncclrl.costmodel.topology.Topology`: it starts
 from the nearest shipped preset, sets every field the log determines, fits the per-channel
 bandwidths the log leaves free to NCCL's own tuning table and logged decisions, and measures how
@@ -69,7 +75,18 @@ _NVL = re.compile(r"^\+ NVL\[([\d.]+)\] - (GPU|NVS)/")
 _NET_NODE = re.compile(r"^\+ NET\[([\d.]+)\] - NET/")
 _SM = re.compile(r"\bsm[=_ ]\"?(\d{2,3})\b")
 _TUNER = re.compile(r"TUNER/Plugin: Using (\S+)")
-_TABLE_VALUES = re.compile(r"([\d.]+)/\s*([\d.]+)")
+_TABLE_VALUES = re.compile(r"(-?\d+(?:\.\d*)?)/\s*(-?\d+(?:\.\d*)?)")
+_SYM_DECISION = re.compile(r"(\w+) \[Symmetric\]: (\d+) Bytes -> Kernel (\S+) nchannels (\d+)")
+# 2.31+: "Input: { .comm = 0x.., .tuningMask = 1111.., .func = AllReduce, ... }" (every rank, every tuning
+# computation), "Best tuning { .id = 5, .valid = 1, timeUs = 23.4,  .algo = RING, ... }" (its result), and
+# "Best tuning, algorithm, RING, protocol, SIMPLE" (the enqueue path's choice for one call group)
+_TUNING_INPUT = re.compile(r"^Input: \{(.*)\}?\s*$")
+_TUNING_BEST = re.compile(r"^Best tuning \{(.*)\}?\s*$")
+_TUNING_ENQUEUE = re.compile(r"^Best tuning, algorithm, (\w+), protocol, (\w+)")
+_KV = re.compile(r"\.?(\w+) = ([^,{}]*)")
+# ncclDataType_t sizes, bytes (0 int8 .. 9 bfloat16, 10/11 fp8 e4m3/e5m2)
+_DTYPE_BYTES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}
+_GENERAL_MASK_BITS = 21  # tuning ids 0..20: algo*3+proto; 21..38 the symmetric kernels
 # what may come before a host:pid:tid prefix at the start of a line: [rank0]:, [1,0]<stdout>:, [timestamp]
 _LEAD = re.compile(r"^(?:\s|:|\[[^\]]*\]|<\w+>)*$")
 
@@ -97,7 +114,13 @@ class LoggedDecision:
     :param log_nbytes: the bytes NCCL logged (one rank's buffer: AllGather/ReduceScatter log total / nRanks)
     :param algo: algorithm index
     :param proto: protocol index
-    :param channels: channels the call ran on (Hi - Lo + 1); 0 when the line does not say
+    :param channels: channels the call ran on (Hi - Lo + 1, or a symmetric kernel's ``nchannels``); 0 when the
+        line does not say
+    :param symmetric: a symmetric kernel ran the call (``AllReduce [Symmetric]: ...``); algo and proto are -1
+    :param kernel: the symmetric kernel's name (``AllReduce_AGxLL_R``)
+    :param source: ``"call"`` (a per-call line) or ``"tuning"`` (2.31+: the last ``Best tuning`` of a call
+        group, used where the log has no per-call lines)
+    :param max_channels: ``"tuning"`` decisions: the ``nChannels`` NCCL's tuning states (before its scheduler)
     """
 
     coll: int
@@ -105,6 +128,43 @@ class LoggedDecision:
     algo: int
     proto: int
     channels: int
+    symmetric: bool = False
+    kernel: str = ""
+    source: str = "call"
+    max_channels: int = 0
+
+
+@dataclass(frozen=True)
+class TuningCompute:
+    """One NCCL 2.31+ tuning computation: an ``Input: {...}`` line and its ``Best tuning {...}`` line.
+
+    Fields the line does not print (or prints as garbage) are -1 / ``""`` / ``None``.
+
+    :param mask: ``.tuningMask`` (``None`` when it is not binary: ``%lb`` needs glibc >= 2.35)
+    :param symmetric_mask: the computation considered symmetric kernels only (mask bits 21+); ``None`` unknown
+    :param nested: computed inside another computation (the symmetric path's general fallback check)
+    :param nbytes: ``.nBytes`` as NCCL passes it (AllGather/ReduceScatter: all ranks' bytes on the general path)
+    :param log_nbytes: one rank's bytes (``count`` x the type's size), the per-call lines' convention; -1 unknown
+    """
+
+    proc: str
+    coll: int
+    mask: int | None
+    symmetric_mask: bool | None
+    nbytes: int
+    log_nbytes: int
+    num_pipe_ops: int
+    id: int
+    valid: int
+    time_us: float
+    algo: int
+    proto: int
+    sym_kernel: str
+    nchannels: int
+    max_channels: int
+    nwarps: int
+    forced: int
+    nested: bool
 
 
 @dataclass(frozen=True)
@@ -132,7 +192,8 @@ class TuningTable:
     """NCCL's per-communicator cost model as printed at init with ``NCCL_DEBUG_SUBSYS=TUNING``.
 
     :param lat_us: ``[coll][algo][proto]`` latency, us
-    :param bw_gbps: ``[coll][algo][proto]`` bandwidth, GB/s (0 = disabled); printed to 0.1 GB/s
+    :param bw_gbps: ``[coll][algo][proto]`` bandwidth, GB/s (0 = disabled); printed to 0.1 GB/s. NCCL 2.31+
+        prints disabled entries as ``-1.0/-1.0`` (kept as 0/0) and models it did not run as ``0.0/0.0``
     :param seen: which ``[coll][algo]`` entries the log printed
     """
 
@@ -186,7 +247,12 @@ class LogFacts:
     nvls_support: bool | None = None
     tuning: TuningTable | None = None
     decision_lines: int = 0
+    symmetric_lines: int = 0
     decisions: list[LoggedDecision] = field(default_factory=list)
+    tunings: list[TuningCompute] = field(default_factory=list)  # 2.31+ Input/Best tuning pairs
+    tuning_enqueue_lines: int = 0      # 2.31+ "Best tuning, algorithm, X, protocol, Y"
+    tuning_decisions: list[LoggedDecision] = field(default_factory=list)  # last Best tuning of each call group
+    tuning_masks_unreadable: int = 0   # Input lines whose tuningMask is not binary (%lb on old glibc)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -260,8 +326,11 @@ def _parse_table_row(facts: LogFacts, state: dict, tstate: dict, msg: str, ctx: 
         for (a, p), m in zip(tstate["cols"], vals, strict=False):
             if m is None:
                 continue
-            facts.tuning.lat_us[c, a, p] = float(m.group(1))
-            facts.tuning.bw_gbps[c, a, p] = float(m.group(2))
+            lat, bw = float(m.group(1)), float(m.group(2))
+            if lat < 0 or bw < 0:  # 2.31+: -1.0/-1.0 is an entry NCCL disabled
+                lat = bw = 0.0
+            facts.tuning.lat_us[c, a, p] = lat
+            facts.tuning.bw_gbps[c, a, p] = bw
             facts.tuning.seen[c, a] = True
         return True
     return head in ("Protocol", "Max NThreads")
@@ -350,14 +419,27 @@ def _parse_text(facts: LogFacts, text: str, source: str) -> None:
                 facts.nvls_channels = _set_max(facts.nvls_channels, int(m.group(3)))
             facts.p2p_channels = int(m.group(4))
             continue
+        if stripped.startswith(("Input: {", "Best tuning")) and _parse_tuning_line(facts, tstate, stripped, proc):
+            continue
+        if (m := _SYM_DECISION.search(msg)) is not None:
+            facts.symmetric_lines += 1
+            facts.decisions.append(LoggedDecision(N.COLL_LOG_NAMES.get(m.group(1), -1), int(m.group(2)), -1, -1,
+                                                  int(m.group(4)), symmetric=True, kernel=m.group(3)))
+            continue
         if (m := _DECISION.search(msg)) is not None:
             facts.decision_lines += 1
             name = m.group(1)
             coll = N.COLL_LOG_NAMES.get(name, -1) if name else -1
             algo_s, proto_s = m.group(3), m.group(4)
-            algo = int(algo_s) if algo_s.isdigit() else N.parse_name("logged algo", algo_s, N.ALGOS)
-            proto = int(proto_s) if proto_s.isdigit() else N.parse_name("logged proto", proto_s, N.PROTOS)
+            algo = _algo_proto_index(algo_s, N.ALGOS)
+            proto = _algo_proto_index(proto_s, N.PROTOS)
             ch = int(m.group(6)) - int(m.group(5)) + 1 if m.group(5) is not None else 0
+            if algo < 0 or proto < 0:
+                state["unknown_names"] = state.get("unknown_names", 0) + 1
+                if state["unknown_names"] == 1:
+                    facts.notes.append(f"a decision line names an algorithm/protocol the replica does not know "
+                                       f"({algo_s}/{proto_s}); such lines are not compared")
+                continue
             facts.decisions.append(LoggedDecision(coll, int(m.group(2)), algo, proto, ch))
             continue
         if (m := _ENV.match(stripped)) is not None:
@@ -430,6 +512,88 @@ def _parse_text(facts: LogFacts, text: str, source: str) -> None:
                 facts.gpu_arch, facts.gpu_arch_source = _SM_ARCHS[major], f"compute capability sm_{m.group(1)}"
     if gpu_nvl:
         facts.nvlink_bw_gbps = max(facts.nvlink_bw_gbps or 0.0, max(gpu_nvl.values()))
+
+
+def _algo_proto_index(value: str, names: tuple[str, ...]) -> int:
+    """Index of a logged algorithm/protocol (a name or a number); -1 when unknown (``Unknown``, a newer name)."""
+    if value.isdigit():
+        return int(value) if int(value) < len(names) else -1
+    try:
+        return N.parse_name("logged name", _ALGO_ALIASES.get(value.lower(), value), names)
+    except ConfigError:
+        return -1
+
+
+def _int_field(kv: dict[str, str], key: str) -> int:
+    v = kv.get(key, "")
+    try:
+        return int(v, 16) if v.lower().startswith("0x") else int(v)
+    except ValueError:
+        return -1
+
+
+def _parse_tuning_line(facts: LogFacts, tstate: dict, msg: str, proc: str) -> bool:
+    """One NCCL 2.31+ ``Input: {...}``, ``Best tuning {...}`` or ``Best tuning, algorithm, ...`` line; True when
+    it was one. Inputs and results nest (the symmetric path computes a general tuning inside its own), so
+    each thread keeps a stack of open inputs; the outer computations of one call group run until the enqueue
+    path's ``Best tuning, algorithm`` line, or until a symmetric kernel is chosen: that is the group's final
+    decision (``facts.tuning_decisions``)."""
+    stack: list[dict] = tstate.setdefault("tuning_stack", [])
+    group: list[TuningCompute] = tstate.setdefault("tuning_group", [])
+    if (m := _TUNING_ENQUEUE.match(msg)) is not None:
+        facts.tuning_enqueue_lines += 1
+        algo, proto = _algo_proto_index(m.group(1), N.ALGOS), _algo_proto_index(m.group(2), N.PROTOS)
+        if group:
+            last = group[-1]
+            if last.coll >= 0 and last.log_nbytes > 0 and algo >= 0 and proto >= 0:
+                facts.tuning_decisions.append(LoggedDecision(last.coll, last.log_nbytes, algo, proto, 0,
+                                                             source="tuning", max_channels=max(last.nchannels, 0)))
+        group.clear()
+        return True
+    if (m := _TUNING_INPUT.match(msg)) is not None:
+        kv = {k: v.strip() for k, v in _KV.findall(m.group(1))}
+        mask_s = kv.get("tuningMask", "")
+        mask = int(mask_s, 2) if mask_s and len(mask_s) <= 64 and set(mask_s) <= {"0", "1"} else None
+        if mask is None:
+            facts.tuning_masks_unreadable += 1
+        low = (1 << _GENERAL_MASK_BITS) - 1
+        kv["_mask"] = mask  # type: ignore[assignment]
+        kv["_sym"] = None if mask is None else bool(mask >> _GENERAL_MASK_BITS) and not mask & low  # type: ignore
+        stack.append(kv)
+        return True
+    if (m := _TUNING_BEST.match(msg)) is not None:
+        best = {k: v.strip() for k, v in _KV.findall(m.group(1))}
+        inp = stack.pop() if stack else {}
+        nested = bool(stack)
+        count, dtype = _int_field(inp, "count"), _int_field(inp, "dataType")
+        size = _DTYPE_BYTES.get(dtype, 0)
+        try:
+            time_us = float(best.get("timeUs", "nan"))
+        except ValueError:
+            time_us = float("nan")
+        sym_kernel = best.get("symKernelId", "")
+        if sym_kernel.lower() in ("unknown", "(null)", "none", "-1"):
+            sym_kernel = ""
+        rec = TuningCompute(
+            proc=proc, coll=N.COLL_LOG_NAMES.get(str(inp.get("func", "")), -1), mask=inp.get("_mask"),  # type: ignore
+            symmetric_mask=inp.get("_sym"), nbytes=_int_field(inp, "nBytes"),  # type: ignore[arg-type]
+            log_nbytes=count * size if count >= 0 and size else -1, num_pipe_ops=_int_field(inp, "numPipesOps"),
+            id=_int_field(best, "id"), valid=_int_field(best, "valid"), time_us=time_us,
+            algo=_algo_proto_index(best.get("algo", ""), N.ALGOS),
+            proto=_algo_proto_index(best.get("proto", ""), N.PROTOS), sym_kernel=sym_kernel,
+            nchannels=_int_field(best, "nChannels"), max_channels=_int_field(best, "maxChannels"),
+            nwarps=_int_field(best, "nWarps"), forced=_int_field(best, "forced"), nested=nested)
+        facts.tunings.append(rec)
+        if not nested:
+            group.append(rec)
+            if sym_kernel:
+                if rec.coll >= 0 and rec.log_nbytes > 0:
+                    facts.tuning_decisions.append(LoggedDecision(
+                        rec.coll, rec.log_nbytes, -1, -1, max(rec.nchannels, 0), symmetric=True, kernel=sym_kernel,
+                        source="tuning", max_channels=max(rec.nchannels, 0)))
+                group.clear()
+        return True
+    return False
 
 
 def parse_logs(paths: list[str | Path]) -> LogFacts:
@@ -515,8 +679,25 @@ def _conclude(facts: LogFacts) -> None:
         rel = parse_release(facts.nccl_version)
         if not FIRST_RELEASE <= rel <= LAST_RELEASE:
             end = ".".join(map(str, (FIRST_RELEASE if rel < FIRST_RELEASE else LAST_RELEASE)[:2]))
-            facts.notes.append(f"NCCL {facts.nccl_version}: the replica follows NCCL 2.27 to 2.30; this version is "
+            span = f"{'.'.join(map(str, FIRST_RELEASE[:2]))} to {'.'.join(map(str, LAST_RELEASE[:2]))}"
+            facts.notes.append(f"NCCL {facts.nccl_version}: the replica follows NCCL {span}; this version is "
                                f"modelled as {end}, so its agreement need not be exact")
+    if facts.tunings:
+        nsym = sum(1 for t in facts.tunings if not t.nested and t.symmetric_mask)
+        kept = sum(1 for t in facts.tunings if not t.nested and t.sym_kernel)
+        facts.notes.append(f"{len(facts.tunings)} tuning computations (Input/Best tuning pairs, NCCL 2.31+) read: "
+                           f"{nsym} on the symmetric path, {kept} of them kept a symmetric kernel; "
+                           f"{facts.tuning_enqueue_lines} enqueue choices ('Best tuning, algorithm')")
+        if facts.tuning_masks_unreadable:
+            facts.notes.append(f"{facts.tuning_masks_unreadable} Input line(s) print no binary tuningMask (%lb needs "
+                               "glibc >= 2.35); the fields after it may be shifted there")
+    if facts.decision_lines + facts.symmetric_lines == 0 and facts.tuning_decisions:
+        facts.decisions = list(facts.tuning_decisions)
+        facts.notes.append(f"no per-call decision lines (only rank 0 prints them): compared the last 'Best tuning' "
+                           f"of each call group instead ({len(facts.tuning_decisions)} groups; their channels are "
+                           "NCCL's nChannels before its scheduler)")
+    elif facts.tuning_decisions:
+        facts.notes.append("the per-call lines are the final decisions; the 'Best tuning' lines are not compared")
     unnamed = sum(1 for d in facts.decisions if d.coll < 0)
     if unnamed:
         facts.notes.append(f"{unnamed} decision line(s) do not name their collective (NCCL < 2.20 format); "
@@ -615,6 +796,14 @@ class Agreement:
     :param replica_algo_proto: decisions reproduced with the replica's own table (= ``algo_proto``
         when ``model`` is ``"replica"``)
     :param replica_channels: channel counts reproduced with the replica's own table
+    :param sym_points: of ``points``, the logged symmetric-kernel decisions; reproduced (in ``algo_proto``)
+        where the replica's decision says ``symmetric`` at that (collective, size). A general decision is
+        reproduced only where the replica does not say symmetric there.
+    :param sym_match: symmetric decisions reproduced with ``model``'s table
+    :param replica_sym_match: symmetric decisions reproduced with the replica's own table
+    :param replica_says_symmetric: the replica's decisions carry a ``symmetric`` field (``False``: every
+        symmetric decision counts as not reproduced)
+    :param compared: one sentence: which of the log's decisions were compared, and from which lines
     """
 
     points: int = 0
@@ -630,6 +819,11 @@ class Agreement:
     model: str = "replica"
     replica_algo_proto: int = 0
     replica_channels: int = 0
+    sym_points: int = 0
+    sym_match: int = 0
+    replica_sym_match: int = 0
+    replica_says_symmetric: bool = True
+    compared: str = ""
 
     @property
     def algo_proto_frac(self) -> float | None:
@@ -685,35 +879,57 @@ def agreement(topo: Topology, facts: LogFacts) -> Agreement:
     by_coll: dict[int, list[LoggedDecision]] = {}
     for (c, _), d in sorted(seen.items()):
         by_coll.setdefault(c, []).append(d)
+    ag.compared = _compared(facts, len(seen))
     logged = tuning_model(topo, facts)
     for label, model in (("replica", None), ("tuning table", logged)):
         if label == "tuning table" and model is None:
             continue
-        points = ap = ch_points = ch = 0
+        points = ap = ch_points = ch = sym_points = sym_ok = 0
         misses = []
         for c, rows in by_coll.items():
             nbytes = np.array([d.log_nbytes * (topo.nranks if c in (N.ALLGATHER, N.REDUCESCATTER) else 1)
                                for d in rows], dtype=np.int64)
             nbytes = np.maximum(nbytes, 1)
             dec = default_decisions(topo, c, nbytes, allowed=allowed, model=model)
+            sym = getattr(dec, "symmetric", None)
+            if not hasattr(dec, "symmetric"):  # a replica without the field: no symmetric decision reproduced
+                ag.replica_says_symmetric = False
+            elif sym is None:  # the field, unset: no call runs on a symmetric kernel
+                sym = np.zeros(nbytes.shape, dtype=bool)
+            if sym is not None:
+                sym = np.broadcast_to(np.asarray(sym, dtype=bool), nbytes.shape)
             for i, d in enumerate(rows):
-                ok = (int(dec.algo[i]), int(dec.proto[i])) == (d.algo, d.proto)
+                says_sym = bool(sym[i]) if sym is not None else False
                 points += 1
-                ap += ok
                 ch_ok = True
-                if d.channels:
-                    ch_points += 1
-                    ch_ok = int(dec.channels[i]) == d.channels
-                    ch += ch_ok
+                if d.symmetric:  # a symmetric kernel ran it: reproduced where the replica says symmetric
+                    ok = says_sym
+                    sym_points += 1
+                    sym_ok += ok
+                else:
+                    ok = (int(dec.algo[i]), int(dec.proto[i])) == (d.algo, d.proto) and not says_sym
+                    if d.source == "tuning" and d.max_channels:  # NCCL's nChannels before its scheduler
+                        ch_points += 1
+                        ch_ok = int(dec.max_channels[i]) == d.max_channels
+                        ch += ch_ok
+                    elif d.channels:
+                        ch_points += 1
+                        ch_ok = int(dec.channels[i]) == d.channels
+                        ch += ch_ok
+                ap += ok
                 if not (ok and ch_ok):
-                    misses.append(
-                        f"{N.COLLECTIVES[c]} {d.log_nbytes} B: NCCL {N.ALGOS[d.algo]}/{N.PROTOS[d.proto]}"
-                        + (f"/{d.channels}ch" if d.channels else "")
-                        + f", {label} {N.ALGOS[dec.algo[i]]}/{N.PROTOS[dec.proto[i]]}/{int(dec.channels[i])}ch")
+                    nccl = (f"symmetric {d.kernel}/{d.channels}ch" if d.symmetric else
+                            f"{N.ALGOS[d.algo]}/{N.PROTOS[d.proto]}" + (f"/{d.channels}ch" if d.channels else ""))
+                    rep = ("symmetric" if says_sym else
+                           f"{N.ALGOS[dec.algo[i]]}/{N.PROTOS[dec.proto[i]]}/{int(dec.channels[i])}ch")
+                    if d.symmetric and sym is None:
+                        rep += " (the replica does not say symmetric)"
+                    misses.append(f"{N.COLLECTIVES[c]} {d.log_nbytes} B: NCCL {nccl}, {label} {rep}")
         ag.points, ag.channel_points = points, ch_points
         ag.algo_proto, ag.channels, ag.model = ap, ch, label
+        ag.sym_points, ag.sym_match = sym_points, sym_ok
         if label == "replica":
-            ag.replica_algo_proto, ag.replica_channels = ap, ch
+            ag.replica_algo_proto, ag.replica_channels, ag.replica_sym_match = ap, ch, sym_ok
             ag.mismatches = misses
         else:
             ag.mismatches = misses + ag.mismatches
@@ -743,6 +959,24 @@ def agreement(topo: Topology, facts: LogFacts) -> Agreement:
             ag.grid_points += _GRID.size
             ag.grid_match += int(np.sum((ta == dec.algo) & (tp == dec.proto)))
     return ag
+
+
+def _compared(facts: LogFacts, distinct: int) -> str:
+    """Which of the log's decisions :func:`agreement` compares, in one sentence."""
+    ver = f"NCCL {facts.nccl_version or '(version not logged)'}"
+    named = [d for d in facts.decisions if d.coll >= 0]
+    nsym = sum(1 for d in named if d.symmetric)
+    if not named:
+        return f"{ver}: no decision naming its collective in the log"
+    if named[0].source == "tuning":
+        src = "the last 'Best tuning' of each call group (no per-call lines in the log)"
+    else:
+        src = "the per-call lines"
+    out = (f"{ver}: {distinct} distinct (collective, size) decisions from {src}, of {len(named)} logged "
+           f"({len(named) - nsym} general, {nsym} symmetric-kernel)")
+    if facts.tunings and named[0].source == "call":
+        out += f"; {len(facts.tunings)} Input/Best tuning pairs read, not compared"
+    return out
 
 
 def tuning_model(topo: Topology, facts: LogFacts) -> NcclModel | None:
@@ -1036,7 +1270,9 @@ def report(det: Detected) -> list[str]:
                f"NCCL_NSOCKS_PERTHREAD={f.nsocks_perthread or 'default'}")
     out.append(f"tuning table: {'yes' if f.tuning is not None else 'not in the log (NCCL_DEBUG_SUBSYS=TUNING)'}")
     named = sum(1 for d in f.decisions if d.coll >= 0)
-    out.append(f"decision lines: {f.decision_lines} ({named} naming their collective)")
+    out.append(f"decision lines: {f.decision_lines} ({named} naming their collective)"
+               + (f", symmetric-kernel lines: {f.symmetric_lines}" if f.symmetric_lines else "")
+               + (f", tuning computations (2.31+): {len(f.tunings)}" if f.tunings else ""))
     for n in f.notes:
         out.append(f"# note: {n}")
     out.append(f"# started from preset {det.preset} ({det.preset_reason})")
@@ -1047,8 +1283,14 @@ def report(det: Detected) -> list[str]:
     if det.searched:
         out.append(f"# {det.searched}")
     src = "NCCL's own tuning table from the log" if ag.model == "tuning table" else "the replica's table"
+    if ag.compared:
+        out.append(f"# compared: {ag.compared}")
     out.append(f"agreement algo+proto: {_frac(ag.algo_proto, ag.points)} distinct (collective, size) decisions "
                f"(with {src})")
+    if ag.sym_points:
+        out.append(f"agreement symmetric-kernel decisions: {_frac(ag.sym_match, ag.sym_points)} (with {src})"
+                   + ("" if ag.replica_says_symmetric else
+                      "; the replica's decisions carry no 'symmetric' field, so none is reproduced"))
     out.append(f"agreement channels: {_frac(ag.channels, ag.channel_points)}")
     if ag.model == "tuning table":
         out.append(f"agreement with the replica's own table: algo+proto {_frac(ag.replica_algo_proto, ag.points)}, "

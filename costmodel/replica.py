@@ -1,4 +1,4 @@
-"""A replica of NCCL's default decision (releases 2.27 to 2.30): its cost table and its per-call choice.
+"""A replica of NCCL's default decision (releases 2.27 to 2.32): its cost table and its per-call choice.
 
 ``ncclTopoTuneModel`` builds, once per communicator, a latency (us) and a bandwidth (GB/s) for
 every (collective, algorithm, protocol). Per call, ``ncclTopoGetAlgoTime`` turns them into the
@@ -9,7 +9,7 @@ reproduces all of it from a :class:`~costmodel.topology.Topology`, vectorized ov
 
 Which release: the topology's ``nccl.version`` selects the constants and rules that differ
 between the releases followed (:func:`release_model`); 2.28.9 is the reference, and a version
-outside 2.27-2.30 follows the nearest end. What differs:
+outside 2.27-2.32 follows the nearest end. What differs:
 
 - 2.27: NVLS bandwidth ``min(bwIntra, bwInter)`` (AllReduce) or ``min(bwIntra (ppn-1)/ppn,
   0.9 bwInter)`` (AllGather/ReduceScatter), NVLS/NVLS Tree bus-to-algorithm ratio 5/6, NVLS Tree
@@ -24,6 +24,8 @@ outside 2.27-2.30 follows the nearest end. What differs:
   speeds gain 45 GB/s, and the scheduler's minimum traffic per channel is 32 KiB (16 KiB before)
   with the per-channel traffic no longer raised to it.
 - 2.30: Blackwell's NVLS Tree cap beyond 2 nodes is 80 GB/s.
+- 2.31 (2.32 follows it: its tuning sources were not available): see ``ReleaseModel.tuning_v231``;
+  symmetric kernels compete on one NVLink node (``Decisions.symmetric``, :func:`symmetric_calls`).
 
 Hopper and older GPUs get the same table from 2.28 to 2.30; the per-call choice
 (``updateCollCostTable``, ``topoGetAlgoInfo``) is the same from 2.28 to 2.30.
@@ -64,6 +66,11 @@ class ReleaseModel:
     :param min_traffic_per_channel: the scheduler's minimum traffic per channel, bytes
     :param traffic_floor_per_channel: the scheduler raises a channel's traffic to that minimum (before 2.29)
     :param sm100_intra_speeds: the Blackwell intra-node search speeds, GB/s
+    :param tuning_v231: 2.31's tuning rewrite (``src/tuning/*.cc``): Ring's busBw ``bwInter`` on
+        several nodes, Ring's inter-node hop ``hwLat[NET][RING]`` with one GPU per node, Broadcast/Reduce
+        hops at the intra-node latency, Tree/PAT busBw ``min(bwInter, bwIntra)``, PAT's ``latencyInter``
+        once, NVLS Tree never available, LL128 gated only under NCCL_ALGO/NCCL_PROTO, ties to the higher
+        ``algo*3+proto``, Ring/Simple 512 threads, symmetric kernels as tuning candidates on one node
     """
 
     release: tuple[int, int, int]
@@ -77,9 +84,11 @@ class ReleaseModel:
     min_traffic_per_channel: int
     traffic_floor_per_channel: bool
     sm100_intra_speeds: tuple[float, ...]
+    tuning_v231: bool = False
 
 
-FIRST_RELEASE, LAST_RELEASE = (2, 27, 0), (2, 30, 99)
+# 2.32: its ring/tree/nvls/pat/tuning sources were not available, so 2.32.x follows 2.31's rules
+FIRST_RELEASE, LAST_RELEASE = (2, 27, 0), (2, 32, 99)
 # NCCL's intra-node graph-search speeds (search.cc), GB/s
 _SM90_INTRA_SPEEDS = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)
 _SM100_INTRA_SPEEDS = (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)
@@ -107,7 +116,8 @@ def parse_release(version: str) -> tuple[int, int, int]:
 
 @lru_cache(maxsize=32)
 def release_model(version: str) -> ReleaseModel:
-    """The model of the NCCL release ``version``; versions before 2.27 follow 2.27, after 2.30 follow 2.30."""
+    """The model of the NCCL release ``version``; versions before 2.27 follow 2.27, after 2.32 follow 2.32
+    (2.32 follows 2.31's rules: its tuning sources were not available)."""
     rel = min(max(parse_release(version), FIRST_RELEASE), LAST_RELEASE)
     bw = N.COMPCAP_ROWS["blackwell"]
     ring_ll128 = N.PER_CH_MAX_RING_LL128_BW
@@ -135,7 +145,8 @@ def release_model(version: str) -> ReleaseModel:
         per_ch_max_tree_bw=tree, per_ch_max_nvls_tree_bw=nvls_tree, nvls_efficiency_model=rel >= (2, 28, 0),
         nvls_tree_net_lat_us=14.0 if rel < (2, 28, 0) else float(N.HW_LAT_US[N.HW_NET, N.NVLS_TREE, N.SIMPLE]),
         nvls_tree_correction=new, min_traffic_per_channel=(32 << 10) if new else N.MIN_TRAFFIC_PER_CHANNEL,
-        traffic_floor_per_channel=not new, sm100_intra_speeds=_SM100_INTRA_SPEEDS_229 if new else _SM100_INTRA_SPEEDS)
+        traffic_floor_per_channel=not new, sm100_intra_speeds=_SM100_INTRA_SPEEDS_229 if new else _SM100_INTRA_SPEEDS,
+        tuning_v231=rel >= (2, 31, 0))
 
 
 def nvls_graph(topo: Topology) -> tuple[int, float, float]:
@@ -187,6 +198,16 @@ class NcclModel:
         return self.topo.nccl.channels
 
 
+def _v231(topo: Topology) -> bool:
+    return release_model(topo.nccl.version).tuning_v231
+
+
+def ll128_hw_gate(topo: Topology) -> bool:
+    """Whether NCCL's LL128 hardware check fails here (``isLL128Enabled``): PCIe inside a node, or a
+    socket NIC across nodes. Before 2.31 it always disables LL128; from 2.31 only under NCCL_ALGO/NCCL_PROTO."""
+    return topo.intra.fabric == "pcie" or (topo.nodes > 1 and topo.net.kind == "socket")
+
+
 def _eligible(topo: Topology, coll: int, algo: int, proto: int) -> bool:
     """Whether NCCL would ever consider (coll, algo, proto) on this topology."""
     if coll in (N.BROADCAST, N.REDUCE) and algo != N.RING:
@@ -202,7 +223,8 @@ def _eligible(topo: Topology, coll: int, algo: int, proto: int) -> bool:
     if algo in (N.NVLS, N.NVLS_TREE):
         if not topo.nccl.nvls:
             return False
-        if algo == N.NVLS_TREE and topo.nodes == 1:
+        if algo == N.NVLS_TREE and (topo.nodes == 1 or _v231(topo)):
+            # 2.31: the NVLS Tree model reads comm->graphs[NVLS_TREE], which init.cc never fills
             return False
         if algo == N.NVLS and topo.nodes > 1 and not topo.nccl.collnet:
             return False
@@ -213,10 +235,10 @@ def _eligible(topo: Topology, coll: int, algo: int, proto: int) -> bool:
             return False
         if coll in (N.ALLGATHER, N.REDUCESCATTER) and topo.nodes > 1:
             return False
-    if proto == N.LL128:
+    if proto == N.LL128 and not _v231(topo):
         # NCCL enables LL128 only over NVLink inside a node (typeIntra <= NVB) and, across nodes,
         # only when the NIC sits near the GPU (typeInter <= PXN); a socket NIC hangs off the CPU.
-        if topo.intra.fabric == "pcie" or (topo.nodes > 1 and topo.net.kind == "socket"):
+        if ll128_hw_gate(topo):
             return False
     return True
 
@@ -298,6 +320,9 @@ def build_model(topo: Topology) -> NcclModel:
                     continue
                 collnet = a in (N.COLLNET_DIRECT, N.COLLNET_CHAIN)
                 bw = bw_intra if (nn <= 2 or collnet) else bw_inter
+                if rm.tuning_v231 and nn > 1 and not collnet:
+                    # ring.cc: nNodes > 1 ? bwInter : bwIntra; tree.cc/pat.cc: min(bwInter, bwIntra)
+                    bw = bw_inter if a == N.RING else (min(bw_intra, bw_inter) if a in (N.TREE, N.PAT) else bw)
                 if a in (N.NVLS, N.NVLS_TREE):
                     if g_nch < 2:
                         continue
@@ -350,18 +375,24 @@ def build_model(topo: Topology) -> NcclModel:
                 lat = N.BASE_LAT_US[a, p]
                 intra_lat = N.HW_LAT_US[intra_hw, a, p]
                 inter_lat = N.HW_LAT_US[N.HW_NET, N.TREE if ppn == 1 else a, p] + lat_inter_graph
+                if rm.tuning_v231 and a in (N.RING, N.PAT):
+                    # ring.cc/pat.cc: the algorithm's own network latency, whatever ppn
+                    inter_lat = N.HW_LAT_US[N.HW_NET, a, p] + lat_inter_graph
                 if a == N.NVLS_TREE and ppn != 1:
                     inter_lat += rm.nvls_tree_net_lat_us - N.HW_LAT_US[N.HW_NET, a, p]
-                if p == N.SIMPLE:
-                    inter_lat += lat_inter_graph
+                if p == N.SIMPLE and not (rm.tuning_v231 and a == N.PAT):
+                    inter_lat += lat_inter_graph  # 2.31 pat.cc: latencyInter once
                 if a == N.RING:
-                    hop = N.HW_LAT_US[hw, a, p]
+                    # 2.31 ring.cc: Broadcast/Reduce hops at the intra-node latency, even across nodes
+                    # (graphs[RING].typeIntra: NVLink only with several GPUs per node, else the PCI figures)
+                    bc_hw = (intra_hw if topo.gpus_per_node > 1 else N.HW_PCI) if rm.tuning_v231 else hw
+                    hop = N.HW_LAT_US[bc_hw if coll in (N.REDUCE, N.BROADCAST) else hw, a, p]
                     if coll in (N.REDUCE, N.BROADCAST):
                         if topo.nccl.ring_same_channels:
                             lat += hop
                         else:
                             if p == N.SIMPLE:
-                                hop = N.HW_LAT_US[hw, N.TREE, p]
+                                hop = N.HW_LAT_US[bc_hw, N.TREE, p]
                             lat += nsteps * hop
                     else:
                         net_overhead = 0.0
@@ -387,6 +418,8 @@ def build_model(topo: Topology) -> NcclModel:
 
     max_threads = np.zeros((N.NUM_ALGOS, N.NUM_PROTOS), dtype=np.int64)
     simple_default = 256 if bw_intra * nch <= N.PCI_BW_GBPS else N.SIMPLE_MAX_NTHREADS
+    if rm.tuning_v231:
+        simple_default = N.SIMPLE_MAX_NTHREADS  # tuning_general.cc: always 512
     max_threads[:, N.SIMPLE] = N.MAX_NTHREADS
     max_threads[N.RING, N.SIMPLE] = simple_default
     max_threads[N.TREE, N.SIMPLE] = N.SIMPLE_MAX_NTHREADS
@@ -531,12 +564,26 @@ class Decisions:
     chunk_bytes: np.ndarray
     time_us: np.ndarray       # NCCL's predicted time of its choice
     table: np.ndarray         # the full cost table, (n, 7, 3)
+    # 2.31+: the call runs on a symmetric kernel (logged "[Symmetric] ... -> Kernel ..."), not on algo/proto;
+    # False everywhere for other releases and platforms
+    symmetric: np.ndarray | None = None
+    # the symmetric kernel's block count where derived; -1 where not derived or not symmetric
+    sym_channels: np.ndarray | None = None
 
 
-def pick(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Smallest non-negative entry of each (7, 3) table; ties to lower algo, then lower proto."""
-    flat = np.where(table >= 0, table, np.inf).reshape(table.shape[0], -1)
-    best = np.argmin(flat, axis=1)
+def pick(table: np.ndarray, ties_to_higher: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest non-negative entry of each (7, 3) table; ties to lower algo, then lower proto.
+
+    :param ties_to_higher: 2.31+: an exact tie goes to the higher ``algo * 3 + proto`` (``tuning.cc``
+        walks its list in descending id with a strict ``<``), and a time of 0 is not valid
+    """
+    if ties_to_higher:
+        flat = np.where(table > 0, table, np.inf).reshape(table.shape[0], -1)
+        last = flat.shape[1] - 1
+        best = last - np.argmin(flat[:, ::-1], axis=1)
+    else:
+        flat = np.where(table >= 0, table, np.inf).reshape(table.shape[0], -1)
+        best = np.argmin(flat, axis=1)
     if np.any(~np.isfinite(flat[np.arange(flat.shape[0]), best])):
         raise ConfigError("algorithm", "no algorithm/protocol is enabled for this collective")
     return best // N.NUM_PROTOS, best % N.NUM_PROTOS
@@ -581,9 +628,42 @@ def chunk_bytes(topo: Topology, coll: np.ndarray | int, algo: np.ndarray, proto:
     return (chunk // grain) * grain
 
 
+def symmetric_support(topo: Topology, win_enable: bool = True) -> bool:
+    """2.31+: whether NCCL's symmetric kernels compete on this communicator without registered windows.
+
+    ``symmetricSupport`` (init.cc): all GPUs CUDA P2P, ``NCCL_WIN_ENABLE`` (default 1), cuMem (NCCL's
+    default) and one LSA team, i.e. one node here; ``ncclSymkAvailable``: all GPUs direct NVLink.
+    """
+    return (_v231(topo) and win_enable and topo.nodes == 1 and topo.nranks > 1
+            and topo.intra.fabric in ("nvswitch", "nvlink"))
+
+
+def symmetric_calls(topo: Topology, coll: int, table_bw_only: np.ndarray, win_enable: bool = True) -> np.ndarray:
+    """2.31+: which calls run on a symmetric LL kernel, from the general cost table at ``numPipeOps = 0``.
+
+    Unregistered buffers allow only the symmetric LL kernels (``sym_model.cc``), and ``tuning.cc`` falls
+    back to the general kernels unless a nested general tuning, computed with ``numPipeOps = 0`` (no
+    latency term: the time is ``nBytes / bw``), picks LL. LL's bandwidth is below Simple's, so by default
+    that never happens (the 2.31.0 logs on 2 x H200: no ``[Symmetric]`` line without a tuner); it does
+    when ``NCCL_PROTO`` leaves only LL, or a tuner plugin makes LL the cheapest.
+
+    :param table_bw_only: ``(n, 7, 3)`` the general table at ``numPipeOps = 0`` with the mask applied
+    """
+    n = table_bw_only.shape[0]
+    if coll not in (N.ALLREDUCE, N.ALLGATHER, N.REDUCESCATTER) or not symmetric_support(topo, win_enable):
+        return np.zeros(n, dtype=bool)
+    ok = np.any(table_bw_only > 0, axis=(1, 2))
+    out = np.zeros(n, dtype=bool)
+    if np.any(ok):
+        _, p = pick(table_bw_only[ok], ties_to_higher=True)
+        out[ok] = p == N.LL
+    return out
+
+
 def default_decisions(topo: Topology, coll: int | str, nbytes: np.ndarray | int | list,
                       num_pipe_ops: int = 1, allowed: np.ndarray | None = None,
-                      comm_channels: int = 0, model: NcclModel | None = None) -> Decisions:
+                      comm_channels: int = 0, model: NcclModel | None = None,
+                      ll128_gate: bool | None = None, win_enable: bool = True) -> Decisions:
     """NCCL's default (algorithm, protocol, channels, threads, chunk) for each size.
 
     :param allowed: optional ``[algo][proto]`` mask, what ``NCCL_ALGO``/``NCCL_PROTO`` leave enabled
@@ -591,6 +671,10 @@ def default_decisions(topo: Topology, coll: int | str, nbytes: np.ndarray | int 
         0 keeps the topology's
     :param model: the communicator's latency/bandwidth table when known (NCCL's own, from its
         ``NCCL_DEBUG_SUBSYS=TUNING`` log); ``None`` builds it from the topology
+    :param ll128_gate: 2.31+: apply LL128's hardware check (PCIe, socket NIC), which NCCL runs only when
+        NCCL_ALGO/NCCL_PROTO name the collective; ``None``: when ``allowed`` is given. Earlier releases
+        always apply it (through :func:`eligible_mask`)
+    :param win_enable: ``NCCL_WIN_ENABLE`` (2.31+ symmetric kernels on one node; 0 turns them off)
     """
     if isinstance(coll, str):
         coll = N.parse_name("collective", coll, N.COLLECTIVES)
@@ -602,9 +686,16 @@ def default_decisions(topo: Topology, coll: int | str, nbytes: np.ndarray | int 
     elif model.topo != topo:
         raise ConfigError("model", f"the given model is of topology {model.topo.name}, not {topo.name}")
     table = cost_table(model, coll, sizes, num_pipe_ops)
+    v231 = _v231(topo)
     if allowed is not None:
         table[:, ~np.asarray(allowed, dtype=bool)] = -1.0
-    algo, proto = pick(table)
+    if v231 and (allowed is not None if ll128_gate is None else ll128_gate) and ll128_hw_gate(topo):
+        table[:, :, N.LL128] = -1.0
+    algo, proto = pick(table, ties_to_higher=v231)
+    sym = np.zeros(sizes.size, dtype=bool)
+    if v231 and symmetric_support(topo, win_enable):
+        bw_only = _bw_only_table(model, coll, sizes, table)
+        sym = symmetric_calls(topo, coll, bw_only, win_enable)
     comm_ch = comm_channels if comm_channels > 0 else model.channels
     maxc, nt = auto_channels(model, sizes, algo, proto, comm_ch)
     nch = scheduled_channels(coll, sizes, proto, maxc, comm_ch, topo.nranks, topo.nccl.version)
@@ -612,4 +703,22 @@ def default_decisions(topo: Topology, coll: int | str, nbytes: np.ndarray | int 
     chunk = chunk_bytes(topo, coll, algo, proto, per_ch)
     t = table[np.arange(sizes.size), algo, proto]
     return Decisions(coll=coll, nbytes=sizes, algo=algo, proto=proto, max_channels=maxc, channels=nch,
-                     nthreads=nt, chunk_bytes=chunk, time_us=t, table=table)
+                     nthreads=nt, chunk_bytes=chunk, time_us=t, table=table, symmetric=sym,
+                     sym_channels=np.full(sizes.size, -1, dtype=np.int64))
+
+
+def _bw_only_table(model: NcclModel, coll: int, sizes: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """The nested general tuning of 2.31's symmetric path: ``numPipeOps = 0``, so each valid entry is
+    ``nBytes / (1000 bw)``; ``nBytes`` is one rank's bytes (``count * typeSize``, no nRanks factor)."""
+    nb = data_bytes(coll, sizes, model.topo.nranks)
+    bw = np.broadcast_to(model.bandwidths[coll], table.shape).astype(float)
+    if coll == N.ALLREDUCE:
+        log_size = np.array([_log2i(s >> 6) if (s >> 6) > 0 else -1 for s in nb])
+        ok = (log_size >= 0) & (log_size < 23)
+        corr = np.ones((nb.size, N.NUM_PROTOS))
+        corr[ok] = N.TREE_CORRECTION[:, log_size[ok]].T
+        bw = bw.copy()
+        bw[:, N.TREE, :] *= corr
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = nb[:, None, None] / (1000.0 * bw)
+    return np.where((table >= 0) & (bw > 0), t, -1.0)

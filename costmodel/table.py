@@ -12,7 +12,7 @@ import logging
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -216,12 +216,21 @@ class Table:
         """
         return _complete(self)
 
-    def csv_text(self, where: str = "") -> str:
-        """The ``nccl_tuner.csv`` text of the rows (a title comment, the header, one row a line)."""
+    def csv_text(self, where: str = "", versions: dict[str, Any] | None = None) -> str:
+        """The ``nccl_tuner.csv`` text of the rows (a title comment, the header, one row a line);
+        ``versions`` (:func:`nccl_versions`): the NCCL releases the rows mean the same on, as a line
+        ncclrl's plugin reads (a WARN on other releases) and a comment saying why."""
         shapes = self.shapes()
         named = "" if len(shapes) < 2 else "\n# communicator shapes (nNodes x nRanks): " + \
             ", ".join(f"{n}x{r}" for n, r in shapes)
-        lines = [f"# {self.title}{where}{named}", CSV_HEADER]
+        lines = [f"# {self.title}{where}{named}"]
+        if versions:
+            lines.append(f"{NCCL_VERSIONS_MARK}{versions['versions']}")
+            if versions["capped_rows"]:
+                lines.append(f"# rows {', '.join(map(str, versions['capped_rows']))} (in row order) ask for more "
+                             f"channels than NCCL {CAPS_FROM[:4]}+ lets a plugin give at some sizes: there NCCL runs "
+                             "its own count")
+        lines.append(CSV_HEADER)
         for r in self.rows:  # NCCL's choice: our plugin leaves it to NCCL, the example plugin runs the row
             lines += [NCCL_CHOICE_MARK, r.line()] if r.source == FILLED else [r.line()]
         return "\n".join(lines) + "\n"
@@ -244,7 +253,10 @@ class Table:
             doc["table_rows"] = rows
         doc = json.dumps(doc, indent=1, default=str)
         conf = "".join(f"{k}={v}\n" for k, v in sorted(self.conf.items()))
-        written = write_unit(out_dir, {"nccl.conf": conf, json_name: doc, "nccl_tuner.csv": self.csv_text(where)})
+        versions = nccl_versions(self) if topo else None
+        written = write_unit(out_dir, {"nccl.conf": conf, json_name: doc,
+                                       "nccl_tuner.csv": self.csv_text(where, versions)},
+                             meta={"nccl": versions} if versions else None)
         return {"csv": written["nccl_tuner.csv"], "json": written[json_name], "conf": written["nccl.conf"]}
 
     @classmethod
@@ -273,6 +285,65 @@ class Table:
                 for r in raw]
         conf_path = path.with_name("nccl.conf")
         return cls(topology, rows, read_conf_env(conf_path) if conf_path.is_file() else {})
+
+
+# -- the NCCL releases a table means the same on -------------------------------------------------------
+
+# written after the title: the releases on which every row means what it says (ncclrl's plugin WARNs on others)
+NCCL_VERSIONS_MARK = "#ncclrl:nccl-versions="
+CAPS_FROM = "2.31.0"  # from this release a plugin's channels cap NCCL's own per-call count
+
+
+def channels_capped(topo: Topology, collective: str, nbytes: int, algo: str, proto: str, channels: int,
+                    version: str = CAPS_FROM) -> int | None:
+    """NCCL's own per-call channel count where NCCL ``version`` (2.31+) runs a row forcing
+    ``algo/proto/channels`` on fewer channels than the row asks (a plugin's channels cap NCCL's own
+    count there, after the scheduler spreads the call), else ``None``."""
+    import numpy as np
+
+    from ncclrl.costmodel import nccl as N
+    from ncclrl.costmodel import replica as R
+
+    if channels <= 0 or algo in ("default", "-1") or R.parse_release(version) < R.parse_release(CAPS_FROM):
+        return None
+    t = topo if topo.nccl.version == version else replace(topo, nccl=replace(topo.nccl, version=version))
+    c, a, p = N.COLLECTIVES.index(collective), N.ALGOS.index(algo), N.PROTOS.index(proto)
+    own = int(R.auto_channels(R.build_model(t), np.array([nbytes]), np.array([a]), np.array([p]))[0][0])
+    if own >= channels:
+        return None
+    args = (c, np.array([nbytes]), np.array([p]))
+    rest = (t.nccl.channels, t.nranks, t.nccl.version)
+    capped = int(R.scheduled_channels(*args, np.array([own]), *rest)[0])
+    written = int(R.scheduled_channels(*args, np.array([channels]), *rest)[0])
+    return own if capped < written else None
+
+
+def nccl_versions(table: Table) -> dict[str, Any]:
+    """The NCCL releases on which every row of ``table`` means what it says: those the replica follows
+    (:data:`ncclrl.costmodel.replica.FIRST_RELEASE` .. ``LAST_RELEASE``), less 2.31+ where a row asks
+    for more channels than NCCL 2.31+ lets a plugin give at some size of its range (its first byte, a
+    middle size, its last byte up to 1 GiB, on each shape's topology). ``{"versions": "2.27-2.32",
+    "made_for": ..., "capped_rows": [row numbers, 1-based]}``."""
+    from ncclrl.costmodel import replica as R
+
+    lo, hi = R.FIRST_RELEASE, R.LAST_RELEASE
+    capped: list[int] = []
+    topo = table.topology
+    for i, r in enumerate(table.rows):
+        if topo is None or r.source == FILLED or r.channels <= 0 or r.algo in ("default", "-1"):
+            continue
+        try:
+            t = topo.shape(r.nnodes, r.nranks) if r.nnodes > 0 and r.nranks > 0 else topo
+        except ConfigError:  # a shape this topology cannot hold: judged on the job's own
+            t = topo
+        top = min(r.max_bytes, 1 << 30)
+        sizes = sorted({max(r.min_bytes, 1), max(1, int((max(r.min_bytes, 1) * max(top, 1)) ** 0.5)), max(top, 1)})
+        if any(channels_capped(t, r.collective, s, r.algo, r.proto, r.channels) for s in sizes):
+            capped.append(i + 1)
+    cap = R.parse_release(CAPS_FROM)
+    last = (cap[0], cap[1] - 1) if capped else hi[:2]
+    return {"versions": f"{lo[0]}.{lo[1]}-{last[0]}.{last[1]}",
+            "made_for": topo.nccl.version if topo else None, "capped_rows": capped}
 
 
 # -- completion: every size of every collective and shape, explicit everywhere ----------------------
@@ -568,7 +639,7 @@ def _replace_file(path: Path, data: bytes) -> None:
         raise
 
 
-def write_unit(out_dir: Path, texts: dict[str, str]) -> dict[str, Path]:
+def write_unit(out_dir: Path, texts: dict[str, str], meta: dict[str, Any] | None = None) -> dict[str, Path]:
     """Write the files ``texts`` (name -> content) into ``out_dir`` as one unit, in the order given
     (a table: ``nccl.conf`` first, ``nccl_tuner.csv`` last). First :data:`MANIFEST` is replaced by one
     that says a write is under way, then each file goes to a temporary name and is renamed into place,
@@ -582,6 +653,8 @@ def write_unit(out_dir: Path, texts: dict[str, str]) -> dict[str, Path]:
 
     :param out_dir: the folder (created if needed)
     :param texts: file name -> text
+    :param meta: more keys of the complete manifest (a table's: ``nccl``, the NCCL releases its rows mean
+        the same on, :func:`nccl_versions`)
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     data = {name: text.encode() for name, text in texts.items()}
@@ -592,7 +665,8 @@ def write_unit(out_dir: Path, texts: dict[str, str]) -> dict[str, Path]:
     files_ = {name: {"fingerprint": fingerprint(blob), "bytes": len(blob)} for name, blob in data.items()}
     table = files_.get("nccl_tuner.csv", {}).get("fingerprint")
     _replace_file(out_dir / MANIFEST, json.dumps({"format": MANIFEST_FORMAT, "state": "complete",
-                                                  "fingerprint": table, "files": files_}, indent=1).encode() + b"\n")
+                                                  "fingerprint": table, "files": files_, **(meta or {})},
+                                                 indent=1).encode() + b"\n")
     if table:
         log.info("# %s: fingerprint %s; deploy it with NCCLRL_TUNER_TABLE=%s NCCLRL_TUNER_TABLE_FINGERPRINT=%s on "
                  "every rank (also in %s)", out_dir / "nccl_tuner.csv", table, (out_dir / "nccl_tuner.csv").resolve(),

@@ -140,6 +140,8 @@ typedef struct okch {
   ocoll_t* parent;
   uint64_t t0, t1;
   int has_t1;
+  uint64_t ph_t0, ph_t1; /* profiler v7: the channel's compute phase, without waiting for late ranks */
+  int ph_state;          /* 0 none, 1 compute phase started, 2 compute phase ended */
 } okch_t;
 
 typedef struct ocomm {
@@ -1433,10 +1435,27 @@ static ncclrl_result_t prof_init(void** context, uint64_t commId, int* eActivati
   return NCCLRL_SUCCESS;
 }
 
+/* A kernel-phase event's handle is its channel's record with the lowest bit set: never a record itself. */
+#define PHASE_TAG ((uintptr_t)1)
+static int is_phase_handle(const void* h) { return ((uintptr_t)h & PHASE_TAG) != 0; }
+
 static ncclrl_result_t prof_start(void* context, void** eHandle, ncclrl_profiler_descr_v5_t* d) {
   if (eHandle) *eHandle = NULL;
   ocomm_t* c = (ocomm_t*)context;
   if (!c || !eHandle || !d) return NCCLRL_SUCCESS;
+  if (d->type == NCCLRL_PROFILE_KERNEL_PHASE) { /* v7: only the compute phase is kept */
+    okch_t* k = (okch_t*)d->parentObj;
+    if (!k || is_phase_handle(k) || d->kernelPhase.phaseId != NCCLRL_PHASE_COMPUTE || pool_owner(k, 1) != c)
+      return NCCLRL_SUCCESS;
+    pthread_mutex_lock(&c->mu);
+    if (k->magic == KCH_MAGIC && k->ph_state == 0) {
+      k->ph_t0 = d->kernelPhase.pTimer;
+      k->ph_state = 1;
+      *eHandle = (void*)((uintptr_t)k | PHASE_TAG);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NCCLRL_SUCCESS;
+  }
   if (d->type == NCCLRL_PROFILE_COLL) {
     int coll = coll_from_name(d->coll.func);
     size_t ds = dtype_size(d->coll.datatype);
@@ -1496,6 +1515,7 @@ static ncclrl_result_t prof_start(void* context, void** eHandle, ncclrl_profiler
       k->t0 = d->kernelCh.pTimer;
       k->t1 = 0;
       k->has_t1 = 0;
+      k->ph_state = 0;
       *eHandle = k;
     }
     pthread_mutex_unlock(&c->mu);
@@ -1504,7 +1524,17 @@ static ncclrl_result_t prof_start(void* context, void** eHandle, ncclrl_profiler
 }
 
 static ncclrl_result_t prof_record(void* eHandle, int eState, ncclrl_profiler_state_args_v5_t* a) {
-  if (!eHandle || eState != NCCLRL_PROFILER_KERNEL_CH_STOP || !a) return NCCLRL_SUCCESS;
+  if (!eHandle || !a) return NCCLRL_SUCCESS;
+  if (is_phase_handle(eHandle)) {
+    okch_t* k = (okch_t*)((uintptr_t)eHandle & ~PHASE_TAG);
+    ocomm_t* c = eState == NCCLRL_PROFILER_KERNEL_PHASE_STOP ? pool_owner(k, 1) : NULL;
+    if (!c) return NCCLRL_SUCCESS;
+    pthread_mutex_lock(&c->mu);
+    if (k->magic == KCH_MAGIC && k->ph_state == 1) { k->ph_t1 = a->kernelCh.pTimer; k->ph_state = 2; }
+    pthread_mutex_unlock(&c->mu);
+    return NCCLRL_SUCCESS;
+  }
+  if (eState != NCCLRL_PROFILER_KERNEL_CH_STOP) return NCCLRL_SUCCESS;
   ocomm_t* c = pool_owner(eHandle, 1);
   if (!c) return NCCLRL_SUCCESS;
   pthread_mutex_lock(&c->mu);
@@ -1519,7 +1549,11 @@ static void kch_done_locked(ocomm_t* c, okch_t* k) {
   ocoll_t* p = k->parent;
   k->magic = 0;
   if (!p || p->magic != REC_MAGIC || p->gen != k->gen) return;
-  if (k->has_t1) {
+  /* the transfer's time: the compute phase where NCCL reports phases (v7), else the whole channel */
+  if (k->ph_state == 2 && k->ph_t1 >= k->ph_t0) {
+    if (k->ph_t0 < p->t0) p->t0 = k->ph_t0;
+    if (k->ph_t1 > p->t1) p->t1 = k->ph_t1;
+  } else if (k->has_t1) {
     if (k->t0 < p->t0) p->t0 = k->t0;
     if (k->t1 > p->t1) p->t1 = k->t1;
   }
@@ -1539,7 +1573,7 @@ static void kch_done_locked(ocomm_t* c, okch_t* k) {
 }
 
 static ncclrl_result_t prof_stop(void* eHandle) {
-  if (!eHandle) return NCCLRL_SUCCESS;
+  if (!eHandle || is_phase_handle(eHandle)) return NCCLRL_SUCCESS; /* a phase ends by its state record */
   ocomm_t* c = pool_owner(eHandle, 1);
   if (c) {
     pthread_mutex_lock(&c->mu);
@@ -1568,5 +1602,19 @@ static ncclrl_result_t prof_finalize(void* context) {
   return NCCLRL_SUCCESS;
 }
 
+/* v7 (NCCL 2.32): kernel-phase events too, so that a sample is the transfer without the wait for late ranks */
+static ncclrl_result_t prof_init_v7(void** context, uint64_t commId, int* eActivationMask, const char* commName,
+                                    int nNodes, int nranks, int rank, ncclrl_logger_t logfn) {
+  ncclrl_result_t r = prof_init(context, commId, eActivationMask, commName, nNodes, nranks, rank, logfn);
+  if (r == NCCLRL_SUCCESS && eActivationMask && *eActivationMask) *eActivationMask |= NCCLRL_PROFILE_KERNEL_PHASE;
+  return r;
+}
+
+/* One set of functions for every version: v6 adds union members we never read, v7 adds members after the
+ * ones we read and the kernel-phase event. NCCL takes the newest it knows (2.30-2.31: v6; 2.32: v7). */
 EXPORT const ncclrl_profiler_v5_t ncclProfiler_v5 = {"ncclrl", prof_init, prof_start, prof_stop, prof_record,
+                                                     prof_finalize};
+EXPORT const ncclrl_profiler_v5_t ncclProfiler_v6 = {"ncclrl", prof_init, prof_start, prof_stop, prof_record,
+                                                     prof_finalize};
+EXPORT const ncclrl_profiler_v5_t ncclProfiler_v7 = {"ncclrl", prof_init_v7, prof_start, prof_stop, prof_record,
                                                      prof_finalize};

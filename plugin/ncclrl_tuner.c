@@ -1,6 +1,23 @@
 /*
  * ncclrl tuner plugin: loads a tuned table (NVIDIA's example-plugin CSV, plus optional columns of
- * ours) into NCCL through the tuner ABI, versions 2 to 6, from one library.
+ * ours) into NCCL through the tuner ABI, versions 2 to 7, from one library.
+ *
+ * NCCL releases (the version is asked of the NCCL library whose logger init receives, and logged
+ * with the ABI it bound): a row means the same on every release, except where NCCL no longer lets
+ * a plugin do what the row says, which is logged and left to NCCL:
+ *   - channels: up to 2.30 the row's count replaces NCCL's per-call count; from 2.31 NCCL takes
+ *     min(row, its own count): a row can lower channels, never raise them;
+ *   - a forced entry is set to 0.0 and no entry is ever set to -1 (from 2.31 NCCL no longer skips
+ *     a -1 the plugin writes: it would win);
+ *   - from 2.31 NCCL may ask first with every entry -1 (its symmetric kernels, one NVLink node):
+ *     nothing to decide, so such a call is not counted, logged or explored. It then asks ahead of
+ *     the collective (numPipeOps 0) whether its symmetric LL kernel keeps the call: that answer is
+ *     left to NCCL, as without a plugin (by default the kernel gives way, and the collective's own
+ *     call then takes the row as written), and is not counted either;
+ *   - chunk rows (ABI v6+): NCCL asks getChunkSize per channel slice (nChannels 1, the slice's
+ *     bytes), after getCollInfo; the row is the one that decided the collective the slice belongs
+ *     to (the recent decisions of the same collective whose size the slice fits), and where those
+ *     disagree NCCL's chunk is kept.
  *
  * Table rows: collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks
  *             [,numPipeOps[,regBuff[,chunk_bytes]]]
@@ -42,7 +59,8 @@
  * concurrently), so a context's log takes no lock; the only state shared between contexts is the
  * file counter N, an atomic.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* dladdr, RTLD_NOLOAD: asking the NCCL that loaded us for its version */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -62,6 +80,8 @@
 #define MAX_LINE 4096
 #define MAX_CHANNELS 64
 #define MAX_KEYS 16 /* distinct (numPipeOps, regBuff) filters per collective */
+#define CHUNK_MEMO 32 /* recent decisions getChunkSize looks back on (a group of collectives, then its slices) */
+#define NCCL_2_31 23100 /* from here a row's channels cap NCCL's own, and all-IGNORE calls come */
 #define MAX_TABLE_BYTES (16 << 20) /* a larger table is refused whole: NCCL decides */
 #define DATA_ENV "NCCLRL_TUNER_TABLE_DATA"
 #define FINGERPRINT_ENV "NCCLRL_TUNER_TABLE_FINGERPRINT"
@@ -120,7 +140,8 @@ typedef struct {
 
 typedef struct {
   ncclrl_logger_t log;
-  int version;
+  int version;   /* the tuner ABI NCCL bound */
+  int nccl_code; /* NCCL's version code (2.31.0: 23100), 0 when it could not be asked */
   int trace;
   size_t nranks, nnodes;
   part_t parts[NCCLRL_NUM_COLLS][MAX_KEYS];
@@ -136,6 +157,10 @@ typedef struct {
   int loaded;     /* the table was read, matched the expected fingerprint, and is indexed */
   uint64_t table_fp; /* the loaded table's fingerprint (0: none loaded); online ranks compare it at HELLO */
   char path[512];
+  int versions_lo, versions_hi; /* the table's NCCL releases (its NCCL_VERSIONS_MARK line); 0: not stated */
+  int has_chunk; /* some row sets chunk_bytes: decisions are remembered for getChunkSize */
+  struct { int coll; size_t nbytes; const row_t* row; } memo[CHUNK_MEMO];
+  unsigned memo_next;
   reqlog_t reqlog;
   struct ocomm* online; /* online mode's state of this communicator (NCCLRL_TUNER_MODE=online), or NULL */
 } ctx_t;
@@ -154,6 +179,39 @@ static void nolog(int level, unsigned long flags, const char* file, int line, co
 }
 
 #define LOG(ctx, level, ...) (ctx)->log((level), NCCLRL_SUBSYS_TUNING, __FILE__, __LINE__, __VA_ARGS__)
+
+/* NCCL's version code (2.31.0: 23100), asked of the library that holds NCCL's logger (PyTorch loads
+ * NCCL privately, so a global lookup alone would miss it), else of the process's global scope; 0 when
+ * neither answers. Asked at each communicator's init (a few microseconds). */
+static int nccl_version_code(ncclrl_logger_t logger) {
+  typedef int (*getver_t)(int*);
+  getver_t f = NULL;
+  Dl_info info;
+  void* h = NULL;
+  if (logger && dladdr((void*)logger, &info) && info.dli_fname && info.dli_fname[0])
+    h = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  if (h) f = (getver_t)dlsym(h, "ncclGetVersion");
+  if (!f) f = (getver_t)dlsym(RTLD_DEFAULT, "ncclGetVersion");
+  int code = 0;
+  int v = f && f(&code) == 0 && code >= 20000 && code < 1000000 ? code : 0;
+  if (h) dlclose(h);
+  return v;
+}
+
+/* NCCL's release as text, and what a row's channels mean there (the INFO line on load says both). */
+static const char* nccl_semantics(const ctx_t* ctx) {
+  static _Thread_local char buf[160];
+  int v = ctx->nccl_code;
+  if (v > 0)
+    snprintf(buf, sizeof(buf), "NCCL %d.%d.%d: %s", v / 10000, v / 100 % 100, v % 100,
+             v >= NCCL_2_31 ? "a row's channels cap NCCL's own count (never raise it)"
+                            : "a row's channels replace NCCL's count");
+  else
+    snprintf(buf, sizeof(buf), "NCCL version unknown: %s", ctx->version >= 7
+             ? "a row's channels cap NCCL's own count (never raise it)"
+             : "a row's channels replace NCCL's count up to 2.30, cap it from 2.31");
+  return buf;
+}
 
 /* What a table that is not loaded means for this communicator, as its WARN ends. */
 static const char* outcome(const ctx_t* ctx) {
@@ -221,6 +279,7 @@ static void lower(char* s) {
  * written so that plugins which need every size covered (NVIDIA's example) run that choice; this
  * plugin skips the row and leaves the call to NCCL, whose real choice it is. */
 #define NCCL_CHOICE_MARK "#ncclrl:nccl-choice"
+#define NCCL_VERSIONS_MARK "#ncclrl:nccl-versions=" /* M.m-M.m: the releases the rows mean the same on */
 
 /* Parse one line into *r. Returns 1 for a row, 0 for blank/comment, -1 for an error (logged). */
 static int parse_line(ctx_t* ctx, const char* path, int lineno, char* line, row_t* r) {
@@ -352,6 +411,16 @@ static int parse_text(ctx_t* ctx, const char* origin, const char* text, size_t l
     }
     memcpy(line, start, line_len);
     line[line_len] = '\0';
+    if (strncmp(trim(line), NCCL_VERSIONS_MARK, sizeof(NCCL_VERSIONS_MARK) - 1) == 0) {
+      unsigned a, b, c, d;
+      char tail;
+      if (sscanf(trim(line) + sizeof(NCCL_VERSIONS_MARK) - 1, "%u.%u-%u.%u%c", &a, &b, &c, &d, &tail) == 4 &&
+          a < 100 && b < 100 && c < 100 && d < 100) {
+        ctx->versions_lo = (int)(a * 10000 + b * 100);
+        ctx->versions_hi = (int)(c * 10000 + d * 100 + 99);
+      }
+      continue;
+    }
     if (strncmp(trim(line), NCCL_CHOICE_MARK, sizeof(NCCL_CHOICE_MARK) - 1) == 0) {
       nccl_choice = 1; /* the next row states NCCL's predicted choice for plugins that need every size covered */
       continue;
@@ -652,14 +721,23 @@ static void load_text(ctx_t* ctx, const char* origin, const char* text, size_t l
   }
   ctx->storage = rows;
   ctx->applicable = n;
+  for (int i = 0; i < n; i++) ctx->has_chunk |= rows[i].chunk > 0;
   ctx->loaded = 1;
   ctx->table_fp = hash;
   char marked[96] = "";
   if (ctx->nccl_choice)
     snprintf(marked, sizeof(marked), ", %d marked as NCCL's choice (left to NCCL)", ctx->nccl_choice);
   LOG(ctx, NCCLRL_LOG_INFO, PREFIX "table from %s (%zu bytes, %d rows, fingerprint %016llx): %d for this "
-      "communicator (%zu ranks, %zu nodes), %d rejected%s; tuner ABI v%d", origin, len, ctx->nrows,
-      (unsigned long long)hash, ctx->applicable, ctx->nranks, ctx->nnodes, ctx->rejected, marked, ctx->version);
+      "communicator (%zu ranks, %zu nodes), %d rejected%s; tuner ABI v%d, %s", origin, len, ctx->nrows,
+      (unsigned long long)hash, ctx->applicable, ctx->nranks, ctx->nnodes, ctx->rejected, marked, ctx->version,
+      nccl_semantics(ctx));
+  int v = ctx->nccl_code;
+  if (ctx->versions_hi && v > 0 && (v < ctx->versions_lo || v > ctx->versions_hi))
+    LOG(ctx, NCCLRL_LOG_WARN, PREFIX "table from %s means what its rows say on NCCL %d.%d-%d.%d only; this is NCCL "
+        "%d.%d.%d: rows are applied as this release allows (%s; `ncclrl plugin verify` names the rows that differ)",
+        origin, ctx->versions_lo / 10000, ctx->versions_lo / 100 % 100, ctx->versions_hi / 10000,
+        ctx->versions_hi / 100 % 100, v / 10000, v / 100 % 100, v % 100,
+        v >= NCCL_2_31 ? "from 2.31 a row's channels cap NCCL's own count" : "see the table's comments");
 }
 
 static const char* file_kind(mode_t mode) {
@@ -1096,6 +1174,7 @@ static ncclrl_result_t new_ctx(size_t nranks, size_t nnodes, ncclrl_logger_t log
   if (!ctx) return NCCLRL_SYSTEM_ERROR;
   ctx->log = logger ? logger : nolog;
   ctx->version = version;
+  ctx->nccl_code = nccl_version_code(logger);
   ctx->nranks = nranks;
   ctx->nnodes = nnodes;
   const char* dbg = getenv("NCCL_DEBUG");
@@ -1203,11 +1282,31 @@ static void apply_online(ctx_t* ctx, const row_t* r, int coll, size_t nBytes, in
 }
 #endif
 
+/* Every entry -1: NCCL asks with nothing to choose from (2.31+: its symmetric kernels' own round). */
+static int all_ignored(float** costTable, int numAlgo, int numProto) {
+  if (!costTable || numAlgo <= 0 || numProto <= 0) return 0;
+  float (*t)[numProto] = (float (*)[numProto])costTable;
+  for (int a = 0; a < numAlgo; a++)
+    for (int p = 0; p < numProto; p++)
+      if (t[a][p] >= 0.0f) return 0;
+  return 1;
+}
+
 static ncclrl_result_t apply(ctx_t* ctx, int coll, size_t nBytes, int pipe, int regbuff, float** costTable,
                              int numAlgo, int numProto, int* nChannels) {
+  if (all_ignored(costTable, numAlgo, numProto)) return NCCLRL_SUCCESS; /* not a call to count or decide */
+  /* 2.31+: NCCL asks ahead of a collective (numPipeOps 0) whether its symmetric LL kernel keeps it: NCCL
+   * answers as it would without a plugin; the collective's own call follows where the kernel gives way */
+  if (pipe == 0 && ctx && ctx->nccl_code >= NCCL_2_31) return NCCLRL_SUCCESS;
   if (ctx) reqlog_note(ctx, coll, nBytes);
   if (!ctx || !nChannels) return NCCLRL_SUCCESS; /* anything unexpected: NCCL decides */
   const row_t* r = lookup(ctx, coll, nBytes, pipe, regbuff);
+  if (ctx->has_chunk && coll >= 0 && coll < NCCLRL_NUM_COLLS) { /* what getChunkSize's slices will belong to */
+    unsigned i = ctx->memo_next++ % CHUNK_MEMO;
+    ctx->memo[i].coll = coll;
+    ctx->memo[i].nbytes = nBytes;
+    ctx->memo[i].row = r;
+  }
 #ifdef NCCLRL_ONLINE
   if (ctx->online) {
     apply_online(ctx, r, coll, nBytes, pipe, costTable, numAlgo, numProto, nChannels);
@@ -1301,14 +1400,41 @@ static ncclrl_result_t init_v6(void** ctx, uint64_t commId, size_t nRanks, size_
   (void)nvl; (void)constants;
   return new_ctx(nRanks, nNodes, logger, 6, commId, 1, ctx);
 }
+/* NCCL asks per channel slice (nChannels 1, nBytes the slice's share), after the getCollInfo calls of
+ * its group: the slice belongs to one of the recent decisions of this collective that it fits in (a
+ * collective of B bytes on up to 128 channels has slices of B/128 .. B bytes). Their rows must agree
+ * on the chunk (and on running this algorithm/protocol where they name one), or NCCL's chunk stays. */
 static ncclrl_result_t chunk_v6(void* c, int collType, size_t nBytes, int algo, int proto, int nChannels,
                                 size_t* chunkSize) {
   (void)nChannels;
   ctx_t* ctx = (ctx_t*)c;
-  if (!ctx || !chunkSize) return NCCLRL_SUCCESS;
-  const row_t* r = lookup(ctx, collType, nBytes, -2, -2);
-  if (r && r->chunk > 0 && (r->algo < 0 || (r->algo == algo && r->proto == proto))) *chunkSize = (size_t)r->chunk;
+  if (!ctx || !chunkSize || !ctx->has_chunk || nBytes == 0) return NCCLRL_SUCCESS;
+  unsigned n = ctx->memo_next < CHUNK_MEMO ? ctx->memo_next : CHUNK_MEMO;
+  uint64_t chunk = 0;
+  int found = 0;
+  for (unsigned k = 0; k < n; k++) {
+    unsigned i = (ctx->memo_next - 1 - k) % CHUNK_MEMO;
+    if (ctx->memo[i].coll != collType || nBytes > ctx->memo[i].nbytes || ctx->memo[i].nbytes / 128 > nBytes)
+      continue;
+    const row_t* r = ctx->memo[i].row;
+    uint64_t want = r && r->chunk > 0 && (r->algo < 0 || (r->algo == algo && r->proto == proto)) ? r->chunk : 0;
+    if (found && want != chunk) {
+      if (ctx->trace)
+        LOG(ctx, NCCLRL_LOG_TRACE, PREFIX "%s slice of %zu B: its collective is ambiguous; NCCL's chunk %zu kept",
+            COLL_NAMES[collType], nBytes, *chunkSize);
+      return NCCLRL_SUCCESS;
+    }
+    chunk = want;
+    found = 1;
+  }
+  if (chunk > 0) *chunkSize = (size_t)chunk;
   return NCCLRL_SUCCESS;
+}
+
+static ncclrl_result_t init_v7(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclrl_logger_t logger,
+                               ncclrl_nvl_domain_info_v5_t* nvl, ncclrl_tuner_constants_v7_t* constants) {
+  (void)nvl; (void)constants;
+  return new_ctx(nRanks, nNodes, logger, 7, commId, 1, ctx);
 }
 
 EXPORT const ncclrl_tuner_v2_t ncclTunerPlugin_v2 = {"ncclrl", init_v2, get_v2, destroy_ctx};
@@ -1316,3 +1442,4 @@ EXPORT const ncclrl_tuner_v3_t ncclTunerPlugin_v3 = {"ncclrl", init_v3, get_v3, 
 EXPORT const ncclrl_tuner_v4_t ncclTunerPlugin_v4 = {"ncclrl", init_v4, get_v4, destroy_ctx};
 EXPORT const ncclrl_tuner_v5_t ncclTunerPlugin_v5 = {"ncclrl", init_v5, get_v4, destroy_ctx};
 EXPORT const ncclrl_tuner_v6_t ncclTunerPlugin_v6 = {"ncclrl", init_v6, get_v4, destroy_ctx, chunk_v6};
+EXPORT const ncclrl_tuner_v7_t ncclTunerPlugin_v7 = {"ncclrl", init_v7, get_v4, destroy_ctx, chunk_v6};

@@ -98,4 +98,26 @@ typedef struct {
                                   size_t* chunkSize);
 } ncclrl_tuner_v6_t;
 
+/* v7: NCCL 2.32+ (v6's functions; the bandwidth constants gain a fifth compute-capability row) */
+typedef struct {
+  double baseLatencies[7][3];
+  double hwLatencies[3][7][3];
+  double llMaxBws[5][3];
+  double perChMaxRingLL128Bws[5][3];
+  double perChMaxTreeLL128Bws[5][3];
+  double perChMaxTreeBws[5][3];
+  double perChMaxNVLSTreeBws[5][3];
+} ncclrl_tuner_constants_v7_t;
+
+typedef struct {
+  const char* name;
+  ncclrl_result_t (*init)(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclrl_logger_t logger,
+                          ncclrl_nvl_domain_info_v5_t* nvl, ncclrl_tuner_constants_v7_t* constants);
+  ncclrl_result_t (*getCollInfo)(void* ctx, int collType, size_t nBytes, int numPipeOps, float** collCostTable,
+                                 int numAlgo, int numProto, int regBuff, int* nChannels);
+  ncclrl_result_t (*finalize)(void* ctx);
+  ncclrl_result_t (*getChunkSize)(void* ctx, int collType, size_t nBytes, int algo, int proto, int nChannels,
+                                  size_t* chunkSize);
+} ncclrl_tuner_v7_t;
+
 #endif

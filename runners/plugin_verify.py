@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,14 @@ from omegaconf import OmegaConf
 
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.replica import default_decisions, eligible_mask, scheduled_channels
+from ncclrl.costmodel.replica import (
+    auto_channels,
+    build_model,
+    default_decisions,
+    eligible_mask,
+    parse_release,
+    scheduled_channels,
+)
 from ncclrl.costmodel.table import fingerprint, parse_example_rows
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
@@ -50,6 +57,11 @@ from ncclrl.runners.config import Command, register
 
 LOG_LINE = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): (\d+) Bytes -> Algo (\w+) proto (\w+) "
                       r"channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
+# NCCL 2.27+: a call run on one of its symmetric kernels (one NVLink node), outside the plugin's table
+SYM_LINE = re.compile(r"(AllReduce|AllGather|ReduceScatter) \[Symmetric\]: (\d+) Bytes -> Kernel (\S+) nchannels (\d+)")
+VERSION_LINE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+COLL_CHANNELS = re.compile(r"NCCL INFO (\d+) coll channels")
+CAPS_FROM = (2, 31, 0)  # from this release a plugin's channels are min(row, NCCL's own per-call count)
 LOG_NAME = {v: k for k, v in N.COLL_LOG_NAMES.items()}
 # the plugin's INFO line when a communicator loads a table (plugin/ncclrl_tuner.c)
 PLUGIN_LINE = re.compile(r"TUNER/ncclrl: table from (.+?) \((\d+) bytes, (\d+) rows, fingerprint ([0-9a-f]{16})\): "
@@ -110,11 +122,66 @@ def expected(case: dict, rows: list[dict], topo, nccl_default: tuple[str, str, i
     if r["channels"] <= 0:
         if r["algo"] == "-1":
             return default
-        return N.ALGOS[algo], N.PROTOS[proto], int(default_decisions(topo, c, [s], allowed=_only(algo, proto))
-                                                   .channels[0])
-    ch = int(scheduled_channels(c, np.array([s]), np.array([proto]), np.array([r["channels"]]),
-                                topo.nccl.channels, topo.nranks)[0])
+        # a plugin-forced entry, not NCCL_ALGO/NCCL_PROTO: 2.31's LL128 check does not run for it
+        own = default_decisions(topo, c, [s], allowed=_only(algo, proto), ll128_gate=False)
+        return N.ALGOS[algo], N.PROTOS[proto], int(own.channels[0])
+    maxc = r["channels"]
+    if caps_channels(topo):  # NCCL takes min(row, its own per-call count for this algorithm/protocol)
+        maxc = min(maxc, own_channels(topo, s, algo, proto))
+    ch = int(scheduled_channels(c, np.array([s]), np.array([proto]), np.array([maxc]), topo.nccl.channels,
+                                topo.nranks, topo.nccl.version)[0])
     return N.ALGOS[algo], N.PROTOS[proto], ch
+
+
+def caps_channels(topo) -> bool:
+    """Whether the topology's NCCL (2.31+) takes a plugin's channels as a cap on its own count."""
+    return parse_release(topo.nccl.version) >= CAPS_FROM
+
+
+def own_channels(topo, nbytes: int, algo: int, proto: int) -> int:
+    """NCCL's own per-call channel count for this algorithm/protocol (before its scheduler spreads it)."""
+    maxc, _ = auto_channels(build_model(topo), np.array([nbytes]), np.array([algo]), np.array([proto]))
+    return int(maxc[0])
+
+
+def capped_at(case: dict, rows: list[dict], topo) -> int | None:
+    """NCCL's own count where a row asks for more channels than NCCL 2.31+ lets a plugin give (the row
+    cannot run as written there); ``None`` where the row runs its count, or the release has no cap."""
+    r = rows[case["row"]] if case["row"] is not None else None
+    if r is None or r["nccl_choice"] or r["algo"] == "-1" or r["channels"] <= 0 or not caps_channels(topo):
+        return None
+    algo, proto = N.ALGOS.index(r["algo"]), N.PROTOS.index(r["proto"])
+    own = own_channels(topo, case["nbytes"], algo, proto)
+    if own >= r["channels"]:
+        return None
+    args = (case["coll"], np.array([case["nbytes"]]), np.array([proto]))
+    rest = (topo.nccl.channels, topo.nranks, topo.nccl.version)
+    capped = int(scheduled_channels(*args, np.array([own]), *rest)[0])
+    written = int(scheduled_channels(*args, np.array([r["channels"]]), *rest)[0])
+    return own if capped < written else None
+
+
+def log_version(log: str) -> str | None:
+    """The NCCL release a log states (``NCCL version 2.31.0``), or ``None``."""
+    m = VERSION_LINE.search(log)
+    return m.group(1) if m else None
+
+
+def with_version(topo, version: str | None, channels: int | None = None):
+    """The topology as NCCL ``version`` sees it (the release whose rules the expectations follow), with
+    the communicator's ``channels`` where NCCL's log states them."""
+    nccl = topo.nccl
+    if version and version != nccl.version:
+        nccl = replace(nccl, version=version)
+    if channels and channels != nccl.channels:
+        nccl = replace(nccl, channels=channels)
+    return topo if nccl is topo.nccl else replace(topo, nccl=nccl)
+
+
+def log_channels(log: str) -> int | None:
+    """The communicator's collective channels as NCCL logs them at init (``24 coll channels, ...``)."""
+    m = COLL_CHANNELS.search(log)
+    return int(m.group(1)) if m else None
 
 
 def _only(algo: int, proto: int) -> np.ndarray:
@@ -153,8 +220,9 @@ def run_job(cases: list[dict], env: dict, topo, iters: int, out: Path, tag: str,
 
 
 def match_log(log: str, cases: list[dict], nranks: int) -> list[tuple[str, str, int] | None]:
-    """NCCL's logged decision for each case, in call order."""
-    lines = [m for m in LOG_LINE.finditer(log)]
+    """NCCL's logged decision for each case, in call order: ``(algo, proto, channels)``, or
+    ``("symmetric", kernel, channels)`` for a call NCCL ran on one of its symmetric kernels."""
+    lines = sorted([*LOG_LINE.finditer(log), *SYM_LINE.finditer(log)], key=lambda m: m.start())
     out, j = [], 0
     for i, m in enumerate(lines):  # between the markers: the verifier's own calls only
         if m.group(1) == "Broadcast" and int(m.group(2)) == MARKER_BYTES:
@@ -170,7 +238,10 @@ def match_log(log: str, cases: list[dict], nranks: int) -> list[tuple[str, str, 
             m = lines[j]
             j += 1
             if N.COLL_LOG_NAMES[m.group(1)] == case["coll"] and int(m.group(2)) == want_bytes:
-                found = (m.group(3).lower(), m.group(4).lower(), int(m.group(6)) - int(m.group(5)) + 1)
+                if m.re is SYM_LINE:
+                    found = ("symmetric", m.group(3), int(m.group(4)))
+                else:
+                    found = (m.group(3).lower(), m.group(4).lower(), int(m.group(6)) - int(m.group(5)) + 1)
                 break
         out.append(found)
     return out
@@ -229,6 +300,9 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
                       "default", launcher, device=device)
     loaded = plugin_loads(with_plugin["log"])
     problems = load_problems(loaded, text, sum(not r["nccl_choice"] for r in rows), topo)
+    # the release NCCL's own log states: the rules every expectation below follows
+    version = log_version(with_plugin["log"]) or log_version(without["log"])
+    topo = with_version(topo, version, log_channels(with_plugin["log"]))
     logged = match_log(with_plugin["log"], cases, topo.nranks)
     nccl_own = match_log(without["log"], cases, topo.nranks)
     report, ok_all = [], True
@@ -241,6 +315,13 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
         if case["row"] is not None:
             r = rows[case["row"]]
             entry["as_written"] = r["algo"] == "-1" or want[:2] == (r["algo"], r["proto"]) or r["nccl_choice"]
+            cap = capped_at(case, rows, topo)
+            if cap is not None:
+                entry["as_written"] = False
+                entry["capped_at"] = cap
+            if not r["nccl_choice"] and r["algo"] != "-1" and r["channels"] > topo.nccl.channels:
+                entry["as_written"] = False
+                entry["comm_channels"] = topo.nccl.channels
             if r["nccl_choice"]:  # NCCL decides; does the row (the replica's prediction) state its choice?
                 entry["nccl_choice"] = True
                 entry["predicted"] = "/".join(map(str, expected(case, rows, topo, own, as_row=True)))
@@ -255,12 +336,13 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
         report.append(entry)
     untested = [i for i in range(len(rows)) if not any(e["row"] == i for e in report)]
     ok_all &= not problems and not untested
-    (out / "verify.json").write_text(json.dumps({"table": table, "topology": topo.name, "plugin_loaded": loaded,
+    (out / "verify.json").write_text(json.dumps({"table": table, "topology": topo.name, "nccl_version": version,
+                                                 "plugin_loaded": loaded,
                                                  "load_problems": problems, "rows": len(rows),
                                                  "rows_untested": [i + 1 for i in untested], "cases": report,
                                                  "nccl_log": with_plugin["log_path"]}, indent=1))
-    print(f"# {table} on {topo.name}: NCCL's logged decision per table row (plugin {lib.name}); "
-          f"{time.time() - t0:.0f} s")
+    print(f"# {table} on {topo.name}: NCCL's logged decision per table row (plugin {lib.name}, NCCL "
+          f"{version or 'of unknown version: its log names none'}); {time.time() - t0:.0f} s")
     if problems:
         print("❌ the plugin's own line: " + "; ".join(problems))
     else:
@@ -275,8 +357,17 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
         good = all(e["ok"] for e in mine)
         detail = "; ".join(f"{e['nbytes']} B {e['nccl_logged']}" + ("" if e["ok"] else f" (want {e['expected']})")
                            for e in mine)
-        cannot = "" if all(e["as_written"] for e in mine) else \
+        capped = [e for e in mine if "capped_at" in e]
+        disabled = [e for e in mine if not e["as_written"] and "capped_at" not in e and "comm_channels" not in e]
+        cannot = "" if not disabled else \
             " (NCCL cannot run it here at some of these sizes: NCCL's own choice there, as the plugin must leave it)"
+        if capped:
+            cannot += (f" (NCCL {version} cannot run it as written at {len(capped)} of {len(mine)} sizes: from 2.31 a "
+                       f"plugin's channels cap NCCL's own per-call count, here "
+                       f"{', '.join(str(e['capped_at']) for e in capped)}; the row asks {r['channels']})")
+        if any("comm_channels" in e for e in mine):
+            cannot += (f" (the row asks {r['channels']} channels, the communicator has {topo.nccl.channels}: "
+                       "NCCL_MIN_NCHANNELS raises the communicator's count)")
         if r["nccl_choice"]:  # the plugin leaves it to NCCL; say whether the written prediction was right
             off = [e for e in mine if e.get("predicted") != e["nccl_logged"]]
             cannot = (f" (marked as NCCL's choice: left to NCCL; the row's prediction, which NVIDIA's example "
@@ -294,8 +385,11 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
             if not e["ok"]:
                 print(f"   ❌ {e['collective']} {e['nbytes']} B: {e['nccl_logged']} (want {e['expected']}), "
                       f"ratio {e.get('time_ratio', float('nan')):.2f}")
+    named = sorted({e["row"] + 1 for e in report if e["row"] is not None and not e.get("as_written", True)
+                    and not rows[e["row"]]["nccl_choice"]})
     print(f"{sum(e['ok'] for e in report)} passed, {sum(not e['ok'] for e in report)} failed; "
-          f"{len(rows) - len(untested)} of {len(rows)} rows called")
+          f"{len(rows) - len(untested)} of {len(rows)} rows called; rows NCCL {version or ''} cannot run as written "
+          f"at some size (named above): {', '.join(map(str, named)) or 'none'}")
     return 0 if ok_all else 1
 
 

@@ -14,6 +14,7 @@ from ncclrl.costmodel.table import (
     FILLED,
     MAX_BYTES,
     NCCL_CHOICE_MARK,
+    NCCL_VERSIONS_MARK,
     Row,
     Table,
     TableCheck,
@@ -151,6 +152,17 @@ def _differences(rows: list[Row], most: int = 8) -> list[str]:
     return out
 
 
+def _stated_versions(path: Path) -> str | None:
+    """The NCCL releases a table's CSV states its rows mean the same on (its versions line), if any."""
+    csv = path if path.suffix != ".json" else path.with_name("nccl_tuner.csv")
+    try:
+        lines = csv.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    return next((ln.strip()[len(NCCL_VERSIONS_MARK):] for ln in lines if ln.strip().startswith(NCCL_VERSIONS_MARK)),
+                None)
+
+
 def show(table: str, plot: str | None = None) -> int:
     """Print the table's rows as the plugin loads them; exit status 1 when the plugin rejects a
     row or refuses the table (each reason printed)."""
@@ -160,6 +172,10 @@ def show(table: str, plot: str | None = None) -> int:
     if tab.conf:
         print("# nccl.conf: " + " ".join(f"{k}={v}" for k, v in sorted(tab.conf.items())))
     print("# " + check.summary())
+    stated = _stated_versions(Path(table))
+    if stated:
+        print(f"# NCCL releases its rows mean the same on: {stated} (ncclrl's plugin WARNs on others; from 2.31 a "
+              "row's channels cap NCCL's own count, so rows that ask more mean less there)")
     where = "line" if Path(table).suffix != ".json" else "line of the CSV it writes"
     for v in check.rejected:
         print(f"# rejected, {where} {v.line}: {v.message}")

@@ -13,6 +13,7 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.detect import _with, agreement, detect, parse_logs, tuning_model
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.replica import (
+    LAST_RELEASE,
     build_model,
     cost_table,
     default_decisions,
@@ -154,7 +155,8 @@ def test_release_model_versions():
                           "2.29.2": (34.5, 34.6, 34.5), "2.29.7": (40.0, 40.0, 40.0), "2.30.7": (40.0, 40.0, 40.0)}
     assert release_model("2.30.7").per_ch_max_nvls_tree_bw[bw, 2] == 80.0
     assert release_model("2.29.7").per_ch_max_nvls_tree_bw[bw, 2] == 43.8
-    assert release_model("2.26.2").release == (2, 27, 0) and release_model("2.31.1").release == (2, 30, 99)
+    assert release_model("2.26.2").release == (2, 27, 0) and release_model("2.30.9").release == (2, 30, 9)
+    assert release_model("9.99.0").release == LAST_RELEASE >= (2, 30, 99)
     assert release_model("2.29.2+cuda12.8").min_traffic_per_channel == 32 << 10
     assert release_model("2.28.9").min_traffic_per_channel == 16 << 10
     # Hopper's table is the same from 2.28 to 2.30
@@ -207,3 +209,147 @@ def test_nvls_bandwidth_of_227():
     m = build_model(t)
     assert m.bandwidths[N.ALLREDUCE, N.NVLS, N.SIMPLE] == pytest.approx(4 * 60.0 * 5 / 6)
     assert m.bandwidths[N.ALLGATHER, N.NVLS, N.SIMPLE] == pytest.approx(4 * min(60.0 * 3 / 4, 60.0 * 0.9))
+
+
+# -- our NCCL 2.30.7 and 2.31.0 (dev 86fa684d) logs on 2 x H200: ncclrl plugin verify's default job -----------
+
+H200 = {(v, bed): LOGS / f"{bed}-nccl{v}.log" for v in ("2.30.7", "2.31.0") for bed in ("h200-1x2", "h200-2x1-sock")}
+# (nodes, coll channels, Input/Best pairs, of them on the symmetric path, enqueue lines, enabled table entries)
+H200_FACTS = {("2.30.7", "h200-1x2"): (1, 24, 0, 0, 0, 18), ("2.30.7", "h200-2x1-sock"): (2, 2, 0, 0, 0, 14),
+              ("2.31.0", "h200-1x2"): (1, 24, 130, 26, 78, 18), ("2.31.0", "h200-2x1-sock"): (2, 2, 78, 0, 78, 20)}
+
+
+@pytest.mark.parametrize("key", sorted(H200))
+def test_h200_nccl230_231_parse(key):
+    """78 per-call lines each; 2.31's table (no Max NThreads row, -1.0 and 0.0 entries) is read whole,
+    its Input/Best tuning lines are paired, and no symmetric kernel ran (every symmetric attempt fell back)."""
+    version, _ = key
+    f = parse_logs([H200[key]])
+    nodes, ch, ntun, nsym, nenq, enabled = H200_FACTS[key]
+    assert (f.nccl_version, f.nranks, f.nnodes, f.channels) == (version, 2, nodes, ch)
+    assert (f.decision_lines, f.symmetric_lines, len(f.decisions)) == (78, 0, 78)
+    assert all(d.source == "call" and not d.symmetric and d.coll >= 0 for d in f.decisions)
+    assert f.tuning is not None and f.tuning.complete
+    assert int(f.tuning.seen.sum()) == 5 * 7 and int((f.tuning.bw_gbps > 0).sum()) == enabled
+    assert (f.tuning.bw_gbps >= 0).all() and (f.tuning.lat_us >= 0).all()  # -1.0/-1.0 kept as disabled
+    assert len(f.tunings) == ntun and f.tuning_enqueue_lines == nenq and f.tuning_masks_unreadable == 0
+    assert sum(1 for t in f.tunings if t.symmetric_mask and not t.nested) == nsym
+    assert not any(t.sym_kernel for t in f.tunings)
+    if version == "2.31.0":
+        assert f.tuning.bw_gbps[N.ALLREDUCE, N.RING, N.SIMPLE] > 0
+        assert f.tuning.bw_gbps[N.BROADCAST, N.TREE].max() == 0  # printed -1.0/-1.0
+        # the last Best tuning of each call group states what the per-call line states
+        assert [(d.coll, d.log_nbytes, d.algo, d.proto) for d in f.tuning_decisions] == \
+            [(d.coll, d.log_nbytes, d.algo, d.proto) for d in f.decisions]
+
+
+@pytest.mark.parametrize("key", sorted(H200))
+def test_h200_nccl230_231_agreement(key):
+    """With NCCL's logged table the replica's per-call choice reproduces >= 98% of the 78 decisions
+    and their channels; the replica's own table is measured beside it."""
+    ag = detect([H200[key]], name="x").agreement
+    assert ag.model == "tuning table" and ag.points == 78 and ag.sym_points == 0
+    assert ag.algo_proto >= 0.98 * ag.points and ag.channels >= 0.98 * ag.channel_points
+    assert ag.replica_algo_proto >= 0.9 * ag.points
+    assert ag.compared.startswith(f"NCCL {key[0]}: 78 distinct") and "78 general, 0 symmetric" in ag.compared
+
+
+def test_h200_nccl231_other_ranks_compare_best_tuning(tmp_path):
+    """A 2.31 log without per-call lines (what ranks other than 0 print): the last Best tuning of each
+    call group is the decision, said so in a note; it agrees as the per-call lines do."""
+    text = H200[("2.31.0", "h200-1x2")].read_text()
+    p = tmp_path / "rank1.log"
+    p.write_text("\n".join(ln for ln in text.splitlines() if "Bytes -> Algo" not in ln) + "\n")
+    f = parse_logs([p])
+    assert f.decision_lines == 0 and len(f.decisions) == 78
+    assert all(d.source == "tuning" and d.max_channels >= 1 for d in f.decisions)
+    assert any("last 'Best tuning' of each call group" in n for n in f.notes)
+    ag = detect([p], name="x").agreement
+    assert ag.points == 78 and ag.algo_proto >= 0.98 * 78 and "no per-call lines" in ag.compared
+
+
+_SYM_LINES = [
+    "h:1:1 [0] NCCL INFO NCCL version 2.31.0a7+cuda13.0",
+    "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0",
+    "h:1:1 [0] NCCL INFO Input: { .comm = 0x1, .tuningMask = 111111111111111111000000000000000000000, .func = "
+    "AllReduce, .redOp = 0, .devRedop = 0, .dataType = 7, .nBytes = 1024, .numPipesOps = 0, .count = 1, "
+    ".countMax = 256, .nWorks = 1, .winRegType = 0, .regBuff = 0 }",
+    "h:1:1 [0] NCCL INFO Input: { .comm = 0x1, .tuningMask = 111111111111111111111, .func = AllReduce, .redOp = 0, "
+    ".devRedop = 0, .dataType = 7, .nBytes = 1024, .numPipesOps = 0, .count = 1, .countMax = 256, .nWorks = 1, "
+    ".winRegType = 0, .regBuff = 0 }",
+    "h:1:1 [0] NCCL INFO Best tuning { .id = 3, .valid = 1, timeUs = 0.000000,  .algo = RING, .proto = LL, "
+    ".symKernelId = Unknown, nChannels = 1, maxChannels = 1, nWarps = 3, forced = 0 }",
+    "h:1:1 [0] NCCL INFO Best tuning { .id = 21, .valid = 1, timeUs = 5.138077,  .algo = Unknown, .proto = Unknown, "
+    ".symKernelId = AllReduce_AGxLL_R, nChannels = 1, maxChannels = -1, nWarps = 16, forced = 0 }",
+    "h:1:1 [0] NCCL INFO AllReduce [Symmetric]: 4 Bytes -> Kernel AllReduce_AGxLL_R nchannels 1 nthreads 512 nWorks 1",
+    # glibc < 2.35 prints %lb as is; the fields after it are then shifted
+    "h:1:1 [0] NCCL INFO Input: { .comm = 0x1, .tuningMask = %lb, .func = \x01\x02, .redOp = 4242, .devRedop = 0, "
+    ".dataType = 77, .nBytes = garbage, .numPipesOps = 1, .count = , .countMax = 0 }",
+    "h:1:1 [0] NCCL INFO Best tuning { .id = 5, .valid = 1, timeUs = nan,  .algo = RING, .proto = SIMPLE, "
+    ".symKernelId = Unknown, nChannels = 24, maxChannels = 24, nWarps = 17, forced = 0 }",
+    "h:1:1 [0] NCCL INFO Best tuning, algorithm, RING, protocol, SIMPLE",
+    "h:1:1 [0] NCCL INFO AllReduce: 4194304 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..23}",
+    "h:1:1 [0] NCCL INFO AllReduce: 8 Bytes -> Algo FUTURE_ALGO proto LL channel{Lo..Hi}={0..0}",
+    "h:1:1 [0] NCCL INFO Best tuning { .id = 5, .valid",
+    "h:1:1 [0] NCCL INFO Input: {",
+    "h:1:1 [0] NCCL INFO     AllReduce |    -1.0/  -1.0 |     0.0/   0.0 |    11.4/ 240.0 |",
+]
+
+
+def test_symmetric_and_malformed_tuning_lines(tmp_path):
+    p = tmp_path / "sym.log"
+    p.write_text("\n".join(_SYM_LINES) + "\n")
+    f = parse_logs([p])
+    assert f.symmetric_lines == 1 and f.decision_lines == 2
+    sym = [d for d in f.decisions if d.symmetric]
+    assert [(d.coll, d.log_nbytes, d.kernel, d.channels, d.algo) for d in sym] == \
+        [(N.ALLREDUCE, 4, "AllReduce_AGxLL_R", 1, -1)]
+    assert len(f.decisions) == 2 and any("FUTURE_ALGO" in n for n in f.notes)  # unknown name: kept out
+    assert f.tuning_masks_unreadable == 2 and any("%lb" in n for n in f.notes)  # %lb and the cut line
+    outer = [t for t in f.tunings if not t.nested]
+    assert [t.sym_kernel for t in outer] == ["AllReduce_AGxLL_R", "", ""]  # the cut Best line: a third
+    assert outer[0].symmetric_mask and outer[0].log_nbytes == 4 and outer[0].nchannels == 1
+    assert outer[1].mask is None and outer[1].coll == -1 and outer[1].log_nbytes == -1
+    # the symmetric group's decision; the garbled group's names no collective and is left out
+    assert [(d.symmetric, d.kernel, d.log_nbytes) for d in f.tuning_decisions] == [(True, "AllReduce_AGxLL_R", 4)]
+
+
+def test_symmetric_decisions_count(monkeypatch):
+    """A symmetric-kernel decision is reproduced where the replica's decision says ``symmetric`` at that
+    (collective, size); a general one only where it does not. No ``symmetric`` field: none reproduced."""
+    import types
+
+    from ncclrl.costmodel import detect as D
+
+    f = parse_logs([H200[("2.31.0", "h200-1x2")]])
+    topo = detect([H200[("2.31.0", "h200-1x2")]], name="x", search=False).topology
+    small = next(d for d in f.decisions if d.coll == N.ALLREDUCE and d.log_nbytes == 4)
+    f.decisions[f.decisions.index(small)] = replace(small, algo=-1, proto=-1, symmetric=True,
+                                                    kernel="AllReduce_AGxLL_R")
+    real = D.default_decisions
+
+    def with_sym(flag):
+        def dd(*a, **kw):
+            dec = real(*a, **kw)
+            ns = types.SimpleNamespace(**{k: getattr(dec, k) for k in dec.__dataclass_fields__})
+            if flag is not None:
+                ns.symmetric = (ns.nbytes <= 4) & flag if ns.coll == N.ALLREDUCE else np.zeros(ns.nbytes.shape, bool)
+            elif hasattr(ns, "symmetric"):
+                del ns.symmetric
+            return ns
+        return dd
+
+    monkeypatch.setattr(D, "default_decisions", with_sym(True))
+    ag = agreement(topo, f)
+    assert (ag.sym_points, ag.sym_match, ag.replica_sym_match, ag.points) == (1, 1, 1, 78)
+    assert ag.replica_says_symmetric and ag.algo_proto == 78
+    monkeypatch.setattr(D, "default_decisions", with_sym(None))
+    ag = agreement(topo, f)
+    assert (ag.sym_points, ag.sym_match, ag.replica_says_symmetric, ag.algo_proto) == (1, 0, False, 77)
+    assert any("does not say symmetric" in m for m in ag.mismatches)
+    # the replica saying symmetric where NCCL ran a general kernel is a miss
+    f.decisions[f.decisions.index(replace(small, algo=-1, proto=-1, symmetric=True,
+                                          kernel="AllReduce_AGxLL_R"))] = small
+    monkeypatch.setattr(D, "default_decisions", with_sym(True))
+    ag = agreement(topo, f)
+    assert ag.sym_points == 0 and ag.algo_proto == 77

@@ -135,3 +135,91 @@ def test_a_row_marked_as_nccls_choice_must_be_left_to_nccl_and_its_prediction_is
     assert "row 3: allreduce 8192-16777215 ring/ll/2" in out and "marked as NCCL's choice: left to NCCL" in out
     rc, report = run_verify(tmp_path, monkeypatch, marked, 1 << 30, line=plugin_line(marked, 3))
     assert rc == 1 and any("the table has 2 it must apply" in p for p in report["load_problems"])
+
+
+# ---- NCCL releases: real logs of both jobs, replayed into verify() -------------------------------------------
+
+REAL = Path(__file__).resolve().parent / "data" / "verify"
+
+
+def recorded_logs(stem: str) -> dict[str, str]:
+    """Both jobs' rank-0 logs of a recorded verify run: with the plugin (``REAL``) and without
+    (the same run's default job, ``tests/data/nccl-logs``)."""
+    import gzip
+
+    return {"plugin": gzip.decompress((REAL / f"{stem}-plugin.log.gz").read_bytes()).decode(),
+            "default": (REAL.parent / "nccl-logs" / f"{stem}.log").read_text()}
+
+
+def replay_verify(tmp_path, monkeypatch, logs: dict[str, str], topology: str):
+    """verify() with each job's NCCL log replayed from ``logs`` (tag -> text)."""
+    import json
+
+    import ncclrl.runners.plugin_verify as pv
+
+    def recorded_job(cases, env, topo_, iters, out, tag, launcher, device="cuda"):
+        return {"times_us": [None] * len(cases), "base_times_us": [None] * len(cases), "log": logs[tag],
+                "log_path": "x"}
+
+    monkeypatch.setattr(pv, "run_job", recorded_job)
+    lib = tmp_path / "lib.so"
+    lib.write_bytes(b"")
+    rc = pv.verify(str(REAL / "table-handmade.csv"), topology, tmp_path / "pv", max_bytes=256 << 20, iters=0,
+                   plugin=str(lib), device="cpu")
+    return rc, json.loads((tmp_path / "pv" / "verify.json").read_text())
+
+
+def test_nccl_2_31_caps_a_rows_channels_and_verify_names_those_rows(tmp_path, monkeypatch, capsys):
+    """NCCL 2.31.0 on 2 nodes x 1 GPU: a row's channels are min(row, NCCL's own count). Every call ran
+    as the 2.31 rules say, and the rows that ask for more than NCCL lets a plugin give are named."""
+    rc, report = replay_verify(tmp_path, monkeypatch, recorded_logs("h200-2x1-sock-nccl2.31.0"), "h200-2x1-sock")
+    out = capsys.readouterr().out
+    assert rc == 0 and report["nccl_version"] == "2.31.0" and all(c["ok"] for c in report["cases"])
+    capped = [c for c in report["cases"] if "capped_at" in c]
+    assert {c["row"] + 1 for c in capped} == {1}  # ring/ll/2 at 8188 B: NCCL's own count there is 1
+    assert capped[0]["nbytes"] == 8188 and capped[0]["nccl_logged"] == "ring/ll/1"
+    assert "from 2.31 a plugin's channels cap NCCL's own per-call count, here 1; the row asks 2" in out
+    assert "the communicator has 2" in out  # rows asking more than the communicator's 2 channels
+    assert "cannot run as written at some size (named above): 1, 3, 4, 5, 6, 7" in out
+    # 2.31 no longer checks LL128 on a socket network: tree/ll128 ran as the row says (2.30 left it to NCCL)
+    row2 = [c for c in report["cases"] if c["row"] == 1]
+    assert [c["nccl_logged"] for c in row2] == ["tree/ll128/1", "tree/ll128/2", "tree/ll128/2"]
+
+
+def test_the_same_logs_read_under_2_30_rules_fail(tmp_path, monkeypatch):
+    """The rules follow the release the log states: with the version line changed to 2.30.7 the same
+    decisions contradict the 2.30 rules (channels replace NCCL's count, LL128 off on sockets)."""
+    logs = {tag: text.replace("NCCL version 2.31.0", "NCCL version 2.30.7")
+            for tag, text in recorded_logs("h200-2x1-sock-nccl2.31.0").items()}
+    rc, report = replay_verify(tmp_path, monkeypatch, logs, "h200-2x1-sock")
+    assert rc == 1 and report["nccl_version"] == "2.30.7"
+    assert {c["row"] + 1 for c in report["cases"] if not c["ok"]} >= {1, 2}
+
+
+def test_nccl_2_30_on_nvlink_runs_every_row_as_its_scheduler_spreads_it(tmp_path, monkeypatch, capsys):
+    """NCCL 2.30.7, 1 node x 2 GPUs (topology file at 2.28.9: the log's release decides): a row's channels
+    replace NCCL's count, its 2.29+ scheduler spreads 32 KiB cells; only the 32-channel row is named."""
+    rc, report = replay_verify(tmp_path, monkeypatch, recorded_logs("h200-1x2-nccl2.30.7"), str(REAL / "h200-1x2.yaml"))
+    out = capsys.readouterr().out
+    assert rc == 0 and report["nccl_version"] == "2.30.7"
+    assert [c["nccl_logged"] for c in report["cases"] if c["row"] == 1] == ["tree/ll128/1", "tree/ll128/2",
+                                                                            "tree/ll128/8"]
+    assert "the row asks 32 channels, the communicator has 24" in out
+    assert "(named above): 5" in out and "capped_at" not in json_text(report)
+
+
+def json_text(report) -> str:
+    import json
+
+    return json.dumps(report)
+
+
+def test_symmetric_kernel_lines_are_read_as_decisions():
+    cases = [{"row": 0, "coll": N.ALLREDUCE, "nbytes": 4}, {"row": 0, "coll": N.ALLGATHER, "nbytes": 2048}]
+    marker = f"vm:1:1 [0] NCCL INFO Broadcast: {MARKER_BYTES} Bytes -> Algo RING proto LL channel{{Lo..Hi}}={{0..0}}"
+    log = "\n".join([marker,
+                     "vm:1:1 [0] NCCL INFO AllReduce [Symmetric]: 4 Bytes -> Kernel AllReduce_AGxLL_R nchannels 1 "
+                     "nthreads 512 nWorks 1",
+                     "vm:1:1 [0] NCCL INFO AllGather [Symmetric]: 1024 Bytes -> Kernel AllGather_LL nchannels 9 "
+                     "nthreads 512 nWorks 1"])
+    assert match_log(log, cases, 2) == [("symmetric", "AllReduce_AGxLL_R", 1), ("symmetric", "AllGather_LL", 9)]

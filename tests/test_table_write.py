@@ -88,3 +88,39 @@ def test_a_file_changed_after_the_write_is_named(tmp_path):
         Table.read(paths["csv"])
     os.unlink(tmp_path / MANIFEST)  # no manifest: files as they are (tables written by hand)
     assert Table.read(paths["csv"]).conf == {"NCCL_BUFFSIZE": 4096}
+
+
+# ---- the NCCL releases a table means the same on ----------------------------------------------------------
+
+
+def test_a_rows_channels_capped_from_2_31_as_the_real_log_shows():
+    """NCCL 2.31.0 on 2 nodes x 1 GPU ran a ring/ll row of 2 channels at 8188 B on 1 channel (its own
+    count: tests/data/verify); 2.30 ran the row's 2. Sizes where NCCL's scheduler spreads no wider are
+    no cap (ring/simple/2 at 8 KiB runs on one channel on either release)."""
+    from ncclrl.costmodel.topology import load_topology
+
+    topo = load_topology("h200-2x1-sock")
+    assert T.channels_capped(topo, "allreduce", 8188, "ring", "ll", 2) == 1
+    assert T.channels_capped(topo, "allreduce", 8188, "ring", "ll", 2, version="2.30.7") is None
+    assert T.channels_capped(topo, "allreduce", 8192, "ring", "simple", 2) is None
+    assert T.channels_capped(topo, "allreduce", 1 << 20, "ring", "simple", 2) is None
+
+
+def test_a_table_names_the_releases_it_means_the_same_on(tmp_path):
+    """Written for h200-2x1-sock: a row NCCL 2.31+ caps makes the table valid for 2.27-2.30, in the CSV
+    (a line the plugin reads) and in the manifest; without such a row, every release the replica follows."""
+    from ncclrl.costmodel.table import NCCL_VERSIONS_MARK, nccl_versions
+    from ncclrl.costmodel.topology import load_topology
+
+    topo = load_topology("h200-2x1-sock")
+    capped = Table(topo, [Row("allreduce", 0, 8191, "ring", "ll", 2, nnodes=2, nranks=2)])
+    plain = Table(topo, [Row("allreduce", 65536, 1 << 20, "ring", "simple", 2, nnodes=2, nranks=2)])
+    assert nccl_versions(capped) == {"versions": "2.27-2.30", "made_for": "2.28.9", "capped_rows": [1]}
+    assert nccl_versions(plain)["versions"] == "2.27-2.32"
+    paths = capped.write(tmp_path / "a")
+    text = paths["csv"].read_text()
+    assert f"{NCCL_VERSIONS_MARK}2.27-2.30" in text.splitlines()[1] and "ask for more channels" in text
+    assert check_unit(paths["csv"])["nccl"]["versions"] == "2.27-2.30"
+    paths = plain.write(tmp_path / "b")
+    assert f"{NCCL_VERSIONS_MARK}2.27-2.32" in paths["csv"].read_text()
+    assert check_unit(paths["csv"])["nccl"]["capped_rows"] == []

@@ -27,6 +27,16 @@
 #include "../ncclrl_tuner_abi.h"
 
 static int failures = 0, checks = 0;
+
+/* The NCCL release the plugin sees: it asks ncclGetVersion of the process (this program, linked
+ * -rdynamic); 0 = the call fails, as when no NCCL answers. */
+static int fake_nccl_code = 22809;
+__attribute__((visibility("default"))) int ncclGetVersion(int* version);
+int ncclGetVersion(int* version) {
+  if (!fake_nccl_code) return 4; /* ncclInvalidArgument */
+  *version = fake_nccl_code;
+  return 0;
+}
 #define CHECK(cond, ...)                                              \
   do {                                                                \
     checks++;                                                         \
@@ -776,6 +786,125 @@ int main(int argc, char** argv) {
   v6->getChunkSize(ctx, NCCLRL_ALLREDUCE, 100, NCCLRL_TREE, NCCLRL_LL, 2, &chunk);
   CHECK(chunk == 12345, "v6 chunk without a chunk column must stay NCCL's");
   v6->finalize(ctx);
+
+  /* NCCL releases: the version asked and what a row's channels mean there, in the INFO line on load */
+  static const struct { int code; int abi; const char* says; } REL[] = {
+      {22809, 6, "tuner ABI v6, NCCL 2.28.9: a row's channels replace NCCL's count"},
+      {23100, 6, "tuner ABI v6, NCCL 2.31.0: a row's channels cap NCCL's own count (never raise it)"},
+      {23206, 7, "tuner ABI v7, NCCL 2.32.6: a row's channels cap NCCL's own count (never raise it)"},
+      {0, 6, "tuner ABI v6, NCCL version unknown: a row's channels replace NCCL's count up to 2.30, cap it from"},
+      {0, 7, "tuner ABI v7, NCCL version unknown: a row's channels cap NCCL's own count"}};
+  const ncclrl_tuner_v7_t* v7 = dlsym(lib, "ncclTunerPlugin_v7");
+  CHECK(v7 && v7->getChunkSize && strcmp(v7->name, "ncclrl") == 0, "v7 symbol");
+  ncclrl_tuner_constants_v7_t constants7;
+  memset(&constants7, 0, sizeof(constants7));
+  for (size_t i = 0; v7 && i < sizeof(REL) / sizeof(REL[0]); i++) {
+    fake_nccl_code = REL[i].code;
+    nmsgs = 0;
+    ctx = NULL;
+    ncclrl_result_t rc = REL[i].abi == 7 ? v7->init(&ctx, 44, 4, 1, logger, &nvl, &constants7)
+                                         : v6->init(&ctx, 44, 4, 1, logger, &nvl, &constants);
+    CHECK(rc == NCCLRL_SUCCESS && ctx, "init as NCCL %d", REL[i].code);
+    CHECK(find_msg(NCCLRL_LOG_INFO, "TUNER/ncclrl: table from ", REL[i].says), "INFO must say '%s'", REL[i].says);
+    if (REL[i].abi == 7) check_cost_version("v7", ctx, 7, v3, (get_cost_fn)v7->getCollInfo);
+    v6->finalize(ctx);
+  }
+  fake_nccl_code = 23100;
+
+  /* an all-IGNORE call (2.31+: NCCL's symmetric kernels ask first): nothing touched, nothing counted */
+  ctx = NULL;
+  CHECK(v6->init(&ctx, 45, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS, "v6 init");
+  {
+    float t[7][3];
+    for (int a = 0; a < 7; a++)
+      for (int q = 0; q < 3; q++) t[a][q] = NCCLRL_COST_IGNORE;
+    int nch = 0;
+    CHECK(v6->getCollInfo(ctx, NCCLRL_ALLREDUCE, 100, 0, (float**)t, 7, 3, 0, &nch) == NCCLRL_SUCCESS,
+          "all-IGNORE call");
+    int touched = 0;
+    for (int a = 0; a < 7; a++)
+      for (int q = 0; q < 3; q++) touched += t[a][q] != NCCLRL_COST_IGNORE;
+    CHECK(touched == 0 && nch == 0, "an all-IGNORE call must leave the table (%d changed) and channels (%d)",
+          touched, nch);
+    /* 2.31+: the call NCCL asks ahead of a collective (numPipeOps 0) is left to NCCL (its symmetric LL
+     * kernel gives way or not as without a plugin); before 2.31 numPipeOps 0 is an ordinary call */
+    for (int code = 23100; code >= 22809; code -= 291) {
+      fake_nccl_code = code;
+      void* c2 = NULL;
+      CHECK(v6->init(&c2, 47, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS && c2, "v6 init");
+      float u[7][3], before[7][3];
+      fill_table(u);
+      memcpy(before, u, sizeof(u));
+      int n2 = 0;
+      v6->getCollInfo(c2, NCCLRL_ALLREDUCE, 100, 0, (float**)u, 7, 3, 0, &n2);
+      int same = memcmp(u, before, sizeof(u)) == 0 && n2 == 0;
+      CHECK(code >= 23100 ? same : (!same && u[NCCLRL_TREE][NCCLRL_LL] == 0.0f && n2 == 2),
+            "NCCL %d, numPipeOps 0: %s", code, code >= 23100 ? "must be left to NCCL" : "takes the row");
+      v6->finalize(c2);
+    }
+    fake_nccl_code = 23100;
+    nch = 0; /* a channels-only row (Reduce 5 B: 4 channels) is no decision either when nothing can run */
+    v6->getCollInfo(ctx, NCCLRL_REDUCE, 5, 1, (float**)t, 7, 3, 0, &nch);
+    CHECK(nch == 0, "an all-IGNORE call must not take a row's channels, got %d", nch);
+  }
+  v6->finalize(ctx);
+
+  /* a table that states the releases its rows mean the same on: a WARN on any other, the rows still load */
+  setenv("NCCLRL_TUNER_TABLE_DATA", "# t\n#ncclrl:nccl-versions=2.27-2.30\nallreduce,0,8191,ring,ll,2,-1,-1\n", 1);
+  for (int code = 23100; code >= 22809; code -= 291) {
+    fake_nccl_code = code;
+    nmsgs = 0;
+    ctx = NULL;
+    CHECK(v6->init(&ctx, 48, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS && ctx, "v6 init (versions)");
+    int warned = find_msg(NCCLRL_LOG_WARN, "means what its rows say on NCCL 2.27-2.30 only; this is NCCL 2.31.0",
+                          "cap NCCL's own count");
+    CHECK(code == 23100 ? warned && count_level(NCCLRL_LOG_WARN) == 1 : count_level(NCCLRL_LOG_WARN) == 0,
+          "NCCL %d: the versions WARN %s", code, code == 23100 ? "is due" : "must not come");
+    CHECK(find_msg(NCCLRL_LOG_INFO, "1 rows", "0 rejected"), "the versions line is no row");
+    v6->finalize(ctx);
+  }
+
+  /* chunk rows: getChunkSize asks per channel slice, after the decisions of its group */
+  setenv("NCCLRL_TUNER_TABLE_DATA", "allreduce,0,65535,ring,simple,2,-1,-1,-1,-1,4096\n"
+         "allreduce,65536,1048576,ring,simple,4,-1,-1,-1,-1,131072\nallgather,0,4294967295,ring,ll,2,-1,-1\n", 1);
+  ctx = NULL;
+  CHECK(v6->init(&ctx, 46, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS && ctx, "v6 init (chunk table)");
+  {
+    float t[7][3];
+    int nch = 0;
+    size_t ck;
+    fill_table(t);
+    v6->getCollInfo(ctx, NCCLRL_ALLREDUCE, 1048576, 1, (float**)t, 7, 3, 0, &nch);
+    ck = 7;
+    v6->getChunkSize(ctx, NCCLRL_ALLREDUCE, 1048576 / 4, NCCLRL_RING, NCCLRL_SIMPLE, 1, &ck);
+    CHECK(ck == 131072, "the slice of a 1 MiB AllReduce takes its row's chunk, got %zu", ck);
+    ck = 7;
+    v6->getChunkSize(ctx, NCCLRL_ALLREDUCE, 1048576 / 4, NCCLRL_TREE, NCCLRL_SIMPLE, 1, &ck);
+    CHECK(ck == 7, "a slice run on another algorithm keeps NCCL's chunk, got %zu", ck);
+    ck = 7;
+    v6->getChunkSize(ctx, NCCLRL_ALLGATHER, 1048576 / 4, NCCLRL_RING, NCCLRL_SIMPLE, 1, &ck);
+    CHECK(ck == 7, "a slice of a collective not decided keeps NCCL's chunk, got %zu", ck);
+    fill_table(t);
+    v6->getCollInfo(ctx, NCCLRL_ALLREDUCE, 60000, 1, (float**)t, 7, 3, 0, &nch);
+    ck = 7;
+    v6->getChunkSize(ctx, NCCLRL_ALLREDUCE, 30000, NCCLRL_RING, NCCLRL_SIMPLE, 1, &ck);
+    CHECK(ck == 7, "a slice that fits two decisions of different chunks keeps NCCL's chunk, got %zu", ck);
+    ck = 7;
+    v6->getChunkSize(ctx, NCCLRL_ALLREDUCE, 200000, NCCLRL_RING, NCCLRL_SIMPLE, 1, &ck);
+    CHECK(ck == 131072, "a slice larger than the small call belongs to the large one, got %zu", ck);
+    fill_table(t);
+    float all_ignore[7][3];
+    for (int a = 0; a < 7; a++)
+      for (int q = 0; q < 3; q++) all_ignore[a][q] = NCCLRL_COST_IGNORE;
+    for (int k = 0; k < 40; k++) /* all-IGNORE calls are not decisions: they never push the others out */
+      v6->getCollInfo(ctx, NCCLRL_ALLREDUCE, 60000, 0, (float**)all_ignore, 7, 3, 0, &nch);
+    ck = 7;
+    v6->getChunkSize(ctx, NCCLRL_ALLREDUCE, 200000, NCCLRL_RING, NCCLRL_SIMPLE, 1, &ck);
+    CHECK(ck == 131072, "all-IGNORE calls must not enter the decisions getChunkSize reads, got %zu", ck);
+  }
+  v6->finalize(ctx);
+  unsetenv("NCCLRL_TUNER_TABLE_DATA");
+  fake_nccl_code = 22809;
 
   /* v4 and v3 */
   ctx = NULL;
