@@ -62,7 +62,7 @@ def plugin_line(text, applicable, rejected=0, ranks=4, nodes=1):
             f"{nodes} nodes), {rejected} rejected; tuner ABI v5")
 
 
-def run_verify(tmp_path, monkeypatch, text, max_bytes, line=None, wrong=None):
+def run_verify(tmp_path, monkeypatch, text, max_bytes, line=None, wrong=None, iters=20, slow=None):
     """verify() end to end with NCCL's side faked: the job's log holds the plugin's line and, per
     case, the decision expected of it (or ``wrong`` at the case of that index)."""
     import ncclrl.runners.plugin_verify as pv
@@ -81,10 +81,15 @@ def run_verify(tmp_path, monkeypatch, text, max_bytes, line=None, wrong=None):
         log = fake_log(cases, answers, topo.nranks)
         if tag == "plugin":
             log = (line if line is not None else plugin_line(text, len(rows))) + "\n" + log
-        return {"times_us": [None] * len(cases), "base_times_us": [None] * len(cases), "log": log, "log_path": "x"}
+        first = next(i for i, c in enumerate(cases) if c["row"] is None)
+        times = [None if c["row"] is not None else 100.0 * (slow if slow and i == first else 1.0)
+                 for i, c in enumerate(cases)]
+        base = [None if c["row"] is not None else 100.0 for c in cases]
+        return {"times_us": times, "base_times_us": base, "log": log, "log_path": "x"}
 
     monkeypatch.setattr(pv, "run_job", fake_job)
-    rc = pv.verify(str(table), "h200-1x4", tmp_path / "pv", max_bytes=max_bytes, plugin=str(lib), device="cpu")
+    rc = pv.verify(str(table), "h200-1x4", tmp_path / "pv", max_bytes=max_bytes, iters=iters, plugin=str(lib),
+                   device="cpu")
     import json
 
     return rc, json.loads((tmp_path / "pv" / "verify.json").read_text())
@@ -100,6 +105,18 @@ def test_verify_passes_only_when_every_row_ran_as_written(tmp_path, monkeypatch,
     assert "2 of 2 rows called" in capsys.readouterr().out
     rc, report = run_verify(tmp_path, monkeypatch, TABLE, 1 << 30, wrong=0)  # one call NCCL ran otherwise
     assert rc == 1 and not report["cases"][0]["ok"]
+
+
+def test_a_slower_uncovered_size_fails_only_when_enough_calls_were_timed(tmp_path, monkeypatch, capsys):
+    """An uncovered size 2x slower on the table's communicator fails the verdict with 20 timed calls; with
+    3 the speed is shown, not judged (3 calls differed 0.79-2.86x where both ran the same decision)."""
+    import ncclrl.runners.plugin_verify as pv
+
+    rc, report = run_verify(tmp_path, monkeypatch, TABLE, 1 << 30, slow=2.0)
+    assert rc == 1 and [c["time_ratio"] for c in report["cases"] if not c["ok"]] == [2.0]
+    rc, report = run_verify(tmp_path, monkeypatch, TABLE, 1 << 30, slow=2.0, iters=pv.MIN_JUDGED_ITERS - 1)
+    assert rc == 0 and all(c["ok"] for c in report["cases"])
+    assert "speed shown, not judged: iters=9 < 10" in capsys.readouterr().out
 
 
 def test_a_row_beyond_max_bytes_fails_the_verdict(tmp_path, monkeypatch, capsys):

@@ -7,6 +7,7 @@
  *
  *   online_rank LIB CALLS TIMES OUT --rank R --nranks N [--comm HEX] [--seed S] [--noise SIGMA]
  *               [--die-at I] [--stall-at I --stall-s S] [--skew-ns NS] [--rate X] [--garbage] [--no-profiler]
+ *               [--late-us W] [--phases]
  *               [--pace-us US]
  *
  * CALLS: lines "coll nbytes" (coll 0..4 as NCCL numbers them). TIMES: lines
@@ -16,6 +17,10 @@
  * "index coll nbytes algo proto channels" as NCCL would run it. Faults: --die-at kills this process
  * (SIGKILL) at call I; --stall-at stops it for S seconds; --skew-ns/--rate transform its GPU clock;
  * --garbage interleaves malformed profiler events and tuner calls; --pace-us sleeps before each call.
+ * --late-us W: every call that runs another configuration than the cost table's own choice waits W us for
+ * late ranks at the start of each channel (inside the channel's time); --phases: the library is bound as
+ * NCCL 2.32 binds it (tuner and profiler v7) and each channel also reports its kernel phases (the wait as
+ * initial_sync, the transfer as compute), as NCCL 2.32 does.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
@@ -49,7 +54,8 @@ static void* pctx;
 static int nranks_g;
 
 /* the "proxy thread": kernel-channel events of launched collectives, after their "GPU" ran them */
-typedef struct { void* coll_handle; int nch; uint64_t t0, dur_ns; } job_t;
+typedef struct { void* coll_handle; int nch; uint64_t t0, dur_ns, late_ns; } job_t;
+static int phases = 0;
 static job_t Q[1 << 16];
 static size_t qh, qt;
 static int q_done;
@@ -78,7 +84,24 @@ static void* proxy_main(void* arg) {
       prof->startEvent(pctx, &h, &d);
       ncclrl_profiler_state_args_v5_t a;
       memset(&a, 0, sizeof(a));
-      a.kernelCh.pTimer = gpu_timer(j.t0 + j.dur_ns);
+      for (int ph = 0; phases && h && ph < 3; ph++) { /* initial_sync (the wait), compute, final_sync */
+        static const char* const NAMES[3] = {"initial_sync", "compute", "final_sync"};
+        uint64_t b0 = ph == 0 ? j.t0 : ph == 1 ? j.t0 + j.late_ns : j.t0 + j.late_ns + j.dur_ns;
+        uint64_t b1 = ph == 0 ? j.t0 + j.late_ns : j.t0 + j.late_ns + (ph == 1 ? j.dur_ns : 0);
+        ncclrl_profiler_descr_v5_t e;
+        memset(&e, 0, sizeof(e));
+        e.type = NCCLRL_PROFILE_KERNEL_PHASE;
+        e.parentObj = h;
+        e.kernelPhase.channelId = (uint8_t)c;
+        e.kernelPhase.phaseId = (uint8_t)ph;
+        e.kernelPhase.phaseName = NAMES[ph];
+        e.kernelPhase.pTimer = gpu_timer(b0);
+        void* ph_h = NULL;
+        prof->startEvent(pctx, &ph_h, &e);
+        a.kernelCh.pTimer = gpu_timer(b1);
+        if (ph_h) { prof->recordEventState(ph_h, NCCLRL_PROFILER_KERNEL_PHASE_STOP, &a); prof->stopEvent(ph_h); }
+      }
+      a.kernelCh.pTimer = gpu_timer(j.t0 + j.late_ns + j.dur_ns);
       if (h) { prof->recordEventState(h, NCCLRL_PROFILER_KERNEL_CH_STOP, &a); prof->stopEvent(h); }
     }
   }
@@ -154,7 +177,7 @@ static void garbage(void) {
 int main(int argc, char** argv) {
   if (argc < 5) { fprintf(stderr, "usage: online_rank LIB CALLS TIMES OUT --rank R --nranks N ...\n"); return 2; }
   int rank = 0, nranks = 2, die_at = -1, stall_at = -1, garb = 0, no_prof = 0;
-  double stall_s = 0.0, noise = 0.05, pace_us = 0.0;
+  double stall_s = 0.0, noise = 0.05, pace_us = 0.0, late_us = 0.0;
   uint64_t comm = 0x5eed5eed5eed5eedull, seed = 1;
   for (int i = 5; i < argc; i++) {
     const char* a = argv[i];
@@ -172,6 +195,8 @@ int main(int argc, char** argv) {
     else if (!strcmp(a, "--garbage")) { garb = 1; }
     else if (!strcmp(a, "--no-profiler")) { no_prof = 1; }
     else if (!strcmp(a, "--pace-us")) { pace_us = atof(v); i++; }
+    else if (!strcmp(a, "--late-us")) { late_us = atof(v); i++; }
+    else if (!strcmp(a, "--phases")) { phases = 1; }
     else { fprintf(stderr, "unknown option %s\n", a); return 2; }
   }
   nranks_g = nranks;
@@ -197,11 +222,13 @@ int main(int argc, char** argv) {
 
   void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 2; }
-  prof = dlsym(lib, "ncclProfiler_v5");
-  const ncclrl_tuner_v5_t* tun = dlsym(lib, "ncclTunerPlugin_v5");
-  if (!prof || !tun) { fprintf(stderr, "missing ncclProfiler_v5 or ncclTunerPlugin_v5\n"); return 2; }
+  /* the newest versions a NCCL binds: 2.28 v5, 2.32 v7 (v7's init takes v7 constants; none are passed) */
+  prof = dlsym(lib, phases ? "ncclProfiler_v7" : "ncclProfiler_v5");
+  const ncclrl_tuner_v5_t* tun = dlsym(lib, phases ? "ncclTunerPlugin_v7" : "ncclTunerPlugin_v5");
+  if (!prof || !tun) { fprintf(stderr, "missing the profiler or tuner symbol\n"); return 2; }
   int mask = 0;
   if (!no_prof) prof->init(&pctx, comm, &mask, "harness", nranks, nranks, rank, logger);
+  if (phases && pctx && !(mask & NCCLRL_PROFILE_KERNEL_PHASE)) { fprintf(stderr, "v7: no kernel phases asked\n"); return 4; }
   void* tctx = NULL;
   ncclrl_nvl_domain_info_v5_t nvl = {nranks, 1, 1};
   if (tun->init(&tctx, comm, (size_t)nranks, (size_t)nranks, logger, &nvl, NULL) != NCCLRL_SUCCESS) {
@@ -232,6 +259,10 @@ int main(int argc, char** argv) {
         const tline_t* t = find(coll, lg, a, p, 0);
         table[a][p] = t && t->ch == 0 ? (float)t->cost_us : -1.0f;
       }
+    int own_a = -1, own_p = -1; /* the cost table's own choice, before the tuner */
+    for (int a = 0; a < NA; a++)
+      for (int p = 0; p < NP; p++)
+        if (table[a][p] >= 0.0f && (own_a < 0 || table[a][p] < table[own_a][own_p])) { own_a = a; own_p = p; }
     int nch = 0;
     tun->getCollInfo(tctx, coll, nbytes, 1, (float**)table, NA, NP, 0, &nch);
     int ba = -1, bp = -1;
@@ -258,8 +289,9 @@ int main(int argc, char** argv) {
     void* h = NULL;
     prof->startEvent(pctx, &h, &d);
     if (h) prof->stopEvent(h); /* NCCL stops the host-side event at launch; its channels report later */
-    job_t j = {h, ran_ch, clock_ns, (uint64_t)(us * 1000.0)};
-    clock_ns += j.dur_ns + 1000;
+    int other = ba != own_a || bp != own_p || nch != 0;
+    job_t j = {h, ran_ch, clock_ns, (uint64_t)(us * 1000.0), other ? (uint64_t)(late_us * 1000.0) : 0};
+    clock_ns += j.late_ns + j.dur_ns + 1000;
     if (h) push_job(j);
   }
   pthread_mutex_lock(&qmu);
