@@ -12,6 +12,9 @@ protocol, Y`` from the enqueue path; its table has no ``Max NThreads`` row and p
 (disabled) and ``0.0/0.0`` (model off) entries. Symmetric-kernel calls
 (``AllReduce [Symmetric]: 4 Bytes -> Kernel AllReduce_AGxLL_R nchannels 1 ...``) are decisions too.
 
+Where the log names no GPU (model, compute capability, NVLink figure), the architecture is inferred from
+the per-compute-capability constants NCCL's tuning table shows (:func:`infer_arch_from_table`).
+
 :func:`detect` turns those facts into a :class:`~ncclrl.costmodel.topology.Topology`: it starts
 from the nearest shipped preset, sets every field the log determines, fits the per-channel
 bandwidths the log leaves free to NCCL's own tuning table and logged decisions, and measures how
@@ -40,6 +43,7 @@ from ncclrl.costmodel.replica import (
     default_decisions,
     parse_release,
     pick,
+    release_model,
 )
 from ncclrl.costmodel.topology import Topology, load_topology, preset_names
 
@@ -216,6 +220,7 @@ class LogFacts:
     gpu_model: str | None = None
     gpu_arch: str | None = None
     gpu_arch_source: str = ""
+    gpu_arch_unknown: str = ""  # why the log does not determine the architecture (no model, NVLink or table)
     hosts: set[str] = field(default_factory=set)
     glued_hosts: set[str] = field(default_factory=set)  # mid-line prefixes no known host name ends
     nranks: int | None = None
@@ -663,6 +668,12 @@ def _conclude(facts: LogFacts) -> None:
     if facts.tuning is not None and not facts.tuning.complete:
         facts.notes.append("the tuning table is incomplete (Tree/Ring rows missing); not used")
         facts.tuning = None
+    if facts.gpu_arch is None and facts.tuning is not None:
+        arch, why = infer_arch_from_table(facts)
+        if arch:
+            facts.gpu_arch, facts.gpu_arch_source = arch, f"inferred from NCCL's tuning table: {why}"
+        else:
+            facts.gpu_arch_unknown = f"NCCL's tuning table does not determine it: {why}"
     if facts.tuner_plugin:
         facts.notes.append(f"a tuner plugin ({facts.tuner_plugin}) was loaded: logged decisions are NCCL's "
                            "defaults only where it left them alone")
@@ -702,6 +713,92 @@ def _conclude(facts: LogFacts) -> None:
     if unnamed:
         facts.notes.append(f"{unnamed} decision line(s) do not name their collective (NCCL < 2.20 format); "
                            "not compared")
+
+
+_ARCH_NAMES = {row: arch for arch, row in N.COMPCAP_ROWS.items()}
+
+
+def _caps_matching(bus: float, caps: np.ndarray, nch: int, tol: float) -> set[str]:
+    """The architectures whose per-channel cap ``caps[row]`` times some graph channel count (1..nch) is ``bus``."""
+    out = set()
+    for row, cap in enumerate(caps):
+        if cap <= 0:
+            continue
+        k = round(bus / cap)
+        if 1 <= k <= nch and abs(bus - k * cap) <= tol:
+            out.add(_ARCH_NAMES[row])
+    return out
+
+
+def infer_arch_from_table(facts: LogFacts) -> tuple[str | None, str]:
+    """The GPU architecture (compute-capability row of NCCL's constants) that NCCL's logged tuning table
+    shows, and how; ``(None, why not)`` when no per-architecture constant binds there.
+
+    - Ring/LL on one node: ``min(llMaxBw, busBw / 2)``, llMaxBw per compute capability (39, 87.7, 141,
+      282 GB/s); binding where Ring/Simple's bus bandwidth is over twice the Ring/LL figure: decisive.
+    - Tree AllReduce (``min(0.92 busBw, nChannels x perChMaxTreeBw)``) and Ring/LL128 (``min(0.92 busBw,
+      nChannels x perChMaxRingLL128Bw)``): a bus bandwidth that is a whole number of channels times one
+      architecture's cap supports that architecture.
+
+    Inferred where the checks that match agree on one architecture and the decisive one, or two, match.
+    """
+    tab, nr = facts.tuning, facts.nranks or 0
+    nn, nch = facts.nnodes or 1, facts.channels or 0
+    if tab is None or nr < 2 or nch < 1:
+        return None, "no complete table with its rank and channel counts"
+    try:
+        rm = release_model(facts.nccl_version or "2.28.9")
+    except ConfigError:
+        rm = release_model("2.28.9")
+    idx2 = 0 if nn == 1 else (1 if nn == 2 else 2)
+    bw = tab.bw_gbps
+    decisive, found = False, []  # (architectures, sentence)
+
+    def ratio(c: int) -> float:
+        return nr / (2 * (nr - 1) if c == N.ALLREDUCE else (nr - 1 if c in (N.ALLGATHER, N.REDUCESCATTER) else nr))
+
+    if nn == 1:
+        for c in (N.BROADCAST, N.REDUCE, N.ALLGATHER, N.REDUCESCATTER, N.ALLREDUCE):
+            ll, simple = bw[c, N.RING, N.LL], bw[c, N.RING, N.SIMPLE]
+            if ll <= 0 or simple <= 0:
+                continue
+            v, bus = ll / ratio(c), simple / ratio(c)
+            if bus / 2 <= v + 0.2:  # not capped: says nothing
+                continue
+            rows = {_ARCH_NAMES[r] for r in range(N.LL_MAX_BW.shape[0]) if abs(N.LL_MAX_BW[r, 0] - v) <= 0.1}
+            if rows:
+                decisive = True
+                found.append((rows, f"Ring/LL {N.COLLECTIVES[c]} {ll:g} GB/s, under half of Ring/Simple's {simple:g}: "
+                                    f"capped at {v:g} GB/s, {'/'.join(sorted(rows))}'s llMaxBw on one node"))
+                break
+    tree = bw[N.ALLREDUCE, N.TREE, N.SIMPLE]
+    if tree > 0:
+        for factor, how in ((0.5, ""), (0.5 * 0.85, ", tree pattern")):
+            bus = tree / factor
+            rows = _caps_matching(bus, rm.per_ch_max_tree_bw[:, idx2], nch, 0.06 / factor)
+            if rows:
+                k = round(bus / rm.per_ch_max_tree_bw[N.COMPCAP_ROWS[min(rows)], idx2])
+                found.append((rows, f"Tree/Simple AllReduce {tree:g} GB/s = {k} channels x "
+                                    f"{rm.per_ch_max_tree_bw[N.COMPCAP_ROWS[min(rows)], idx2]:g} GB/s{how}, "
+                                    f"{'/'.join(sorted(rows))}'s per-channel Tree cap"))
+                break
+    ring128 = bw[N.ALLREDUCE, N.RING, N.LL128]
+    if ring128 > 0:
+        bus = ring128 / ratio(N.ALLREDUCE)
+        rows = _caps_matching(bus, rm.per_ch_max_ring_ll128_bw[:, idx2], nch, 0.06 / ratio(N.ALLREDUCE))
+        if rows and len(rows) < len(N.COMPCAP_ROWS):
+            cap = rm.per_ch_max_ring_ll128_bw[N.COMPCAP_ROWS[min(rows)], idx2]
+            found.append((rows, f"Ring/LL128 AllReduce {ring128:g} GB/s = {round(bus / cap)} channels x {cap:g} GB/s, "
+                                f"{'/'.join(sorted(rows))}'s per-channel Ring/LL128 cap"))
+    if not found:
+        return None, ("no per-compute-capability constant binds there (Ring/LL under llMaxBw"
+                      + (" or more than one node" if nn > 1 else "") + ", Tree and Ring/LL128 under their caps)")
+    common = set.intersection(*(rows for rows, _ in found))
+    if len(common) == 1 and (decisive or len(found) >= 2):
+        return common.pop(), "; ".join(text for _, text in found)
+    if len(common) != 1:
+        return None, "its constants point to different architectures: " + "; ".join(text for _, text in found)
+    return None, "only one cap matches, which a per-channel bandwidth can match by chance: " + found[0][1]
 
 
 def _int_or_none(s: str) -> int | None:
@@ -1017,7 +1114,8 @@ def apply_facts(base: Topology, facts: LogFacts, name: str) -> tuple[Topology, d
     else:
         put("gpu.model", "not in the log: unknown", gpu_model="unknown")
     if facts.gpu_arch:
-        put("gpu.arch", f"log ({facts.gpu_arch_source})", gpu_arch=facts.gpu_arch)
+        src = facts.gpu_arch_source
+        put("gpu.arch", src if src.startswith("inferred") else f"log ({src})", gpu_arch=facts.gpu_arch)
     if facts.nranks and facts.nnodes:
         if facts.nranks % facts.nnodes:
             raise ConfigError("logs", f"{facts.nranks} ranks do not split evenly over {facts.nnodes} nodes; "
@@ -1140,11 +1238,14 @@ def fit_free_fields(topo: Topology, facts: LogFacts, filled: dict[str, str]) -> 
     if best_ag.points == best_ag.replica_algo_proto and best_ag.table_entries == best_ag.table_match \
             and best_ag.grid_points == best_ag.grid_match:
         return best, best_ag, ""
-    fields = ["intra.channel_bw_gbps"] + (["net.channel_bw_gbps"] if topo.nodes > 2 else [])
+    # the inter-node figure matters beyond 2 nodes, and from 2.31 on 2 (ring.cc: Ring's busBw is bwInter,
+    # tree.cc/pat.cc: min(bwInter, bwIntra))
+    net_free = topo.nodes > 2 or (topo.nodes > 1 and release_model(topo.nccl.version).tuning_v231)
+    fields = ["intra.channel_bw_gbps"] + (["net.channel_bw_gbps"] if net_free else [])
     patterns = [topo.nccl.tree_pattern] if "nccl.tree_pattern" in filled else ["balanced", "tree"]
     extra = _table_bw_candidates(facts, topo)
     intra_c = _candidates(topo.intra.channel_bw_gbps, extra)
-    net_c = _candidates(topo.net.channel_bw_gbps, extra) if topo.nodes > 2 else [topo.net.channel_bw_gbps]
+    net_c = _candidates(topo.net.channel_bw_gbps, extra) if net_free else [topo.net.channel_bw_gbps]
     n_tried = 0
     for pat in patterns:  # one coordinate at a time: the intra-node figure, then the inter-node one
         start = _with(topo, nccl={"tree_pattern": pat})
@@ -1241,7 +1342,9 @@ def report(det: Detected) -> list[str]:
     out = [f"# NCCL INFO lines read: {f.nccl_lines} from {len(f.files)} file(s)",
            f"nccl_version: {f.nccl_version or 'not in the log'}",
            f"gpu_model: {f.gpu_model or 'unknown (the log does not name the GPU)'}",
-           f"gpu_arch: {f.gpu_arch + ' (' + f.gpu_arch_source + ')' if f.gpu_arch else 'not in the log'}",
+           f"gpu_arch: {f.gpu_arch + ' (' + f.gpu_arch_source + ')' if f.gpu_arch else 'not in the log'}"
+           + (f" ({f.gpu_arch_unknown}; {t.gpu_arch} from the preset)" if not f.gpu_arch and f.gpu_arch_unknown
+              else ""),
            f"ranks: {f.nranks}",
            f"nodes: {f.nnodes if f.nnodes is not None else 'not in the log'}"
            + (f" (hosts: {', '.join(sorted(f.hosts))})" if f.hosts else ""),

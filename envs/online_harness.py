@@ -190,13 +190,16 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
             bytes_factor: int = 256, preset: str = "h200-2x2-sock", policy: str = "round-robin",
             sanitized: bool = False, seed: int = 0, deadline_s: float = 120.0, data: Path | None = None,
             pace_us: float = 2000.0, shared: SharedCoordinator | None = None,
-            coordinator_argv: list[str] | None = None, late_us: float = 0.0, phases: bool = False) -> JobOutcome:
+            coordinator_argv: list[str] | None = None, late_us: float = 0.0, phases: bool = False,
+            nccl_code: int = 0, sym_calls: bool = False) -> JobOutcome:
     """Run one job of ``ranks`` processes with ``fault`` injected; see the module docstring. With
     ``shared``, the job reports to that coordinator (under a communicator id of its own) unless
     the fault needs a coordinator of its own. ``coordinator_argv``: a program to run instead of
     ``ncclrl coordinator`` (taking its keys), e.g. one with a fault of its own built in. ``late_us``:
     every call that runs another configuration than NCCL's own waits that long for late ranks inside
-    its channels; ``phases``: the ranks bind the library as NCCL 2.32 does (v7) and report kernel phases."""
+    its channels; ``phases``: the ranks bind the library as NCCL 2.32 does (v7) and report kernel phases;
+    ``nccl_code``: the NCCL version the ranks' ``ncclGetVersion`` answers (0: none); ``sym_calls``: before
+    each collective the two calls NCCL 2.31's symmetric kernels make (every entry -1, then ``numPipeOps`` 0)."""
     if fault not in FAULTS:
         raise ValueError(f"fault must be one of {', '.join(FAULTS)}, got {fault!r}")
     data = data or Path(__file__).resolve().parents[1] / "tests" / "data" / "profiles"
@@ -249,7 +252,8 @@ def run_job(build: Path, work: Path, fault: str = "none", *, ranks: int = 4, job
     for r in range(ranks):
         args = [str(prog), str(lib), str(work / "calls.txt"), str(work / "times.txt"), str(work / f"rank{r}.txt"),
                 "--rank", str(r), "--nranks", str(ranks), "--seed", str(seed), "--pace-us", str(pace_us),
-                "--comm", comm, "--late-us", str(late_us)] + (["--phases"] if phases else [])
+                "--comm", comm, "--late-us", str(late_us), "--nccl-code", str(nccl_code)] + \
+            (["--phases"] if phases else []) + (["--sym-calls"] if sym_calls else [])
         renv = dict(env)
         if r == victim:
             if fault == "rank-killed":

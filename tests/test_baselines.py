@@ -14,7 +14,7 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST
 from ncclrl.costmodel.simulator import Simulator
-from ncclrl.costmodel.table import NCCL_CHOICE_MARK
+from ncclrl.costmodel.table import NCCL_CHOICE_MARK, NCCL_VERSIONS_MARK
 from ncclrl.costmodel.topology import load_topology
 
 SIZES = [64, 4096, 1 << 18, 1 << 22, 1 << 26]
@@ -278,8 +278,9 @@ def test_tune_replays_a_recorded_sweep(method, tmp_path):
                              f"out={tmp_path / 'out'}"]))
     assert s["measured"] <= 150 and 0.5 < s["fraction"] <= 1.0
     lines = (tmp_path / "out" / "nccl_tuner.csv").read_text().splitlines()
-    assert lines[1].startswith("# collective,min_bytes")
-    assert all(len(x.split(",")) == 8 for x in lines[2:] if x != NCCL_CHOICE_MARK)
+    head = next(i for i, x in enumerate(lines) if x.startswith("# collective,min_bytes"))
+    assert lines[0].startswith("# ") and lines[1].startswith(NCCL_VERSIONS_MARK) and head in (2, 3)
+    assert all(len(x.split(",")) == 8 for x in lines[head + 1:] if x != NCCL_CHOICE_MARK)
 
 
 def test_tune_bad_method_is_one_line(capsys):

@@ -353,3 +353,87 @@ def test_symmetric_decisions_count(monkeypatch):
     monkeypatch.setattr(D, "default_decisions", with_sym(True))
     ag = agreement(topo, f)
     assert ag.sym_points == 0 and ag.algo_proto == 77
+
+
+# -- 2 x H200, NCCL 2.28.9 to 2.31.0: the GPU architecture from NCCL's tuning table ------------------
+
+H200_ALL = {(v, bed): LOGS / f"{bed}-nccl{v}.log" for v in ("2.28.9", "2.29.7", "2.30.7", "2.31.0")
+            for bed in ("h200-1x2", "h200-2x1-sock")}
+
+
+@pytest.mark.parametrize("version", ["2.28.9", "2.29.7", "2.30.7", "2.31.0"])
+def test_h200_one_node_arch_inferred_from_tuning_table(version):
+    """The log names no GPU; one node's Ring/LL (141 GB/s, under half of Ring/Simple's 360) is Hopper's
+    llMaxBw, and Tree/Simple AllReduce 232.2 GB/s is 12 channels x Hopper's 38.7 GB/s Tree cap: detect
+    says so and starts from the Hopper one-node preset."""
+    from ncclrl.costmodel.detect import report
+
+    det = detect([H200_ALL[(version, "h200-1x2")]], name="x")
+    f = det.facts
+    assert f.gpu_model is None and f.gpu_arch == "hopper"
+    assert f.gpu_arch_source.startswith("inferred from NCCL's tuning table: ")
+    assert "llMaxBw" in f.gpu_arch_source and "12 channels x 38.7 GB/s" in f.gpu_arch_source
+    assert det.preset == "h200-1x4" and det.topology.gpu_arch == "hopper"
+    assert det.filled["gpu.arch"].startswith("inferred from NCCL's tuning table")
+    assert any(line.startswith("gpu_arch: hopper (inferred from NCCL's tuning table: ") for line in report(det))
+
+
+@pytest.mark.parametrize("version", ["2.28.9", "2.29.7", "2.30.7", "2.31.0"])
+def test_h200_socket_arch_not_determined_by_tuning_table(version):
+    """Across 2 nodes over a socket no per-compute-capability constant binds (0.6-2.4 GB/s entries):
+    the architecture stays unknown, said so, and comes from the preset."""
+    from ncclrl.costmodel.detect import report
+
+    det = detect([H200_ALL[(version, "h200-2x1-sock")]], name="x")
+    f = det.facts
+    assert f.gpu_arch is None and "does not determine it" in f.gpu_arch_unknown
+    assert det.preset == "h200-2x1-sock" and det.topology.gpu_arch == "hopper"
+    line = next(ln for ln in report(det) if ln.startswith("gpu_arch:"))
+    assert "not in the log" in line and "hopper from the preset" in line
+
+
+@pytest.mark.parametrize("arch", ["volta", "ampere", "hopper", "blackwell"])
+def test_arch_inferred_from_the_replicas_own_table(arch):
+    """A table built by the replica for each architecture (one node of 8, caps binding) gives that architecture back."""
+    from ncclrl.costmodel.detect import LogFacts, TuningTable, infer_arch_from_table
+
+    base = load_topology("h200-1x4")
+    t = replace(base, gpu_arch=arch, gpus_per_node=8, intra=replace(base.intra, channel_bw_gbps=40.0),
+                nccl=replace(base.nccl, version="2.30.7", nvls=False, channels=16))
+    m = build_model(t)
+    seen = np.zeros((5, N.NUM_ALGOS), dtype=bool)
+    seen[:, :] = True
+    f = LogFacts(nranks=8, nnodes=1, channels=16, nccl_version="2.30.7",
+                 tuning=TuningTable(lat_us=np.round(m.latencies, 1), bw_gbps=np.round(m.bandwidths, 1), seen=seen))
+    got, why = infer_arch_from_table(f)
+    assert got == arch, why
+    # across nodes llMaxBw follows the CPU vendor, and 0.5 GB/s channels leave every cap unbound
+    slow = replace(t, nodes=2, gpus_per_node=1, intra=replace(t.intra, channel_bw_gbps=0.5),
+                   net=replace(t.net, kind="socket", nics_per_node=1, nic_bw_gbps=25.0, channel_bw_gbps=0.5))
+    ms = build_model(slow)
+    g = LogFacts(nranks=2, nnodes=2, channels=16, nccl_version="2.30.7",
+                 tuning=TuningTable(lat_us=np.round(ms.latencies, 1), bw_gbps=np.round(ms.bandwidths, 1), seen=seen))
+    assert infer_arch_from_table(g)[0] is None
+
+
+@pytest.mark.parametrize("key", sorted(H200_ALL))
+def test_h200_agreement_floors_all_releases(key):
+    """NCCL's logged table reproduces all 78 decisions and their channels on every release and bed; the
+    replica's own table (Hopper inferred, the per-channel bandwidths fitted: from 2.31 the inter-node one
+    on 2 nodes too, Ring's busBw being bwInter there) reproduces >= 98% of them."""
+    ag = detect([H200_ALL[key]], name="x").agreement
+    assert ag.model == "tuning table" and ag.points == 78
+    assert ag.algo_proto == ag.points and ag.channels == ag.channel_points == 78
+    assert ag.replica_algo_proto >= 0.98 * ag.points and ag.replica_channels >= 0.98 * ag.channel_points
+    assert ag.grid_match >= 0.98 * ag.grid_points
+
+
+def test_h200_nccl231_socket_fits_the_inter_node_bandwidth():
+    """2.31 Ring on 2 nodes runs at bwInter: the fit sets net.channel_bw_gbps to the log's 0.6 GB/s per channel,
+    Broadcast/Reduce 8 KiB go Ring/Simple as NCCL's did, and every enabled table entry matches."""
+    det = detect([H200_ALL[("2.31.0", "h200-2x1-sock")]], name="x")
+    ag = det.agreement
+    assert det.topology.net.channel_bw_gbps == pytest.approx(0.6)
+    assert "net.channel_bw_gbps" in det.searched
+    assert ag.replica_algo_proto == 78 and ag.table_match == ag.table_entries == 20
+    assert not any("8192 B" in m for m in ag.mismatches)

@@ -469,6 +469,35 @@ def test_kernel_phases_keep_the_wait_for_late_ranks_out_of_the_samples(build, tm
     assert v7 and max(v7) < 20000.0, v7
 
 
+def test_the_calls_nccl_2_31_makes_for_its_symmetric_kernels_take_no_slot_and_no_sample(build, tmp_path):
+    """Before each collective NCCL 2.31 (one NVLink node) calls the tuner twice more: every entry -1, then
+    ahead of the call (numPipeOps 0). Every explored configuration waits 20 ms inside its channels, so a
+    sample credited to the right arm is < 20 ms for arm 0 and >= 20 ms for the others. As 2.31 (the plugin
+    asks NCCL's version) neither extra call is counted: every sample lands on its arm. Taken for an
+    ordinary call (the same calls as NCCL 2.28 would make them), the early call takes a slot and its note
+    the collective's event: the samples are lost or land on the wrong arms."""
+    import json
+
+    def arm_means(work: Path) -> tuple[list[float], list[float]]:
+        zero, others = [], []
+        for line in (work / "coordinator.jsonl").read_text().splitlines():
+            for arm in json.loads(line).get("evidence", "").split(","):
+                name, _, rest = arm.partition("=")
+                if "us/n" in rest and not rest.startswith("nan"):
+                    (zero if name == "a0" else others).append(float(rest.split("us/n")[0]))
+        return zero, others
+
+    kw = {"ranks": 4, "job": "ddp", "steps": 40, "pace_us": 1000, "late_us": 20000.0, "sym_calls": True}
+    v231 = run_job(build, tmp_path / "v231", "none", nccl_code=23100, **kw)
+    v228 = run_job(build, tmp_path / "v228", "none", nccl_code=22809, **kw)
+    for out in (v231, v228):
+        assert not (out.hung or out.divergent or out.crashed), out
+    zero, others = arm_means(tmp_path / "v231")
+    assert zero and others and max(zero) < 20000.0 <= min(others), (zero, others)
+    zero, others = arm_means(tmp_path / "v228")  # lost (the event matched no note) or on the wrong arm
+    assert not (zero and others and max(zero) < 20000.0 <= min(others)), (zero, others)
+
+
 def test_a_relay_that_changes_verdicts_in_transit_changes_no_decision(build, tmp_path):
     """A man in the middle without the secret (the handshake relayed untouched, later lines changed)
     is caught by the lines' seals: the ranks freeze alike, none runs a plan it was not sent."""

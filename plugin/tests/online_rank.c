@@ -7,7 +7,7 @@
  *
  *   online_rank LIB CALLS TIMES OUT --rank R --nranks N [--comm HEX] [--seed S] [--noise SIGMA]
  *               [--die-at I] [--stall-at I --stall-s S] [--skew-ns NS] [--rate X] [--garbage] [--no-profiler]
- *               [--late-us W] [--phases]
+ *               [--late-us W] [--phases] [--nccl-code N] [--sym-calls]
  *               [--pace-us US]
  *
  * CALLS: lines "coll nbytes" (coll 0..4 as NCCL numbers them). TIMES: lines
@@ -20,7 +20,9 @@
  * --late-us W: every call that runs another configuration than the cost table's own choice waits W us for
  * late ranks at the start of each channel (inside the channel's time); --phases: the library is bound as
  * NCCL 2.32 binds it (tuner and profiler v7) and each channel also reports its kernel phases (the wait as
- * initial_sync, the transfer as compute), as NCCL 2.32 does.
+ * initial_sync, the transfer as compute), as NCCL 2.32 does. --nccl-code N: the version ncclGetVersion
+ * answers (2.31.0: 23100; default: none answers); --sym-calls: before each collective, the two calls NCCL
+ * 2.31 makes on one NVLink node for its symmetric kernels (every entry -1, then numPipeOps 0).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
@@ -55,6 +57,13 @@ static int nranks_g;
 
 /* the "proxy thread": kernel-channel events of launched collectives, after their "GPU" ran them */
 typedef struct { void* coll_handle; int nch; uint64_t t0, dur_ns, late_ns; } job_t;
+static int nccl_code = 0;
+__attribute__((visibility("default"))) int ncclGetVersion(int* version);
+int ncclGetVersion(int* version) { /* the plugin asks the process for NCCL's version (-rdynamic) */
+  if (!nccl_code || !version) return 4;
+  *version = nccl_code;
+  return 0;
+}
 static int phases = 0;
 static job_t Q[1 << 16];
 static size_t qh, qt;
@@ -176,7 +185,7 @@ static void garbage(void) {
 
 int main(int argc, char** argv) {
   if (argc < 5) { fprintf(stderr, "usage: online_rank LIB CALLS TIMES OUT --rank R --nranks N ...\n"); return 2; }
-  int rank = 0, nranks = 2, die_at = -1, stall_at = -1, garb = 0, no_prof = 0;
+  int rank = 0, nranks = 2, die_at = -1, stall_at = -1, garb = 0, no_prof = 0, sym_calls = 0;
   double stall_s = 0.0, noise = 0.05, pace_us = 0.0, late_us = 0.0;
   uint64_t comm = 0x5eed5eed5eed5eedull, seed = 1;
   for (int i = 5; i < argc; i++) {
@@ -197,6 +206,8 @@ int main(int argc, char** argv) {
     else if (!strcmp(a, "--pace-us")) { pace_us = atof(v); i++; }
     else if (!strcmp(a, "--late-us")) { late_us = atof(v); i++; }
     else if (!strcmp(a, "--phases")) { phases = 1; }
+    else if (!strcmp(a, "--nccl-code")) { nccl_code = atoi(v); i++; }
+    else if (!strcmp(a, "--sym-calls")) { sym_calls = 1; }
     else { fprintf(stderr, "unknown option %s\n", a); return 2; }
   }
   nranks_g = nranks;
@@ -263,6 +274,16 @@ int main(int argc, char** argv) {
     for (int a = 0; a < NA; a++)
       for (int p = 0; p < NP; p++)
         if (table[a][p] >= 0.0f && (own_a < 0 || table[a][p] < table[own_a][own_p])) { own_a = a; own_p = p; }
+    if (sym_calls) { /* NCCL 2.31's symmetric path asks first: every entry -1, then ahead (numPipeOps 0) */
+      float ign[NA][NP], ahead[NA][NP];
+      for (int a = 0; a < NA; a++)
+        for (int p = 0; p < NP; p++) ign[a][p] = -1.0f;
+      memcpy(ahead, table, sizeof(ahead));
+      int n0 = 0;
+      tun->getCollInfo(tctx, coll, nbytes, 0, (float**)ign, NA, NP, 0, &n0);
+      n0 = 0;
+      tun->getCollInfo(tctx, coll, nbytes, 0, (float**)ahead, NA, NP, 0, &n0);
+    }
     int nch = 0;
     tun->getCollInfo(tctx, coll, nbytes, 1, (float**)table, NA, NP, 0, &nch);
     int ba = -1, bp = -1;
