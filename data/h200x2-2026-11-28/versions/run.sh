@@ -10,6 +10,7 @@
 # Usage (repository root, .whl/deps as in data/h200x4-2026-11-28/README.md):
 #   OUT=/tmp/w REV=$(git rev-parse --short HEAD) VERSIONS="2.30.7 2.31.0" [NCCLS="torch 2.30.7 2.31.0"] \
 #     [ITERS=3] [ONLINE=2.31.0] bash data/h200x2-2026-11-28/versions/run.sh
+# TABLE=<csv>: verify that table instead of table-handmade.csv; BEDS: the beds (default both).
 # ONLINE=<v>: also a short online-mode job (ncclrl e2e online=true, DDP, 2 rounds x 60 steps) on NCCL <v>.
 set -u
 OUT=${OUT:?set OUT}
@@ -40,9 +41,9 @@ run() { echo "\$ $*"; local t0=$(date +%s%N); timeout ${STEP_S:-150} "$@"; local
   for v in ${NCCLS:-torch ${VERSIONS:-2.30.7 2.31.0}}; do
     if [ $v = torch ]; then unset LD_PRELOAD; else export LD_PRELOAD="$B/build-$v/lib/libnccl.so.2"; fi
     [ $v != torch ] && [ ! -f "$LD_PRELOAD" ] && { echo "NCCL $v: not built"; continue; }
-    for bed in h200-1x2 h200-2x1-sock; do
+    for bed in ${BEDS:-h200-1x2 h200-2x1-sock}; do
       topo=$bed; [ $bed = h200-1x2 ] && topo=$HERE/h200-1x2.yaml
-      run ncclrl plugin verify $HERE/table-handmade.csv topology=$topo max_bytes=256M iters=${ITERS:-0} \
+      run ncclrl plugin verify ${TABLE:-$HERE/table-handmade.csv} topology=$topo max_bytes=256M iters=${ITERS:-0} \
         out="$W/verify-$v-$bed"
       grep -h -m1 "NCCL version" "$W/verify-$v-$bed/nccl-plugin/nccl-rank0.log"
       grep -h -m1 "TUNER/ncclrl: table from" "$W/verify-$v-$bed/nccl-plugin/nccl-rank0.log"
