@@ -48,6 +48,7 @@ run() { echo "\$ $*"; local t0=$(date +%s%N); timeout ${STEP_S:-150} "$@"; local
       grep -h -m1 "NCCL version" "$W/verify-$v-$bed/nccl-plugin/nccl-rank0.log"
       grep -h -m1 "TUNER/ncclrl: table from" "$W/verify-$v-$bed/nccl-plugin/nccl-rank0.log"
       grep -h -m2 "TUNER/Plugin\|PROFILER/Plugin" "$W/verify-$v-$bed/nccl-plugin/nccl-rank0.log"
+      grep -h -m1 "TUNER/ncclrl: .*means what its rows say" "$W/verify-$v-$bed/nccl-plugin/nccl-rank0.log"
       run ncclrl detect "$W/verify-$v-$bed/nccl-default/nccl-rank0.log" -o "$W/verify-$v-$bed/detected.yaml"
     done
     if [ -n "${ONLINE:-}" ] && [ $v = "${ONLINE}" ]; then  # the online mode on this NCCL: 2 nodes x 1 GPU, DDP
