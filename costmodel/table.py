@@ -225,11 +225,17 @@ class Table:
             ", ".join(f"{n}x{r}" for n, r in shapes)
         lines = [f"# {self.title}{where}{named}"]
         if versions:
-            lines.append(f"{NCCL_VERSIONS_MARK}{versions['versions']}")
+            if versions["versions"]:
+                lines.append(f"{NCCL_VERSIONS_MARK}{versions['versions']}")
+            else:
+                lines.append("# no NCCL release runs every row as written (see the two lines below)")
             if versions["capped_rows"]:
                 lines.append(f"# rows {', '.join(map(str, versions['capped_rows']))} (in row order) ask for more "
                              f"channels than NCCL {CAPS_FROM[:4]}+ lets a plugin give at some sizes: there NCCL runs "
                              "its own count")
+            if versions.get("ll128_rows"):
+                lines.append(f"# rows {', '.join(map(str, versions['ll128_rows']))} (in row order) force LL128 where "
+                             f"NCCL up to 2.30 disables it (a socket network or PCIe): NCCL's choice runs there")
         lines.append(CSV_HEADER)
         for r in self.rows:  # NCCL's choice: our plugin leaves it to NCCL, the example plugin runs the row
             lines += [NCCL_CHOICE_MARK, r.line()] if r.source == FILLED else [r.line()]
@@ -304,7 +310,8 @@ def channels_capped(topo: Topology, collective: str, nbytes: int, algo: str, pro
     from ncclrl.costmodel import nccl as N
     from ncclrl.costmodel import replica as R
 
-    if channels <= 0 or algo in ("default", "-1") or R.parse_release(version) < R.parse_release(CAPS_FROM):
+    if channels <= 0 or algo in ("default", "-1") or proto in ("default", "-1") or \
+            R.parse_release(version) < R.parse_release(CAPS_FROM):
         return None
     t = topo if topo.nccl.version == version else replace(topo, nccl=replace(topo.nccl, version=version))
     c, a, p = N.COLLECTIVES.index(collective), N.ALGOS.index(algo), N.PROTOS.index(proto)
@@ -318,32 +325,57 @@ def channels_capped(topo: Topology, collective: str, nbytes: int, algo: str, pro
     return own if capped < written else None
 
 
+def _row_topologies(table: Table, r: Row) -> list[Topology]:
+    """The communicator platforms a row applies to: its own shape, or for a row of any shape (-1) every
+    shape the table names and the job's own (a shape this topology cannot hold is judged on the job's)."""
+    topo = table.topology
+    shapes = [(r.nnodes, r.nranks)] if r.nnodes > 0 and r.nranks > 0 else \
+        [(n, k) for n, k in [*table.shapes(), *table.cover] if n > 0 and k > 0
+         and r.nnodes in (-1, n) and r.nranks in (-1, k)]
+    out = [topo]
+    for n, k in shapes:
+        try:
+            out.append(topo.shape(n, k))
+        except ConfigError:
+            continue
+    return list({id(t): t for t in out}.values())
+
+
 def nccl_versions(table: Table) -> dict[str, Any]:
-    """The NCCL releases on which every row of ``table`` means what it says: those the replica follows
-    (:data:`ncclrl.costmodel.replica.FIRST_RELEASE` .. ``LAST_RELEASE``), less 2.31+ where a row asks
-    for more channels than NCCL 2.31+ lets a plugin give at some size of its range (its first byte, a
-    middle size, its last byte up to 1 GiB, on each shape's topology). ``{"versions": "2.27-2.32",
-    "made_for": ..., "capped_rows": [row numbers, 1-based]}``."""
+    """The NCCL releases on which every row of ``table`` means what it says, from those the replica
+    follows (:data:`ncclrl.costmodel.replica.FIRST_RELEASE` .. ``LAST_RELEASE``):
+
+    * up to 2.30 when a row asks for more channels than NCCL 2.31+ lets a plugin give at its first
+      byte, a middle size or its last byte (up to 1 GiB), on every shape it applies to (``capped_rows``);
+    * from 2.31 when the table is made for 2.31+ and a row forces LL128 where NCCL up to 2.30 disables
+      it (a socket network or PCIe: ``ll128_rows``); both: no release (``versions`` empty).
+
+    Rows stating NCCL's choice are left to NCCL by ncclrl's plugin and do not count. ``{"versions":
+    "2.27-2.32", "made_for": ..., "capped_rows": [row numbers, 1-based], "ll128_rows": [...]}``."""
     from ncclrl.costmodel import replica as R
 
     lo, hi = R.FIRST_RELEASE, R.LAST_RELEASE
     capped: list[int] = []
+    ll128: list[int] = []
     topo = table.topology
+    made_for = R.parse_release(topo.nccl.version) if topo else lo
+    cap = R.parse_release(CAPS_FROM)
     for i, r in enumerate(table.rows):
-        if topo is None or r.source == FILLED or r.channels <= 0 or r.algo in ("default", "-1"):
+        if topo is None or r.source == FILLED or r.algo in ("default", "-1") or r.proto in ("default", "-1"):
             continue
-        try:
-            t = topo.shape(r.nnodes, r.nranks) if r.nnodes > 0 and r.nranks > 0 else topo
-        except ConfigError:  # a shape this topology cannot hold: judged on the job's own
-            t = topo
         top = min(r.max_bytes, 1 << 30)
         sizes = sorted({max(r.min_bytes, 1), max(1, int((max(r.min_bytes, 1) * max(top, 1)) ** 0.5)), max(top, 1)})
-        if any(channels_capped(t, r.collective, s, r.algo, r.proto, r.channels) for s in sizes):
+        tops = _row_topologies(table, r)
+        if r.channels > 0 and any(channels_capped(t, r.collective, s, r.algo, r.proto, r.channels)
+                                  for t in tops for s in sizes):
             capped.append(i + 1)
-    cap = R.parse_release(CAPS_FROM)
+        if made_for >= cap and r.proto == "ll128" and any(R.ll128_hw_gate(t) for t in tops):
+            ll128.append(i + 1)
+    first = (cap[0], cap[1]) if ll128 else lo[:2]
     last = (cap[0], cap[1] - 1) if capped else hi[:2]
-    return {"versions": f"{lo[0]}.{lo[1]}-{last[0]}.{last[1]}",
-            "made_for": topo.nccl.version if topo else None, "capped_rows": capped}
+    versions = f"{first[0]}.{first[1]}-{last[0]}.{last[1]}" if first <= last else ""
+    return {"versions": versions, "made_for": topo.nccl.version if topo else None, "capped_rows": capped,
+            "ll128_rows": ll128}
 
 
 # -- completion: every size of every collective and shape, explicit everywhere ----------------------

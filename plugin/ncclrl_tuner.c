@@ -161,6 +161,8 @@ typedef struct {
   int has_chunk; /* some row sets chunk_bytes: decisions are remembered for getChunkSize */
   struct { int coll; size_t nbytes; const row_t* row; } memo[CHUNK_MEMO];
   unsigned memo_next;
+  unsigned memo_group;  /* memo_next when the current group of decisions began (the first after a slice) */
+  int memo_sliced;      /* getChunkSize came since the last decision: the next decision starts a group */
   reqlog_t reqlog;
   struct ocomm* online; /* online mode's state of this communicator (NCCLRL_TUNER_MODE=online), or NULL */
 } ctx_t;
@@ -414,10 +416,14 @@ static int parse_text(ctx_t* ctx, const char* origin, const char* text, size_t l
     if (strncmp(trim(line), NCCL_VERSIONS_MARK, sizeof(NCCL_VERSIONS_MARK) - 1) == 0) {
       unsigned a, b, c, d;
       char tail;
-      if (sscanf(trim(line) + sizeof(NCCL_VERSIONS_MARK) - 1, "%u.%u-%u.%u%c", &a, &b, &c, &d, &tail) == 4 &&
-          a < 100 && b < 100 && c < 100 && d < 100) {
+      const char* v = trim(line) + sizeof(NCCL_VERSIONS_MARK) - 1;
+      if (ascii_digit((unsigned char)v[0]) && sscanf(v, "%u.%u-%u.%u%c", &a, &b, &c, &d, &tail) == 4 && a < 100 && b < 100 &&
+          c < 100 && d < 100 && a * 100 + b <= c * 100 + d) {
         ctx->versions_lo = (int)(a * 10000 + b * 100);
         ctx->versions_hi = (int)(c * 10000 + d * 100 + 99);
+      } else {
+        LOG(ctx, NCCLRL_LOG_WARN, PREFIX "%s:%d: %s needs MAJOR.MINOR-MAJOR.MINOR, lowest first (2.27-2.30); "
+            "line ignored", origin, lineno, NCCL_VERSIONS_MARK);
       }
       continue;
     }
@@ -1297,11 +1303,16 @@ static ncclrl_result_t apply(ctx_t* ctx, int coll, size_t nBytes, int pipe, int 
   if (all_ignored(costTable, numAlgo, numProto)) return NCCLRL_SUCCESS; /* not a call to count or decide */
   /* 2.31+: NCCL asks ahead of a collective (numPipeOps 0) whether its symmetric LL kernel keeps it: NCCL
    * answers as it would without a plugin; the collective's own call follows where the kernel gives way */
-  if (pipe == 0 && ctx && ctx->nccl_code >= NCCL_2_31) return NCCLRL_SUCCESS;
+  if (pipe == 0 && ctx && (ctx->nccl_code >= NCCL_2_31 || ctx->nccl_code == 0)) /* earlier releases never */
+    return NCCLRL_SUCCESS;                                                   /* ask with numPipeOps 0 */
   if (ctx) reqlog_note(ctx, coll, nBytes);
   if (!ctx || !nChannels) return NCCLRL_SUCCESS; /* anything unexpected: NCCL decides */
   const row_t* r = lookup(ctx, coll, nBytes, pipe, regbuff);
   if (ctx->has_chunk && coll >= 0 && coll < NCCLRL_NUM_COLLS) { /* what getChunkSize's slices will belong to */
+    if (ctx->memo_sliced) { /* NCCL scheduled the last group: its decisions are done with */
+      ctx->memo_group = ctx->memo_next;
+      ctx->memo_sliced = 0;
+    }
     unsigned i = ctx->memo_next++ % CHUNK_MEMO;
     ctx->memo[i].coll = coll;
     ctx->memo[i].nbytes = nBytes;
@@ -1401,15 +1412,18 @@ static ncclrl_result_t init_v6(void** ctx, uint64_t commId, size_t nRanks, size_
   return new_ctx(nRanks, nNodes, logger, 6, commId, 1, ctx);
 }
 /* NCCL asks per channel slice (nChannels 1, nBytes the slice's share), after the getCollInfo calls of
- * its group: the slice belongs to one of the recent decisions of this collective that it fits in (a
- * collective of B bytes on up to 128 channels has slices of B/128 .. B bytes). Their rows must agree
- * on the chunk (and on running this algorithm/protocol where they name one), or NCCL's chunk stays. */
+ * its group: the slice belongs to one of that group's decisions of this collective that it fits in (a
+ * collective of B bytes on up to 128 channels has slices of B/128 .. B bytes; a group is the decisions
+ * since the last slice, at most the last CHUNK_MEMO). Their rows must agree on the chunk (and on running
+ * this algorithm/protocol where they name one), or NCCL's chunk stays. */
 static ncclrl_result_t chunk_v6(void* c, int collType, size_t nBytes, int algo, int proto, int nChannels,
                                 size_t* chunkSize) {
   (void)nChannels;
   ctx_t* ctx = (ctx_t*)c;
   if (!ctx || !chunkSize || !ctx->has_chunk || nBytes == 0) return NCCLRL_SUCCESS;
-  unsigned n = ctx->memo_next < CHUNK_MEMO ? ctx->memo_next : CHUNK_MEMO;
+  ctx->memo_sliced = 1;
+  unsigned group = ctx->memo_next - ctx->memo_group; /* decisions of the group being scheduled */
+  unsigned n = group < CHUNK_MEMO ? group : CHUNK_MEMO;
   uint64_t chunk = 0;
   int found = 0;
   for (unsigned k = 0; k < n; k++) {

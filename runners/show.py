@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,8 +160,9 @@ def _stated_versions(path: Path) -> str | None:
         lines = csv.read_text(errors="replace").splitlines()
     except OSError:
         return None
-    return next((ln.strip()[len(NCCL_VERSIONS_MARK):] for ln in lines if ln.strip().startswith(NCCL_VERSIONS_MARK)),
-                None)
+    stated = [ln.strip()[len(NCCL_VERSIONS_MARK):] for ln in lines if ln.strip().startswith(NCCL_VERSIONS_MARK)]
+    valid = [v for v in stated if re.fullmatch(r"\d+\.\d+-\d+\.\d+", v)]  # the plugin takes the last it can read
+    return valid[-1] if valid else (f"{stated[-1]!r} (unreadable: the plugin ignores it)" if stated else None)
 
 
 def show(table: str, plot: str | None = None) -> int:

@@ -107,16 +107,16 @@ def test_verify_passes_only_when_every_row_ran_as_written(tmp_path, monkeypatch,
     assert rc == 1 and not report["cases"][0]["ok"]
 
 
-def test_a_slower_uncovered_size_fails_only_when_enough_calls_were_timed(tmp_path, monkeypatch, capsys):
-    """An uncovered size 2x slower on the table's communicator fails the verdict with 20 timed calls; with
-    3 the speed is shown, not judged (3 calls differed 0.79-2.86x where both ran the same decision)."""
-    import ncclrl.runners.plugin_verify as pv
-
+def test_a_slower_uncovered_size_is_listed_and_the_verdict_is_the_logged_decision(tmp_path, monkeypatch, capsys):
+    """An uncovered size 2x slower on the table's communicator, with the decision NCCL logged the same on
+    both, is listed, not failed (the same decision differed up to 1.25x at 20 calls over real sockets);
+    a size whose logged decision differs fails whatever its time."""
     rc, report = run_verify(tmp_path, monkeypatch, TABLE, 1 << 30, slow=2.0)
-    assert rc == 1 and [c["time_ratio"] for c in report["cases"] if not c["ok"]] == [2.0]
-    rc, report = run_verify(tmp_path, monkeypatch, TABLE, 1 << 30, slow=2.0, iters=pv.MIN_JUDGED_ITERS - 1)
-    assert rc == 0 and all(c["ok"] for c in report["cases"])
-    assert "speed shown, not judged: iters=9 < 10" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert rc == 0 and [c["time_ratio"] for c in report["cases"] if c.get("slower")] == [2.0]
+    assert "1 at least 1.10x and 2 us slower" in out and "not the table's" in out
+    rc, report = run_verify(tmp_path, monkeypatch, TABLE, 1 << 30, wrong=0)
+    assert rc == 1
 
 
 def test_a_row_beyond_max_bytes_fails_the_verdict(tmp_path, monkeypatch, capsys):

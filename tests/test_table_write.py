@@ -115,7 +115,8 @@ def test_a_table_names_the_releases_it_means_the_same_on(tmp_path):
     topo = load_topology("h200-2x1-sock")
     capped = Table(topo, [Row("allreduce", 0, 8191, "ring", "ll", 2, nnodes=2, nranks=2)])
     plain = Table(topo, [Row("allreduce", 65536, 1 << 20, "ring", "simple", 2, nnodes=2, nranks=2)])
-    assert nccl_versions(capped) == {"versions": "2.27-2.30", "made_for": "2.28.9", "capped_rows": [1]}
+    assert nccl_versions(capped) == {"versions": "2.27-2.30", "made_for": "2.28.9", "capped_rows": [1],
+                                     "ll128_rows": []}
     assert nccl_versions(plain)["versions"] == "2.27-2.32"
     paths = capped.write(tmp_path / "a")
     text = paths["csv"].read_text()
@@ -124,3 +125,25 @@ def test_a_table_names_the_releases_it_means_the_same_on(tmp_path):
     paths = plain.write(tmp_path / "b")
     assert f"{NCCL_VERSIONS_MARK}2.27-2.32" in paths["csv"].read_text()
     assert check_unit(paths["csv"])["nccl"]["capped_rows"] == []
+
+
+def test_a_row_for_any_shape_is_judged_on_every_shape_and_ll128_over_sockets_from_2_31():
+    """A row for any communicator shape is capped on a sub-communicator it applies to (here the 1-node
+    group of h200-2x2-sock: 24 channels would be NCCL's on 2 nodes too, so only its own shape decides); a
+    table made for 2.31 whose rows force LL128 over sockets means the same from 2.31 on only."""
+    from dataclasses import replace
+
+    from ncclrl.costmodel.table import nccl_versions
+    from ncclrl.costmodel.topology import load_topology
+
+    topo = load_topology("h200-2x2-sock")
+    anyshape = Table(topo, [Row("allreduce", 0, 8191, "ring", "ll", 2)], cover=[(1, 2)])
+    assert nccl_versions(anyshape)["capped_rows"] == [1]
+    made_231 = replace(topo, nccl=replace(topo.nccl, version="2.31.0"))
+    ll128 = Table(made_231, [Row("allreduce", 65536, 1 << 20, "ring", "ll128", 2, nnodes=2, nranks=4)])
+    v = nccl_versions(ll128)
+    assert v["ll128_rows"] == [1] and v["versions"] == "2.31-2.32"
+    both = Table(made_231, [*ll128.rows, Row("allreduce", 0, 8191, "ring", "ll", 2, nnodes=2, nranks=4)])
+    v = nccl_versions(both)
+    assert v["versions"] == "" and v["capped_rows"] == [2] and v["ll128_rows"] == [1]
+    assert "no NCCL release runs every row as written" in both.csv_text("", v)

@@ -828,7 +828,9 @@ int main(int argc, char** argv) {
           touched, nch);
     /* 2.31+: the call NCCL asks ahead of a collective (numPipeOps 0) is left to NCCL (its symmetric LL
      * kernel gives way or not as without a plugin); before 2.31 numPipeOps 0 is an ordinary call */
-    for (int code = 23100; code >= 22809; code -= 291) {
+    static const int CODES[] = {23100, 0, 22809}; /* 0: no NCCL answers (earlier releases never send 0) */
+    for (size_t ci = 0; ci < sizeof(CODES) / sizeof(CODES[0]); ci++) {
+      int code = CODES[ci];
       fake_nccl_code = code;
       void* c2 = NULL;
       CHECK(v6->init(&c2, 47, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS && c2, "v6 init");
@@ -838,8 +840,9 @@ int main(int argc, char** argv) {
       int n2 = 0;
       v6->getCollInfo(c2, NCCLRL_ALLREDUCE, 100, 0, (float**)u, 7, 3, 0, &n2);
       int same = memcmp(u, before, sizeof(u)) == 0 && n2 == 0;
-      CHECK(code >= 23100 ? same : (!same && u[NCCLRL_TREE][NCCLRL_LL] == 0.0f && n2 == 2),
-            "NCCL %d, numPipeOps 0: %s", code, code >= 23100 ? "must be left to NCCL" : "takes the row");
+      int left = code >= 23100 || code == 0;
+      CHECK(left ? same : (!same && u[NCCLRL_TREE][NCCLRL_LL] == 0.0f && n2 == 2),
+            "NCCL %d, numPipeOps 0: %s", code, left ? "must be left to NCCL" : "takes the row");
       v6->finalize(c2);
     }
     fake_nccl_code = 23100;
@@ -864,6 +867,17 @@ int main(int argc, char** argv) {
     v6->finalize(ctx);
   }
 
+  /* a versions line the plugin cannot read: one WARN naming it, the rows still load, no release WARN */
+  setenv("NCCLRL_TUNER_TABLE_DATA", "#ncclrl:nccl-versions=2.30-2.27\nallreduce,0,8191,ring,ll,2,-1,-1\n", 1);
+  fake_nccl_code = 23100;
+  nmsgs = 0;
+  ctx = NULL;
+  CHECK(v6->init(&ctx, 49, 4, 1, logger, &nvl, &constants) == NCCLRL_SUCCESS && ctx, "v6 init (bad versions)");
+  CHECK(count_level(NCCLRL_LOG_WARN) == 1 && find_msg(NCCLRL_LOG_WARN, ":1: #ncclrl:nccl-versions= needs", NULL),
+        "a versions line with its releases reversed: one WARN naming its line");
+  CHECK(find_msg(NCCLRL_LOG_INFO, "1 rows", "0 rejected"), "the rows load beside a bad versions line");
+  v6->finalize(ctx);
+
   /* chunk rows: getChunkSize asks per channel slice, after the decisions of its group */
   setenv("NCCLRL_TUNER_TABLE_DATA", "allreduce,0,65535,ring,simple,2,-1,-1,-1,-1,4096\n"
          "allreduce,65536,1048576,ring,simple,4,-1,-1,-1,-1,131072\nallgather,0,4294967295,ring,ll,2,-1,-1\n", 1);
@@ -884,23 +898,31 @@ int main(int argc, char** argv) {
     ck = 7;
     v6->getChunkSize(ctx, NCCLRL_ALLGATHER, 1048576 / 4, NCCLRL_RING, NCCLRL_SIMPLE, 1, &ck);
     CHECK(ck == 7, "a slice of a collective not decided keeps NCCL's chunk, got %zu", ck);
+    /* a new group (decisions after slices): the 1 MiB decision above is done with */
     fill_table(t);
     v6->getCollInfo(ctx, NCCLRL_ALLREDUCE, 60000, 1, (float**)t, 7, 3, 0, &nch);
     ck = 7;
-    v6->getChunkSize(ctx, NCCLRL_ALLREDUCE, 30000, NCCLRL_RING, NCCLRL_SIMPLE, 1, &ck);
-    CHECK(ck == 7, "a slice that fits two decisions of different chunks keeps NCCL's chunk, got %zu", ck);
-    ck = 7;
     v6->getChunkSize(ctx, NCCLRL_ALLREDUCE, 200000, NCCLRL_RING, NCCLRL_SIMPLE, 1, &ck);
-    CHECK(ck == 131072, "a slice larger than the small call belongs to the large one, got %zu", ck);
+    CHECK(ck == 7, "a slice larger than its group's decisions keeps NCCL's chunk (no earlier group's), got %zu", ck);
+    ck = 7;
+    v6->getChunkSize(ctx, NCCLRL_ALLREDUCE, 30000, NCCLRL_RING, NCCLRL_SIMPLE, 1, &ck);
+    CHECK(ck == 4096, "the slice of the group's 60000 B AllReduce takes its row's chunk, got %zu", ck);
+    /* one group of two AllReduces with different chunks: a slice that fits both is ambiguous */
     fill_table(t);
+    v6->getCollInfo(ctx, NCCLRL_ALLREDUCE, 1048576, 1, (float**)t, 7, 3, 0, &nch);
+    fill_table(t);
+    v6->getCollInfo(ctx, NCCLRL_ALLREDUCE, 60000, 1, (float**)t, 7, 3, 0, &nch);
     float all_ignore[7][3];
     for (int a = 0; a < 7; a++)
       for (int q = 0; q < 3; q++) all_ignore[a][q] = NCCLRL_COST_IGNORE;
     for (int k = 0; k < 40; k++) /* all-IGNORE calls are not decisions: they never push the others out */
       v6->getCollInfo(ctx, NCCLRL_ALLREDUCE, 60000, 0, (float**)all_ignore, 7, 3, 0, &nch);
     ck = 7;
+    v6->getChunkSize(ctx, NCCLRL_ALLREDUCE, 30000, NCCLRL_RING, NCCLRL_SIMPLE, 1, &ck);
+    CHECK(ck == 7, "a slice that fits two decisions of different chunks keeps NCCL's chunk, got %zu", ck);
+    ck = 7;
     v6->getChunkSize(ctx, NCCLRL_ALLREDUCE, 200000, NCCLRL_RING, NCCLRL_SIMPLE, 1, &ck);
-    CHECK(ck == 131072, "all-IGNORE calls must not enter the decisions getChunkSize reads, got %zu", ck);
+    CHECK(ck == 131072, "a slice larger than the small call belongs to the large one, got %zu", ck);
   }
   v6->finalize(ctx);
   unsetenv("NCCLRL_TUNER_TABLE_DATA");
