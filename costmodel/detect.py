@@ -52,7 +52,7 @@ from ncclrl.costmodel.topology import Topology, load_topology, preset_names
 _MSG = re.compile(r"NCCL (INFO|WARN) ?(.*)$")
 _PROC = re.compile(r"([A-Za-z0-9_.\-]+):(\d+):(\d+) \[(\d+)\] NCCL (?:INFO|WARN)")
 _RANK_PREFIX = re.compile(r"^\s*\[(\d+)\] NCCL (?:INFO|WARN)")
-_VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
+VERSION_LINE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _TESTS_DEVICE = re.compile(r"#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+"
                            r"\[[^\]]*\]\s+(.+?)\s*$")
 _COMM = re.compile(r"\bcomm (0x[0-9a-f]+) rank (\d+) nRanks (\d+) nNodes (\d+) localRanks (\d+) localRank (\d+)")
@@ -80,7 +80,7 @@ _NET_NODE = re.compile(r"^\+ NET\[([\d.]+)\] - NET/")
 _SM = re.compile(r"\bsm[=_ ]\"?(\d{2,3})\b")
 _TUNER = re.compile(r"TUNER/Plugin: Using (\S+)")
 _TABLE_VALUES = re.compile(r"(-?\d+(?:\.\d*)?)/\s*(-?\d+(?:\.\d*)?)")
-_SYM_DECISION = re.compile(r"(\w+) \[Symmetric\]: (\d+) Bytes -> Kernel (\S+) nchannels (\d+)")
+SYM_DECISION = re.compile(r"(\w+) \[Symmetric\]: (\d+) Bytes -> Kernel (\S+) nchannels (\d+)")
 # 2.31+: "Input: { .comm = 0x.., .tuningMask = 1111.., .func = AllReduce, ... }" (every rank, every tuning
 # computation), "Best tuning { .id = 5, .valid = 1, timeUs = 23.4,  .algo = RING, ... }" (its result), and
 # "Best tuning, algorithm, RING, protocol, SIMPLE" (the enqueue path's choice for one call group)
@@ -369,7 +369,7 @@ def _parse_text(facts: LogFacts, text: str, source: str) -> None:
     cur_gpu: str | None = None
     for raw in text.splitlines():
         line = raw.rstrip()
-        m = _VERSION.search(line)
+        m = VERSION_LINE.search(line)
         if m and facts.nccl_version is None:
             facts.nccl_version = m.group(1)
         m = _TESTS_DEVICE.search(line)
@@ -426,7 +426,7 @@ def _parse_text(facts: LogFacts, text: str, source: str) -> None:
             continue
         if stripped.startswith(("Input: {", "Best tuning")) and _parse_tuning_line(facts, tstate, stripped, proc):
             continue
-        if (m := _SYM_DECISION.search(msg)) is not None:
+        if (m := SYM_DECISION.search(msg)) is not None:
             facts.symmetric_lines += 1
             facts.decisions.append(LoggedDecision(N.COLL_LOG_NAMES.get(m.group(1), -1), int(m.group(2)), -1, -1,
                                                   int(m.group(4)), symmetric=True, kernel=m.group(3)))

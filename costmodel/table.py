@@ -12,7 +12,7 @@ import logging
 import os
 import subprocess
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -300,6 +300,23 @@ NCCL_VERSIONS_MARK = "#ncclrl:nccl-versions="
 CAPS_FROM = "2.31.0"  # from this release a plugin's channels cap NCCL's own per-call count
 
 
+def own_channels(topo: Topology, nbytes: int, algo: int, proto: int) -> int:
+    """NCCL's own per-call channel count for a call of ``nbytes`` on this algorithm/protocol (indices),
+    before its scheduler spreads the call (``topoGetAlgoInfo``)."""
+    import numpy as np
+
+    from ncclrl.costmodel import replica as R
+
+    return int(R.auto_channels(R.build_model(topo), np.array([nbytes]), np.array([algo]), np.array([proto]))[0][0])
+
+
+def caps_channels(topo: Topology) -> bool:
+    """Whether the topology's NCCL (2.31+) takes a plugin's channels as a cap on its own count."""
+    from ncclrl.costmodel import replica as R
+
+    return R.parse_release(topo.nccl.version) >= R.parse_release(CAPS_FROM)
+
+
 def channels_capped(topo: Topology, collective: str, nbytes: int, algo: str, proto: str, channels: int,
                     version: str = CAPS_FROM) -> int | None:
     """NCCL's own per-call channel count where NCCL ``version`` (2.31+) runs a row forcing
@@ -313,9 +330,9 @@ def channels_capped(topo: Topology, collective: str, nbytes: int, algo: str, pro
     if channels <= 0 or algo in ("default", "-1") or proto in ("default", "-1") or \
             R.parse_release(version) < R.parse_release(CAPS_FROM):
         return None
-    t = topo if topo.nccl.version == version else replace(topo, nccl=replace(topo.nccl, version=version))
+    t = topo.with_nccl(version=version)
     c, a, p = N.COLLECTIVES.index(collective), N.ALGOS.index(algo), N.PROTOS.index(proto)
-    own = int(R.auto_channels(R.build_model(t), np.array([nbytes]), np.array([a]), np.array([p]))[0][0])
+    own = own_channels(t, nbytes, a, p)
     if own >= channels:
         return None
     args = (c, np.array([nbytes]), np.array([p]))

@@ -143,6 +143,12 @@ class Topology:
     def with_sim(self, sim: dict[str, Any], name: str | None = None) -> Topology:
         return replace(self, sim=sim, name=name or self.name)
 
+    def with_nccl(self, **changes: Any) -> Topology:
+        """The platform with NCCL settings changed (``version=``, ``channels=``, ...); itself if none change."""
+        if all(getattr(self.nccl, k) == v for k, v in changes.items()):
+            return self
+        return replace(self, nccl=replace(self.nccl, **changes))
+
     def shape(self, nodes: int, nranks: int) -> Topology:
         """The platform as a communicator of ``nranks`` ranks spread evenly over ``nodes`` of this
         job's nodes sees it (a tensor-parallel group inside a node, a data-parallel group of one

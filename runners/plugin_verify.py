@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +30,10 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from ncclrl.costmodel import nccl as N
+from ncclrl.costmodel.detect import SYM_DECISION, VERSION_LINE
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.replica import (
-    auto_channels,
-    build_model,
-    default_decisions,
-    eligible_mask,
-    parse_release,
-    scheduled_channels,
-)
-from ncclrl.costmodel.table import fingerprint, parse_example_rows
+from ncclrl.costmodel.replica import default_decisions, eligible_mask, scheduled_channels
+from ncclrl.costmodel.table import caps_channels, channels_capped, fingerprint, own_channels, parse_example_rows
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.envs.jobs import (
@@ -59,11 +53,7 @@ from ncclrl.runners.config import Command, register
 
 LOG_LINE = re.compile(r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce): (\d+) Bytes -> Algo (\w+) proto (\w+) "
                       r"channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
-# NCCL 2.27+: a call run on one of its symmetric kernels (one NVLink node), outside the plugin's table
-SYM_LINE = re.compile(r"(AllReduce|AllGather|ReduceScatter) \[Symmetric\]: (\d+) Bytes -> Kernel (\S+) nchannels (\d+)")
-VERSION_LINE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 COLL_CHANNELS = re.compile(r"NCCL INFO (\d+) coll channels")
-CAPS_FROM = (2, 31, 0)  # from this release a plugin's channels are min(row, NCCL's own per-call count)
 # an uncovered size timed this much slower on the table's communicator (and by more than SLOWER_US) is listed;
 # the verdict is the logged decision's: with the same decision on both communicators their medians still
 # differed by 0.21-2.86x at 3 calls per size and 0.68-1.25x at 20 over sockets (data/h200x2-2026-11-28/versions)
@@ -139,49 +129,20 @@ def expected(case: dict, rows: list[dict], topo, nccl_default: tuple[str, str, i
     return N.ALGOS[algo], N.PROTOS[proto], ch
 
 
-def caps_channels(topo) -> bool:
-    """Whether the topology's NCCL (2.31+) takes a plugin's channels as a cap on its own count."""
-    return parse_release(topo.nccl.version) >= CAPS_FROM
-
-
-def own_channels(topo, nbytes: int, algo: int, proto: int) -> int:
-    """NCCL's own per-call channel count for this algorithm/protocol (before its scheduler spreads it)."""
-    maxc, _ = auto_channels(build_model(topo), np.array([nbytes]), np.array([algo]), np.array([proto]))
-    return int(maxc[0])
-
-
 def capped_at(case: dict, rows: list[dict], topo) -> int | None:
     """NCCL's own count where a row asks for more channels than NCCL 2.31+ lets a plugin give (the row
     cannot run as written there); ``None`` where the row runs its count, or the release has no cap."""
     r = rows[case["row"]] if case["row"] is not None else None
-    if r is None or r["nccl_choice"] or r["algo"] == "-1" or r["channels"] <= 0 or not caps_channels(topo):
+    if r is None or r["nccl_choice"]:
         return None
-    algo, proto = N.ALGOS.index(r["algo"]), N.PROTOS.index(r["proto"])
-    own = own_channels(topo, case["nbytes"], algo, proto)
-    if own >= r["channels"]:
-        return None
-    args = (case["coll"], np.array([case["nbytes"]]), np.array([proto]))
-    rest = (topo.nccl.channels, topo.nranks, topo.nccl.version)
-    capped = int(scheduled_channels(*args, np.array([own]), *rest)[0])
-    written = int(scheduled_channels(*args, np.array([r["channels"]]), *rest)[0])
-    return own if capped < written else None
+    return channels_capped(topo, N.COLLECTIVES[case["coll"]], case["nbytes"], r["algo"], r["proto"], r["channels"],
+                           version=topo.nccl.version)
 
 
 def log_version(log: str) -> str | None:
     """The NCCL release a log states (``NCCL version 2.31.0``), or ``None``."""
-    m = VERSION_LINE.search(log)
+    m = VERSION_LINE.search(log)  # detect's reading of the version line
     return m.group(1) if m else None
-
-
-def with_version(topo, version: str | None, channels: int | None = None):
-    """The topology as NCCL ``version`` sees it (the release whose rules the expectations follow), with
-    the communicator's ``channels`` where NCCL's log states them."""
-    nccl = topo.nccl
-    if version and version != nccl.version:
-        nccl = replace(nccl, version=version)
-    if channels and channels != nccl.channels:
-        nccl = replace(nccl, channels=channels)
-    return topo if nccl is topo.nccl else replace(topo, nccl=nccl)
 
 
 def log_channels(log: str) -> int | None:
@@ -228,7 +189,7 @@ def run_job(cases: list[dict], env: dict, topo, iters: int, out: Path, tag: str,
 def match_log(log: str, cases: list[dict], nranks: int) -> list[tuple[str, str, int] | None]:
     """NCCL's logged decision for each case, in call order: ``(algo, proto, channels)``, or
     ``("symmetric", kernel, channels)`` for a call NCCL ran on one of its symmetric kernels."""
-    lines = sorted([*LOG_LINE.finditer(log), *SYM_LINE.finditer(log)], key=lambda m: m.start())
+    lines = sorted([*LOG_LINE.finditer(log), *SYM_DECISION.finditer(log)], key=lambda m: m.start())
     out, j = [], 0
     for i, m in enumerate(lines):  # between the markers: the verifier's own calls only
         if m.group(1) == "Broadcast" and int(m.group(2)) == MARKER_BYTES:
@@ -243,8 +204,8 @@ def match_log(log: str, cases: list[dict], nranks: int) -> list[tuple[str, str, 
         while j < len(lines):
             m = lines[j]
             j += 1
-            if N.COLL_LOG_NAMES[m.group(1)] == case["coll"] and int(m.group(2)) == want_bytes:
-                if m.re is SYM_LINE:
+            if N.COLL_LOG_NAMES.get(m.group(1)) == case["coll"] and int(m.group(2)) == want_bytes:
+                if m.re is SYM_DECISION:
                     found = ("symmetric", m.group(3), int(m.group(4)))
                 else:
                     found = (m.group(3).lower(), m.group(4).lower(), int(m.group(6)) - int(m.group(5)) + 1)
@@ -308,7 +269,8 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
     problems = load_problems(loaded, text, sum(not r["nccl_choice"] for r in rows), topo)
     # the release NCCL's own log states: the rules every expectation below follows
     version = log_version(with_plugin["log"]) or log_version(without["log"])
-    topo = with_version(topo, version, log_channels(with_plugin["log"]))
+    topo = topo.with_nccl(**{k: v for k, v in (("version", version), ("channels", log_channels(with_plugin["log"])))
+                             if v})
     logged = match_log(with_plugin["log"], cases, topo.nranks)
     nccl_own = match_log(without["log"], cases, topo.nranks)
     report, ok_all = [], True

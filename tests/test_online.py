@@ -442,29 +442,32 @@ def test_every_fault_ends_without_hang_divergence_or_crash(build, shared, tmp_pa
         assert len(decisions(tmp_path, 0)) == 1 and out.verdicts == 0, out
 
 
+def arm_means(work: Path) -> tuple[list[float], list[float]]:
+    """The arms' mean times the coordinator's verdicts state (``evidence``: ``a0=123.4us/n7,...``) in a
+    job's ``coordinator.jsonl``: arm 0's, and every other arm's."""
+    import json
+
+    zero, others = [], []
+    for line in (work / "coordinator.jsonl").read_text().splitlines():
+        for arm in json.loads(line).get("evidence", "").split(","):
+            name, _, rest = arm.partition("=")
+            if "us/n" in rest and not rest.startswith("nan"):
+                (zero if name == "a0" else others).append(float(rest.split("us/n")[0]))
+    return zero, others
+
+
 def test_kernel_phases_keep_the_wait_for_late_ranks_out_of_the_samples(build, tmp_path):
     """Every call of an explored configuration waits 20 ms for late ranks inside its channels (the
     simulated transfers take 0.1-10 ms). Timed by whole channels (profiler v5, NCCL 2.28-2.31) every
     alternative's mean carries the wait; with NCCL 2.32's kernel phases (profiler v7) a sample is the
     compute phase alone, so no alternative's mean does."""
-    import json
-
-    def alternative_means(work: Path) -> list[float]:
-        means = []
-        for line in (work / "coordinator.jsonl").read_text().splitlines():
-            for arm in json.loads(line).get("evidence", "").split(","):
-                name, _, rest = arm.partition("=")
-                if name not in ("", "a0") and "us/n" in rest and not rest.startswith("nan"):
-                    means.append(float(rest.split("us/n")[0]))
-        return means
-
     kw = {"ranks": 4, "job": "ddp", "steps": 40, "pace_us": 1000, "late_us": 20000.0}
     whole = run_job(build, tmp_path / "v5", "none", **kw)
     phased = run_job(build, tmp_path / "v7", "none", phases=True, **kw)
     for out in (whole, phased):
         assert not (out.hung or out.divergent or out.crashed), out
         assert out.verdicts >= 1, out
-    v5, v7 = alternative_means(tmp_path / "v5"), alternative_means(tmp_path / "v7")
+    v5, v7 = arm_means(tmp_path / "v5")[1], arm_means(tmp_path / "v7")[1]
     assert v5 and min(v5) >= 20000.0, v5
     assert v7 and max(v7) < 20000.0, v7
 
@@ -476,17 +479,6 @@ def test_the_calls_nccl_2_31_makes_for_its_symmetric_kernels_take_no_slot_and_no
     asks NCCL's version) neither extra call is counted: every sample lands on its arm. Taken for an
     ordinary call (the same calls as NCCL 2.28 would make them), the early call takes a slot and its note
     the collective's event: the samples are lost or land on the wrong arms."""
-    import json
-
-    def arm_means(work: Path) -> tuple[list[float], list[float]]:
-        zero, others = [], []
-        for line in (work / "coordinator.jsonl").read_text().splitlines():
-            for arm in json.loads(line).get("evidence", "").split(","):
-                name, _, rest = arm.partition("=")
-                if "us/n" in rest and not rest.startswith("nan"):
-                    (zero if name == "a0" else others).append(float(rest.split("us/n")[0]))
-        return zero, others
-
     kw = {"ranks": 4, "job": "ddp", "steps": 40, "pace_us": 1000, "late_us": 20000.0, "sym_calls": True}
     v231 = run_job(build, tmp_path / "v231", "none", nccl_code=23100, **kw)
     v228 = run_job(build, tmp_path / "v228", "none", nccl_code=22809, **kw)

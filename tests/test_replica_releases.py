@@ -35,7 +35,7 @@ LOG = re.compile(r"(\w+)( \[Symmetric\])?: (\d+) Bytes -> "
 
 
 def _with_version(t, ver, **nccl):
-    return dataclasses.replace(t, nccl=dataclasses.replace(t.nccl, version=ver, **nccl))
+    return t.with_nccl(version=ver, **nccl)
 
 
 def bed(name: str, ver: str):

@@ -131,15 +131,13 @@ def test_a_row_for_any_shape_is_judged_on_every_shape_and_ll128_over_sockets_fro
     """A row for any communicator shape is capped on a sub-communicator it applies to (here the 1-node
     group of h200-2x2-sock: 24 channels would be NCCL's on 2 nodes too, so only its own shape decides); a
     table made for 2.31 whose rows force LL128 over sockets means the same from 2.31 on only."""
-    from dataclasses import replace
-
     from ncclrl.costmodel.table import nccl_versions
     from ncclrl.costmodel.topology import load_topology
 
     topo = load_topology("h200-2x2-sock")
     anyshape = Table(topo, [Row("allreduce", 0, 8191, "ring", "ll", 2)], cover=[(1, 2)])
     assert nccl_versions(anyshape)["capped_rows"] == [1]
-    made_231 = replace(topo, nccl=replace(topo.nccl, version="2.31.0"))
+    made_231 = topo.with_nccl(version="2.31.0")
     ll128 = Table(made_231, [Row("allreduce", 65536, 1 << 20, "ring", "ll128", 2, nnodes=2, nranks=4)])
     v = nccl_versions(ll128)
     assert v["ll128_rows"] == [1] and v["versions"] == "2.31-2.32"

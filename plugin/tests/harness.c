@@ -98,6 +98,11 @@ static unsigned long long fnv1a(const char* buf, size_t len) {
 }
 
 /* A cost table shaped like NCCL's: [7][3] floats, algorithms NCCL cannot run marked -1. */
+/* A table text's fingerprint as the plugin logs it: 16 lowercase hex digits. */
+static void fp_hex(const char* text, char out[17]) {
+  snprintf(out, 17, "%016llx", fnv1a(text, strlen(text)));
+}
+
 static void fill_table(float t[7][3]) {
   for (int a = 0; a < 7; a++)
     for (int p = 0; p < 3; p++) t[a][p] = 10.0f + (float)(a * 3 + p);
@@ -483,8 +488,8 @@ static void check_deployment(void* lib, const ncclrl_tuner_v5_t* v5) {
   snprintf(missing, sizeof(missing), "%s/not-on-this-node.csv", dir);
   const char* table = "allreduce,0,1000,ring,ll,2,-1,-1\n";
   const char* changed = "allreduce,0,1000,tree,simple,4,-1,-1\n";
-  snprintf(want_fp, sizeof(want_fp), "%016llx", fnv1a(table, strlen(table)));
-  snprintf(got_fp, sizeof(got_fp), "%016llx", fnv1a(changed, strlen(changed)));
+  fp_hex(table, want_fp);
+  fp_hex(changed, got_fp);
   write_file(path, table);
   unsetenv("NCCLRL_TUNER_TABLE_DATA");
   unsetenv("NCCL_TUNER_CONFIG_FILE");
@@ -596,8 +601,8 @@ static void check_unchecked(void* lib, const ncclrl_tuner_v5_t* v5) {
   const char* table = "allreduce,0,1000,ring,ll,2,-1,-1\n";
   const char* other = "allreduce,0,1000,tree,simple,4,-1,-1\n";
   char fp[17], other_fp[17];
-  snprintf(fp, sizeof(fp), "%016llx", fnv1a(table, strlen(table)));
-  snprintf(other_fp, sizeof(other_fp), "%016llx", fnv1a(other, strlen(other)));
+  fp_hex(table, fp);
+  fp_hex(other, other_fp);
   snprintf(fix, sizeof(fix), "set NCCLRL_TUNER_TABLE_FINGERPRINT=%s (these %zu bytes' fingerprint", fp, strlen(table));
   write_file(path, table);
   unsetenv("NCCLRL_TUNER_TABLE_DATA");
