@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.noise import aa_noise
+from ncclrl.costmodel.noise import JobNoise, aa_noise, pooled_median
 from ncclrl.costmodel.space import KNOB_FIELDS, Point, knob_grid
 from ncclrl.costmodel.topology import Topology
 from ncclrl.envs.backend import Backend
@@ -16,15 +18,22 @@ from ncclrl.envs.store import job_ids, open_readonly
 
 
 class ReplayWorkers(Backend):
-    """Answers from a recorded sweep: each point's stored samples (the sweep's sample count); a
-    point measured again gets the next recorded job of it (the sweep's, then its repeat's, then
-    round again), so repeated jobs differ as they did on the machine; a point the sweep did not
-    measure is a failure, like a configuration NCCL could not run. ``seen`` counts the requests
-    per point across the jobs of one run (share it between them)."""
+    """Answers from a recorded sweep, one of two ways.
+
+    With ``noise`` (``replay_noise=fresh``, what ``finetune`` and ``tune`` replay by default), every
+    job is a fresh draw around the recorded truth: each point's pooled median over its recorded jobs
+    (:func:`ncclrl.costmodel.noise.pooled_median`), one job shift for the job, a residual per point
+    and ``samples`` samples (:meth:`JobNoise.draw_job`, from ``rng``), so a point measured again is
+    an independent job, as on the machine. Without (``replay_noise=recorded``), a point gets its
+    stored samples; measured again, the next recorded job of it (the sweep's, then its repeat's,
+    then round again), so a point the sweep measured once answers every repeat with the same
+    samples. A point the sweep did not measure is a failure, like a configuration NCCL could not
+    run. ``seen`` counts the requests per point across the jobs of one run (share it between them)."""
 
     name = "replay"
 
-    def __init__(self, frame, knobs: Point, seen: dict[tuple, int] | None = None) -> None:
+    def __init__(self, frame, knobs: Point, seen: dict[tuple, int] | None = None, noise: JobNoise | None = None,
+                 rng: np.random.Generator | None = None) -> None:
         super().__init__()
         self.knobs = knobs
         self.nccl_version = str(frame["nccl_version"].iloc[0]) if len(frame) else "?"
@@ -34,12 +43,19 @@ class ReplayWorkers(Backend):
                                  *(int(getattr(r, f)) for f in KNOB_FIELDS)), []).append(list(r.samples_us))
         self._timing = str(frame["timing"].iloc[0]) if len(frame) else "eager"
         self.seen = {} if seen is None else seen
+        self.noise = noise
+        self.rng = rng if rng is not None else np.random.default_rng(0)
+
+    def truth_us(self, key: tuple) -> float | None:
+        """A point's expected time: the pooled median of its recorded jobs (None: not recorded)."""
+        jobs = self._by.get(key)
+        return pooled_median(jobs) if jobs else None
 
     def measure(self, points: list[Point], samples: int = 5) -> list[list[float] | None]:
-        out = []
+        out: list[list[float] | None] = []
         self.failures = {}
-        for i, p in enumerate(points):
-            key = (p.collective, int(p.nbytes), p.algo, p.proto, int(p.channels), *map(int, p.knobs))
+        keys = [(p.collective, int(p.nbytes), p.algo, p.proto, int(p.channels), *map(int, p.knobs)) for p in points]
+        for i, key in enumerate(keys):
             jobs = self._by.get(key)
             v = None
             if jobs:
@@ -49,18 +65,75 @@ class ReplayWorkers(Backend):
             else:
                 self.failures[i] = "not in the replayed sweep"
             out.append(v)
+        if self.noise is not None:
+            have = [i for i, v in enumerate(out) if v is not None]
+            if have:
+                t = self.noise.draw_job([self.truth_us(keys[i]) for i in have], [points[i].nbytes for i in have],
+                                        samples, self.rng)
+                for j, i in enumerate(have):
+                    out[i] = [float(x) for x in t[j]]
         self.last_modes = [self._timing] * len(points)
         return out
 
+    def expected(self, points: list[Point], samples: int = 5) -> list[list[float] | None]:
+        """What a fresh job would answer on average (each point's truth, ``samples`` times), drawing
+        and counting nothing: what a replayed job will cost, before it runs."""
+        out: list[list[float] | None] = []
+        for p in points:
+            t = self.truth_us((p.collective, int(p.nbytes), p.algo, p.proto, int(p.channels), *map(int, p.knobs)))
+            out.append(None if t is None else [t] * samples)
+        return out
+
+
+def replay_job_noise(topo: Topology, launch: str) -> JobNoise:
+    """The job noise a fresh replay of ``topo``'s recording draws: the fit for that host and launch
+    (``conf/noise/job_noise.yaml``), else the pooled fit."""
+    return JobNoise.load(f"{topo.name}/{launch}")
+
+
+RECORDINGS = Path(__file__).with_name("recordings")
+
+
+def shipped_recordings() -> list[str]:
+    """The topologies whose recorded sweep ships with ncclrl (``envs/recordings``)."""
+    return sorted(p.name.removesuffix(".sqlite.gz") for p in RECORDINGS.glob("*.sqlite.gz"))
+
+
+_UNPACKED: dict[str, Path] = {}
+
+
+def shipped_recording(topology: str) -> Path:
+    """The store of the recorded sweep of ``topology`` that ships with ncclrl, unpacked once per
+    process into a private temporary folder (removed at exit); a one-line error naming the ones that
+    ship when there is none."""
+    import atexit
+    import gzip
+    import shutil
+    import tempfile
+
+    src = RECORDINGS / f"{topology}.sqlite.gz"
+    if not src.is_file():
+        have = ", ".join(shipped_recordings()) or "none"
+        raise ConfigError("replay_store", f"no recording of {topology} ships with ncclrl (it ships: {have}); name a "
+                          "store of a recorded sweep (replay_store=PATH) or a grid (grid=FILE)")
+    if topology not in _UNPACKED:
+        folder = Path(tempfile.mkdtemp(prefix="ncclrl-recording-"))
+        atexit.register(shutil.rmtree, folder, True)
+        dst = folder / f"{topology}.sqlite"
+        with gzip.open(src, "rb") as f, open(dst, "wb") as g:
+            shutil.copyfileobj(f, g)
+        _UNPACKED[topology] = dst
+    return _UNPACKED[topology]
 
 
 def recorded_sweep(path: str | Path, topo: Topology, launch: str, tags: tuple[str, ...] = ("sweep",),
                    **where: Any):
-    """The rows of the exhaustive sweep of ``topo`` in the store at ``path`` measured with ``launch``
-    (tags in ``tags``, in that order); a one-line error when there is none, naming the launches
-    the store has."""
+    """The rows of the exhaustive sweep of ``topo`` in the store at ``path`` (empty: the recording that
+    ships with ncclrl, :func:`shipped_recording`) measured with ``launch`` (tags in ``tags``, in that
+    order); a one-line error when there is none, naming the launches the store has."""
     import pandas as pd
 
+    path = path or shipped_recording(topo.name)
     with open_readonly(path) as rs:  # read only: the recorded file never changes
         frames = [rs.frame(launch, topology=topo.name, tag=t, **where) for t in tags]
         if frames[0].empty:
@@ -79,6 +152,7 @@ def replay_noise(path: str | Path, topo: Topology, launch: str, colls: list[int]
     point the sweep measured once answers every repeat with the same samples."""
 
     out = {}
+    path = path or shipped_recording(topo.name)
     with open_readonly(path) as rs:  # read only: the recorded file never changes
         for c in colls:
             f = rs.frame(launch, topology=topo.name, tag="validate-base", status="ok", collective=N.COLLECTIVES[c])

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.calibration import CALIBRATE
@@ -48,7 +49,9 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import format_gpu_s, parse_budget
 from ncclrl.costmodel.table import file_sha256
 from ncclrl.costmodel.topology import load_topology
+from ncclrl.costmodel.units import format_bytes, format_time_us, plural
 from ncclrl.envs.jobs import ending_on_signals, stop_requested
+from ncclrl.envs.replay import replay_job_noise
 from ncclrl.envs.store import Store
 from ncclrl.runners.config import Command, parse, register
 from ncclrl.runners.live import (
@@ -63,6 +66,7 @@ from ncclrl.runners.live import (
     live_problem,
     load_tag,
     make_measure,
+    replay_validation,
     sizes_on_sweep,
     sweep_reference,
     table_speedup_on_sweep,
@@ -100,6 +104,9 @@ class FinetuneCommand(TunedLiveConfig):
         collectives' times under compute (stored under tag finetune+gemmN with the products' slowdown;
         backend=torch)
     :param load_n: load=gemm: the products' size (load_n x load_n, bfloat16); size it like your model's
+    :param compare: backend=replay: strategies to run after this one on the same replay, with the same budget
+        and noise seed (``[ppo]``: the learned job composer; ``[jobs]``), each judged as this run is; their
+        tables and stores go to ``out/compare-STRATEGY``
     :param calibrate: off (the default): the prior as given; auto: on a platform the prior was not
         calibrated for (the topology carries no fitted sim block), the first job measures NCCL's defaults at
         every size and the prior is calibrated on it before the search; on: always (on the public grids it
@@ -117,9 +124,17 @@ class FinetuneCommand(TunedLiveConfig):
     load: str = "none"
     load_n: int = 4096
     calibrate: str = "off"
+    compare: list[str] = field(default_factory=list)
 
     def check(self) -> None:
         TunedLiveConfig.check(self)
+        for other in self.compare:
+            if self.backend != "replay" or self.grid:
+                raise ConfigError("compare", "strategies are compared on a replayed recording: set backend=replay "
+                                  "(without grid=)")
+            if other not in ("confirm", "jobs", "ppo") and not strategy_path(other).is_file():
+                raise ConfigError("compare", f"no strategy {other!r}; allowed: confirm, jobs, ppo, shipped, or a "
+                                  "strategy.json or composer.json")
         if self.calibrate not in CALIBRATE:
             raise ConfigError("calibrate", f"allowed: {', '.join(CALIBRATE)}; got {self.calibrate!r}")
         check_load(self.load, self.load_n, self.backend)
@@ -142,6 +157,57 @@ class FinetuneCommand(TunedLiveConfig):
             job_calls(self.profile, load_topology(self.topology))
 
 
+#: fresh replayed jobs that measure a replayed run's table afresh against NCCL's defaults
+REPLAY_CHECK_JOBS = 10
+
+
+def _source(args: DictConfig, topo) -> str:
+    if args["backend"] != "replay":
+        return f"measured on this machine's GPUs (backend={args['backend']})"
+    if args.get("grid"):
+        return f"replayed from the measured grid {', '.join(map(str, args['grid']))}"
+    store = args["replay_store"] or f"the recording of {topo.name} that ships with ncclrl"
+    if args.get("replay_noise", "fresh") == "fresh":
+        return (f"replayed from {store}, every job a fresh draw of the host's job noise "
+                f"(replay_seed={args['replay_seed']})")
+    return f"replayed from {store}, the recorded jobs' own samples"
+
+
+def _share(speedup: float, optimum: float) -> float:
+    """The share of the best table's gain a table reaches: log speedup over log optimum."""
+    return float(np.log(speedup) / np.log(optimum)) if optimum > 1 else 1.0
+
+
+def _fingerprint(paths: dict[str, Path]) -> str:
+    """The table's fingerprint, from the manifest written beside it (what the plugin checks)."""
+    return json.loads((paths["csv"].parent / "nccl_tuner.manifest").read_text())["fingerprint"]
+
+
+def _strategy_name(name: str) -> str:
+    return {"ppo": "the learned job composer", "jobs": "whole jobs by expected improvement",
+            "confirm": "screen, confirm, explore", "shipped": "the learned per-point strategy"}.get(name, name)
+
+
+def _compare(args: DictConfig, other: str) -> dict[str, Any]:
+    """``other`` run on the same replay, budget and noise seed, its report on stderr: what it reached."""
+    import copy
+
+    sub = copy.deepcopy(args)
+    folder = Path(args["out"]) / f"compare-{Path(other).stem if other.endswith('.json') else other}"
+    sub.strategy, sub.compare, sub.out, sub.store = other, [], str(folder), str(folder / "measurements.sqlite")
+    folder.mkdir(parents=True, exist_ok=True)
+    quiet = logging.getLogger("ncclrl")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        import io
+
+        got = _run_finetune(sub, io.StringIO())
+    finally:
+        quiet.setLevel(level)
+    return got
+
+
 def parse_args(argv: list[str]) -> DictConfig:
     """The command's config from ``key=value`` overrides (what ``ncclrl finetune`` composes)."""
     return parse(COMMAND, argv)
@@ -151,7 +217,7 @@ def main_finetune(args: DictConfig) -> int:
     return exit_code(run_finetune(args))
 
 
-def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
+def run_finetune(args: DictConfig, out=None) -> dict[str, Any]:
     """Run ``ncclrl finetune``; returns (and writes to ``out/summary.json``) what it did. SIGINT or
     SIGTERM at any point ends the job in flight (what it finished is stored); the run then decides
     and writes what its measurements support, and the summary says it was interrupted."""
@@ -164,7 +230,7 @@ def run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
     return summary
 
 
-def _run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
+def _run_finetune(args: DictConfig, out=None) -> dict[str, Any]:
     topo = load_topology(args["topology"])
     weights, notes = job_calls(str(args["profile"]), topo) if args.get("profile") else (None, [])
     colls = sorted({c for c, _ in weights}) if weights is not None else \
@@ -212,10 +278,6 @@ def _run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
             "args": OmegaConf.to_container(args) if isinstance(args, DictConfig) else dict(args),
             "nccl_version": topo.nccl.version, "wall_s": round(wall, 1)}
     paths = write_outcome(res, topo, problem.sizes, out_dir, prov, exact=weights is not None)
-    logger.info("# fine-tuned %s %s: %s; %d measurements in %d jobs, %s of a budget of %s, %.0f s; knobs: %s; "
-                "%d rows -> %s", topo.name, ",".join(N.COLLECTIVES[c] for c in colls), res.reason, res.measured,
-                ev.calls, format_gpu_s(ev.gpu_s), format_gpu_s(ev.budget), wall, knob_label(res.conf), len(res.rows),
-                paths["csv"])
     ev_ = res.evidence
     summary: dict[str, Any] = {"reason": res.reason, "measured": res.measured, "jobs": ev.calls,
                                "gpu_s": round(ev.gpu_s, 1), "budget_gpu_s": round(ev.budget, 1),
@@ -224,39 +286,48 @@ def _run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
                                "worst_size": ev_["worst_size"], "slower_sizes": ev_["slower_sizes"],
                                "interrupted": signal.Signals(ev.interrupted).name if ev.interrupted else None,
                                "failure": ev.failure or None}
+    names = ",".join(N.COLLECTIVES[c] for c in colls)
+    report = [f"ncclrl finetune: {topo.name} {names}, strategy={args['strategy']}, {_source(args, topo)}",
+              f"stopped: {res.reason}",
+              f"GPU-time spent: {format_gpu_s(ev.gpu_s)} in {plural(ev.calls, 'job')} ({res.measured} measurements) of "
+              f"a budget of {format_gpu_s(ev.budget)}; {wall:.0f} s of wall time here",
+              f"table: {paths['csv']}: {plural(len(res.rows), 'row')} replacing NCCL's choice; knob setting: "
+              f"{knob_label(res.conf)} ({paths['conf']})",
+              f"deploy on every rank: NCCLRL_TUNER_TABLE={paths['csv'].resolve()} "
+              f"NCCLRL_TUNER_TABLE_FINGERPRINT={_fingerprint(paths)} NCCL_CONF_FILE={paths['conf'].resolve()}"]
     if ev.interrupted or ev.failure:
         logger.warning("# %s: the table, nccl.conf and summary.json hold what the measurements so far support; "
                        "the same command resumes from the store %s", res.reason, args["store"])
     nz = ev_["noise"]
     if "phases" in ev_:  # screen, confirm: each row's own paired test; the model's noise played no part
-        logger.info("# each row was tested on its confirmation jobs alone, paired with NCCL's choice in each "
-                    "(finetune.json: rows[].confirmation; knob settings: evidence.phases)")
+        report.append("evidence: each row was tested on its confirmation jobs alone, paired with NCCL's choice in "
+                      "each (finetune.json: rows[].confirmation; knob settings: evidence.phases)")
     else:
-        logger.info("# noise fitted on %d repeated measurements over %d jobs: a job's shift sd %.3f, a point's sd %.3f "
-                    "(log time)%s", nz["dof"], nz["jobs"], nz["job_sd"], nz["point_sd"],
-                    "" if nz["fitted"] else " -- no repeated measurement: the prior's guesses (search.model.job_sigma, "
-                    "search.model.noise_sigma)")
+        report.append(f"noise fitted on {nz['dof']} repeated measurements over {plural(nz['jobs'], 'job')}: a job's "
+                      f"shift sd {nz['job_sd']:.3f}, a point's sd {nz['point_sd']:.3f} (log time)"
+                      + ("" if nz["fitted"] else " -- no repeated measurement: the prior's guesses "
+                         "(search.model.job_sigma, search.model.noise_sigma)"))
     w = ev_["worst_size"]
     if w is not None:
-        logger.info("# worst size of this table, measured: %s %d B %.3fx NCCL's defaults [95%% interval %.3f, %.3f]; "
-                    "%d size(s) slower beyond their interval", w["collective"], w["nbytes"], w["speedup"], w["lo"],
-                    w["hi"], len(ev_["slower_sizes"]))
+        report.append(f"worst size in the run's own jobs: {w['collective']} {format_bytes(w['nbytes'])} "
+                      f"{w['speedup']:.3f}x NCCL's defaults [95% interval {w['lo']:.3f}, {w['hi']:.3f}]; "
+                      f"{plural(len(ev_['slower_sizes']), 'size')} slower beyond their interval")
     twins = [r for r in res.rows if "twin" in r.get("confirmation", {})]
     if twins:
-        logger.info("# %d row(s) force what the replica says NCCL picks, yet measured faster than NCCL's own choice in "
-                    "their confirmation jobs (e.g. %s %d B %s): the replica and NCCL's decision differ there "
-                    "(finetune.json: rows[].confirmation.twin)", len(twins), twins[0]["collective"],
-                    twins[0]["nbytes"], "/".join(map(str, twins[0]["key"])))
+        report.append(f"{plural(len(twins), 'row')} force what the replica says NCCL picks, yet measured faster than "
+                      f"NCCL's own choice in their confirmation jobs (e.g. {twins[0]['collective']} "
+                      f"{format_bytes(twins[0]['nbytes'])} {'/'.join(map(str, twins[0]['key']))}): the replica and "
+                      "NCCL's decision differ there (finetune.json: rows[].confirmation.twin)")
     if ev_["sizes_unmeasured"]:
-        logger.info("# %d size(s) where NCCL's plain default was never measured: no speedup known there (they keep "
-                    "NCCL's choice)", ev_["sizes_unmeasured"])
+        report.append(f"{plural(ev_['sizes_unmeasured'], 'size')} where NCCL's plain default was never measured: no "
+                      "speedup known there (they keep NCCL's choice)")
     if weights is not None:
         st = res.evidence["step"]
         summary.update(profile=str(args["profile"]), profile_notes=notes, step=st)
-        logger.info("# the job's communication per step, predicted from the run's measurements: NCCL's defaults "
-                    "%.4g us, this table %.4g us: %.4g us saved [95%% interval %.4g, %.4g] (%.2f%%)",
-                    st["nccl_us_per_step"], st["table_us_per_step"], st["saved_us_per_step"], st["saved_lo"],
-                    st["saved_hi"], st["saved_pct"])
+        report.append(f"the job's communication per step, predicted from the run's measurements: NCCL's defaults "
+                      f"{format_time_us(st['nccl_us_per_step'])}, this table {format_time_us(st['table_us_per_step'])}"
+                      f": {format_time_us(st['saved_us_per_step'])} saved [95% interval "
+                      f"{format_time_us(st['saved_lo'])}, {format_time_us(st['saved_hi'])}] ({st['saved_pct']:.2f}%)")
     if isinstance(sweep, Instance):
         summary.update(grid_reference(sweep, res.conf, res.rows))
     elif sweep is not None:
@@ -275,16 +346,46 @@ def _run_finetune(args: DictConfig, out=sys.stdout) -> dict[str, Any]:
                        speedup_on_sweep_64_256MiB=big, speedup_on_sweep_bands=bands,
                        worst_size_on_sweep=min(per_size, key=lambda r: r["speedup"]) if per_size else None,
                        sizes_slower_on_sweep=sum(r["speedup"] < 1 for r in per_size))
-        logger.info("# on the sweep's own data: %.3fx vs the sweep optimum %.3fx (%.1f%%; the zero-shot table "
-                    "%.1f%%), with %d of %d measurements (%.1f%%)", got, ref["optimum"], 100 * got / ref["optimum"],
-                    100 * zgot / ref["optimum"], res.measured, ref["points"], 100 * res.measured / ref["points"])
+        if args.get("replay_noise", "fresh") == "fresh":
+            check = replay_validation(sweep, topo, replay_job_noise(topo, args["launch"]), int(args["replay_seed"]),
+                                      res.conf, res.rows, problem.sizes, int(args["samples"]), REPLAY_CHECK_JOBS,
+                                      weights)
+            if check:
+                summary["replay_check"] = check
+                cw = check["worst_size"]
+                per = "its calls per step" if weights is not None else "one call per size"
+                report.append(
+                    f"measured afresh ({REPLAY_CHECK_JOBS} new replayed jobs, each timing NCCL's defaults and the "
+                    f"table at every size, as ncclrl validate does on GPUs): {100 * check['saved']:.1f}% of the "
+                    f"communication time saved [95% interval {100 * check['saved_lo']:.1f}, "
+                    f"{100 * check['saved_hi']:.1f}] at {per}; worst size {cw['collective']} "
+                    f"{format_bytes(cw['nbytes'])} {cw['speedup']:.3f}x [95% interval {cw['lo']:.3f}, {cw['hi']:.3f}] "
+                    f"({'a row' if cw['row'] else 'left to NCCL: NCCL against itself'}); "
+                    f"{plural(len(check['slower_sizes']), 'size')} slower beyond their interval")
+        summary.update(share=_share(got, ref["optimum"]), zero_shot_share=_share(zgot, ref["optimum"]))
+        report.append(f"on the recording's truth (each point's pooled recorded median): {got:.3f}x NCCL's defaults "
+                      f"(geometric mean over sizes): {100 * summary['share']:.1f}% of the gain of the best table + "
+                      f"nccl.conf ({ref['optimum']:.3f}x); the simulator's zero-shot table "
+                      f"{100 * summary['zero_shot_share']:.1f}%; "
+                      f"{res.measured} of the sweep's {ref['points']} measurements "
+                      f"({100 * res.measured / ref['points']:.1f}%)")
         for name, x in bands.items():
             if x is not None and x < 1:
-                logger.warning("# SLOWER than NCCL's defaults on the sweep's own data at %s: %.3fx", name, x)
+                logger.warning("# SLOWER than NCCL's defaults on the recording's truth at %s: %.3fx", name, x)
         if summary["worst_size_on_sweep"] is not None:
             w = summary["worst_size_on_sweep"]
-            logger.info("# worst size on the sweep's own data: %s %d B %.3fx; %d size(s) slower than NCCL's defaults "
-                        "there", w["collective"], w["nbytes"], w["speedup"], summary["sizes_slower_on_sweep"])
+            report.append(f"worst size on the recording's truth: {w['collective']} {format_bytes(w['nbytes'])} "
+                          f"{w['speedup']:.3f}x; {plural(summary['sizes_slower_on_sweep'], 'size')} slower than "
+                          "NCCL's defaults there")
+    for other in list(args.get("compare") or []):
+        summary.setdefault("compare", {})[other] = got_ = _compare(args, other)
+        report.append(f"strategy={other} on the same replay, budget and noise seed ({_strategy_name(other)}): "
+                      + (f"{got_['speedup_on_sweep']:.3f}x on the truth ({100 * got_['share']:.1f}% of the best's "
+                         "gain), " if got_.get("speedup_on_sweep") is not None else "")
+                      + f"{plural(got_['rows'], 'row')}, {format_gpu_s(got_['gpu_s'])} in {plural(got_['jobs'], 'job')}"
+                      + (f"; measured afresh {100 * got_['replay_check']['saved']:.1f}% saved"
+                         if got_.get("replay_check") else ""))
+    print("\n".join(report), file=out or sys.stdout, flush=True)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary
 

@@ -29,7 +29,7 @@ from ncclrl.envs.grids import PUBLIC_GRIDS, GridWorkers, read_grid, read_public_
 from ncclrl.envs.jobs import LaunchConfig
 from ncclrl.envs.live import LAUNCHES, require_gpus
 from ncclrl.envs.measure import measure_whole
-from ncclrl.envs.replay import ReplayWorkers, recorded_sweep
+from ncclrl.envs.replay import ReplayWorkers, recorded_sweep, replay_job_noise, shipped_recording, shipped_recordings
 from ncclrl.envs.store import Store
 from ncclrl.envs.torch_workers import LOADS, NVLS, TableWorkers
 
@@ -157,7 +157,13 @@ class TunedLiveConfig(LiveConfig):
     """Keys of the commands that tune on a live or replayed platform and export a table.
 
     :param backend: torch (PyTorch workers on this machine's GPUs) or replay (answers from a recorded sweep)
-    :param replay_store: backend=replay: the store holding the exhaustive sweep to replay
+    :param replay_store: backend=replay: the store holding the exhaustive sweep to replay (empty: the
+        recording of the topology that ships with ncclrl, where there is one: h200-2x2-sock)
+    :param replay_noise: backend=replay with a store: fresh (every replayed job a fresh draw of the host's
+        fitted job noise around each point's recorded truth, so a point measured again is an independent
+        job) or recorded (the recorded jobs' own samples, in their order: a point recorded once answers
+        every repeat alike)
+    :param replay_seed: backend=replay, replay_noise=fresh: the seed of the replayed jobs' noise
     :param grid: backend=replay: a measured grid to replay instead of a store: its files (nccl-tests
         outputs under forced configurations, NVIDIA's example-plugin CSV, nccl-tests rows as CSV, a
         training-step proxy CSV) or the name of a public grid in the shared data; the grid's own
@@ -172,6 +178,8 @@ class TunedLiveConfig(LiveConfig):
     topology: str = ""
     backend: str = "torch"
     replay_store: str = ""
+    replay_noise: str = "fresh"
+    replay_seed: int = 0
     grid: list[str] = field(default_factory=list)
     grid_default: list[str] = field(default_factory=lambda: ["auto"])
     out: str = "runs/finetune"
@@ -189,9 +197,17 @@ class TunedLiveConfig(LiveConfig):
             raise ConfigError("grid", "a measured grid is replayed: set backend=replay")
         if self.grid and self.replay_store:
             raise ConfigError("grid", "give a grid or replay_store=, not both")
-        if self.backend == "replay" and not self.grid and not Path(self.replay_store).is_file():
-            raise ConfigError("replay_store", f"backend=replay needs an existing sweep store (or grid=FILE), got "
-                              f"{self.replay_store!r}")
+        if self.replay_noise not in ("fresh", "recorded"):
+            raise ConfigError("replay_noise", f"allowed: fresh, recorded; got {self.replay_noise!r}")
+        if self.replay_seed < 0:
+            raise ConfigError("replay_seed", f"must be >= 0, got {self.replay_seed}")
+        if self.backend == "replay" and not self.grid:
+            if not self.replay_store:
+                shipped_recording(load_topology(self.topology).name)
+            elif not Path(self.replay_store).is_file():
+                raise ConfigError("replay_store", f"no store at {self.replay_store!r}: name a store of a recorded "
+                                  f"sweep, or leave replay_store= empty for the recording that ships with ncclrl "
+                                  f"({', '.join(shipped_recordings())})")
         if self.grid:
             grid_instance(self.grid, self.grid_default, load_topology(self.topology))
         LiveConfig.check(self)
@@ -275,8 +291,11 @@ def live_problem(args: DictConfig, topo: Topology, colls: list[int],
                else "set min_bytes/max_bytes/collectives to what it measured")
         raise ConfigError("replay_store", f"the sweep lacks NCCL's defaults at {len(missing)} sizes, e.g. "
                           f"{missing[0][0]} {missing[0][1]} B; {fix}")
+    # replayed with fresh noise a point can be measured in any number of jobs; with the recorded
+    # samples only in as many as were recorded (the next repeat would answer alike)
+    fresh = args.get("replay_noise", "fresh") == "fresh"
     return Problem(topo, colls, sizes, knobs, available=set(recorded),
-                   repeats={x: len(v) for x, v in recorded.items()}, weights=weights), sweep
+                   repeats=None if fresh else {x: len(v) for x, v in recorded.items()}, weights=weights), sweep
 
 
 def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep=None):
@@ -296,6 +315,14 @@ def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep
         replay = recorded_sweep(args["replay_store"], topo, args["launch"], ("sweep", "sweep-repeat"), status="ok")
     journal = stored_journal(store, topo.name, args["backend"])
     reused = [0]
+    noise = rng = None
+    if not live and not isinstance(replay, Instance) and args.get("replay_noise", "fresh") == "fresh":
+        noise = replay_job_noise(topo, args["launch"])
+        # one stream per run: the n-th replayed job of a seed draws the same noise, a new seed new noise
+        rng = np.random.default_rng([int(args.get("replay_seed", 0)), 0x6e63636c])
+        logger.info("# replaying %s with fresh job noise (%s, seed %d) around each point's recorded truth",
+                    args["replay_store"] or f"the recording of {topo.name} that ships with ncclrl",
+                    noise.source, int(args.get("replay_seed", 0)))
 
     def measure(knobs: Point, points: list[Point], samples: int, tag: str) -> list[list[float] | None]:
         got: list[Any] = []
@@ -316,7 +343,8 @@ def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep
             if isinstance(replay, Instance):
                 w = GridWorkers(replay.problem.grid, knobs, seen)
             else:
-                w = ReplayWorkers(replay, knobs, seen) if replay is not None else live_workers(args, topo, knobs)
+                w = ReplayWorkers(replay, knobs, seen, noise, rng) if replay is not None \
+                    else live_workers(args, topo, knobs)
             t0 = time.monotonic()
             try:
                 res = measure_whole(w, [points[i] for i in todo], store, topo.name, backend=args["backend"],
@@ -337,9 +365,14 @@ def make_measure(args: DictConfig, topo: Topology, store: Store, bar=None, sweep
                           for p in points]  # a job's points are distinct: a stored row is its first
         todo = [i for i, g in enumerate(got) if g is MISSING]
         if todo:
-            w = GridWorkers(replay.problem.grid, knobs, dict(seen)) if isinstance(replay, Instance) \
-                else ReplayWorkers(replay, knobs, dict(seen))
-            for i, r in zip(todo, w.measure([points[i] for i in todo], samples=samples), strict=True):
+            if isinstance(replay, Instance):
+                got_ = GridWorkers(replay.problem.grid, knobs, dict(seen)).measure([points[i] for i in todo],
+                                                                                   samples=samples)
+            elif noise is not None:  # a fresh job answers around the truth: its cost, without drawing
+                got_ = ReplayWorkers(replay, knobs).expected([points[i] for i in todo], samples=samples)
+            else:
+                got_ = ReplayWorkers(replay, knobs, dict(seen)).measure([points[i] for i in todo], samples=samples)
+            for i, r in zip(todo, got_, strict=True):
                 got[i] = r
         return got
 
@@ -392,8 +425,12 @@ def sweep_reference(frame, topo: Topology, sizes: dict[int, list[int]],
     nccl.conf can reach in that space."""
     df = frame[frame.status == "ok"]
     key = df[list(KNOB_FIELDS)].astype(int).astype(str).agg("/".join, axis=1)
-    med = {(r.collective, int(r.nbytes), r.algo, r.proto, int(r.channels), k): float(r.median_us)
-           for r, k in zip(df.itertuples(index=False), key, strict=True)}
+    # a point's truth: the geometric mean of its recorded jobs' medians, as a fresh replay draws around
+    logs: dict[tuple, list[float]] = {}
+    for r, k in zip(df.itertuples(index=False), key, strict=True):
+        logs.setdefault((r.collective, int(r.nbytes), r.algo, r.proto, int(r.channels), k), []).append(
+            float(np.log(np.median(r.samples_us))))
+    med = {x: float(np.exp(np.mean(v))) for x, v in logs.items()}
     out: dict[str, Any] = {"per_conf": {}, "points": int(len(df)), "_weights": weights}
     for k in sorted(set(key)):
         pairs = []
@@ -481,3 +518,58 @@ def exit_code(summary: dict[str, Any]) -> int:
     if summary.get("interrupted"):
         return 128 + int(getattr(signal.Signals, summary["interrupted"]))
     return 1 if summary.get("failure") else 0
+
+
+def replay_validation(sweep, topo: Topology, noise, seed: int, conf: Point, rows: list[dict],
+                      sizes: dict[int, list[int]], samples: int, jobs: int = 10,
+                      weights: dict[tuple[int, int], float] | None = None) -> dict[str, Any]:
+    """The exported table measured afresh on a replay, as ``ncclrl validate`` measures it on GPUs:
+    ``jobs`` fresh replayed jobs, each measuring NCCL's plain defaults and the table (+ its knob
+    setting) at every size, ``samples`` calls per point; per size the speedup of the table (the
+    geometric mean over jobs of the ratio of job medians) with its 95% Student-t interval, and the
+    share of communication time saved (one call per size, or the profile's calls: ``weights``) with
+    its interval over jobs. Its noise stream is its own: it changes nothing the run drew."""
+    from scipy import stats
+
+    truth = ReplayWorkers(sweep, conf)
+    base_knobs = (0,) * len(KNOB_FIELDS)
+    by = {(r["collective"], int(r["nbytes"])): tuple(r["key"]) for r in rows}
+    cells = [(c, s) for c in sorted(sizes) for s in sizes[c]]
+    base_t, tab_t, keep = [], [], []
+    for c, s in cells:
+        name = N.COLLECTIVES[c]
+        b = truth.truth_us((name, s, "default", "default", 0, *base_knobs))
+        t = truth.truth_us((name, s, *by.get((name, s), ("default", "default", 0)), *map(int, conf.knobs)))
+        if b is not None and t is not None:
+            base_t.append(b)
+            tab_t.append(t)
+            keep.append((c, s))
+    if not keep:
+        return {}
+    nb = np.array([s for _c, s in keep], dtype=float)
+    w = np.array([weights[x] if weights else 1.0 for x in keep])
+    rng = np.random.default_rng([int(seed), 0x76616C])
+    same_job = not any(conf.knobs)  # one job measures both when the table keeps NCCL's knob defaults
+    logr = np.empty((jobs, len(keep)))
+    saved = np.empty(jobs)
+    for j in range(jobs):
+        if same_job:
+            x = noise.draw_job(np.r_[base_t, tab_t], np.r_[nb, nb], samples, rng)
+            b, t = x[: len(keep)], x[len(keep):]
+        else:
+            b = noise.draw_job(base_t, nb, samples, rng)
+            t = noise.draw_job(tab_t, nb, samples, rng)
+        mb, mt = np.median(b, axis=1), np.median(t, axis=1)
+        logr[j] = np.log(mb) - np.log(mt)
+        saved[j] = 1.0 - float(np.dot(w, mt) / np.dot(w, mb))
+    q = float(stats.t.ppf(0.975, jobs - 1))
+    m, se = logr.mean(axis=0), logr.std(axis=0, ddof=1) / np.sqrt(jobs)
+    per_size = [{"collective": N.COLLECTIVES[c], "nbytes": int(s), "speedup": float(np.exp(m[i])),
+                 "lo": float(np.exp(m[i] - q * se[i])), "hi": float(np.exp(m[i] + q * se[i])),
+                 "row": (N.COLLECTIVES[c], int(s)) in by}
+                for i, (c, s) in enumerate(keep)]
+    sm, ss = float(saved.mean()), float(saved.std(ddof=1) / np.sqrt(jobs))
+    worst = min(per_size, key=lambda r: r["speedup"])
+    return {"jobs": jobs, "samples": samples, "saved": sm, "saved_lo": sm - q * ss, "saved_hi": sm + q * ss,
+            "worst_size": worst, "slower_sizes": [r for r in per_size if r["hi"] < 1.0], "per_size": per_size,
+            "weighted": weights is not None}

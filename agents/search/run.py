@@ -17,6 +17,7 @@ from ncclrl.agents.search.model import Model, ModelConfig, fit_noise, measuremen
 from ncclrl.agents.search.space import GAIN_SCALE, N_FEATURES, Space, _cdf, _phi
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import format_gpu_s
+from ncclrl.costmodel.units import plural
 
 # -- the run -----------------------------------------------------------------------------------
 
@@ -333,8 +334,9 @@ class Search:
         if self.ev.stop_reason and reason == "budget spent":
             reason = self.ev.stop_reason
         t = self.table
-        self.log(f"# {reason}: {self.ev.points} points measured in {self.ev.calls} jobs, "
-                 f"{format_gpu_s(self.ev.gpu_s)}; {len(t.rows)} rows, knob setting {t.knob}")
+        knobs = " ".join(f"{k}={v}" for k, v in self.problem.knobs[t.knob].env().items()) or "NCCL's defaults"
+        self.log(f"# {reason}: {plural(self.ev.points, 'point')} measured in {plural(self.ev.calls, 'job')}, "
+                 f"{format_gpu_s(self.ev.gpu_s)}; {plural(len(t.rows), 'row')}, knobs: {knobs}")
         return Result(self.space.decision(t.knob, t.rows), t, self.zs, reason, self.ev.points, self.rounds,
                       self.history)
 
