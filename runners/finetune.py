@@ -352,19 +352,21 @@ def _run_finetune(args: DictConfig, out=None) -> dict[str, Any]:
                                       weights)
             if check:
                 summary["replay_check"] = check
-                cw = check["worst_size"]
+                rowed = [r for r in check["per_size"] if r["row"]]
+                cw = min(rowed, key=lambda r: r["speedup"]) if rowed else None
                 per = "its calls per step" if weights is not None else "one call per size"
                 report.append(
                     f"measured afresh ({REPLAY_CHECK_JOBS} new replayed jobs, each timing NCCL's defaults and the "
                     f"table at every size, as ncclrl validate does on GPUs): {100 * check['saved']:.1f}% of the "
                     f"communication time saved [95% interval {100 * check['saved_lo']:.1f}, "
-                    f"{100 * check['saved_hi']:.1f}] at {per}; worst size {cw['collective']} "
-                    f"{format_bytes(cw['nbytes'])} {cw['speedup']:.3f}x [95% interval {cw['lo']:.3f}, {cw['hi']:.3f}] "
-                    f"({'a row' if cw['row'] else 'left to NCCL: NCCL against itself'}); "
-                    f"{plural(len(check['slower_sizes']), 'size')} slower beyond their interval")
+                    f"{100 * check['saved_hi']:.1f}] at {per}; "
+                    + (f"worst row {cw['collective']} {format_bytes(cw['nbytes'])} {cw['speedup']:.3f}x [95% interval "
+                       f"{cw['lo']:.3f}, {cw['hi']:.3f}]; " if cw else "no row; ")
+                    + f"{plural(len(check['slower_sizes']), 'size')} slower beyond their interval")
         summary.update(share=_share(got, ref["optimum"]), zero_shot_share=_share(zgot, ref["optimum"]))
         report.append(f"on the recording's truth (each point's pooled recorded median): {got:.3f}x NCCL's defaults "
-                      f"(geometric mean over sizes): {100 * summary['share']:.1f}% of the gain of the best table + "
+                      f"({'its communication time per step' if weights is not None else 'geometric mean over sizes'}): "
+                      f"{100 * summary['share']:.1f}% of the gain of the best table + "
                       f"nccl.conf ({ref['optimum']:.3f}x); the simulator's zero-shot table "
                       f"{100 * summary['zero_shot_share']:.1f}%; "
                       f"{res.measured} of the sweep's {ref['points']} measurements "
