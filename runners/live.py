@@ -46,7 +46,9 @@ class LiveConfig:
     :param min_bytes: the smallest size (8, 64K, 1M, ...)
     :param max_bytes: the largest size
     :param samples: timed calls per point in a job; the job's median is what counts
-    :param timing: eager (calls issued one by one) or graph (captured in a CUDA graph)
+    :param timing: eager (calls issued one by one, as a training step issues them) or graph (captured in a
+        CUDA graph: the kernels' time without the launch cost); sweep, finetune and validate share their
+        defaults for timing, samples and timeout_s, so their measurements of one point compare
     :param timeout_s: a job that makes no progress for this many seconds (>= 1) is stopped, its point recorded as
         hung
     :param store: the SQLite measurement store every measurement goes to (resumable)
@@ -64,13 +66,13 @@ class LiveConfig:
 
     defaults: list[Any] = field(default_factory=lambda: ["_self_", {"launcher": "local"}])
 
-    topology: str = "h200-1x4"
+    topology: str = ""
     collectives: list[str] = field(default_factory=lambda: ["allreduce"])
     min_bytes: str = "8"
     max_bytes: str = "256M"
-    samples: int = 7
-    timing: str = "graph"
-    timeout_s: float = 300.0
+    samples: int = 5
+    timing: str = "eager"
+    timeout_s: float = 120.0
     store: str = "runs/store.sqlite"
     launch: str = "nccl"
     launcher: LaunchConfig = field(default_factory=LaunchConfig)
@@ -100,6 +102,9 @@ class LiveConfig:
             raise ConfigError("samples", f"must be >= 1, got {self.samples}")
         if self.timeout_s <= 0:
             raise ConfigError("timeout_s", f"must be > 0, got {self.timeout_s}")
+        if not self.topology:
+            raise ConfigError("topology", "required: the platform the GPUs form (a preset name from ncclrl topologies, "
+                              "or a topology YAML)")
 
 
 def launcher_of(args: DictConfig) -> LaunchConfig:
@@ -175,7 +180,6 @@ class TunedLiveConfig(LiveConfig):
     :param out: the folder the table, nccl.conf and the run's summary go to
     """
 
-    topology: str = ""
     backend: str = "torch"
     replay_store: str = ""
     replay_noise: str = "fresh"
@@ -183,9 +187,6 @@ class TunedLiveConfig(LiveConfig):
     grid: list[str] = field(default_factory=list)
     grid_default: list[str] = field(default_factory=lambda: ["auto"])
     out: str = "runs/finetune"
-    samples: int = 5
-    timing: str = "eager"
-    timeout_s: float = 120.0
     store: str = "runs/finetune.sqlite"
 
     def check(self) -> None:

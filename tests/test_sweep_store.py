@@ -184,10 +184,10 @@ def test_no_gpu_is_one_line_exit_2_and_the_store_keeps_nothing_half_done(tmp_pat
 
 
 @pytest.mark.parametrize("argv,field", [(["grid=huge"], "grid"), (["backend=mpi"], "backend"),
-                                        (["colour=red"], "colour"), (["topology"], "sweep")])
+                                        (["colour=red"], "colour"), (["topology"], "sweep"), ([], "topology")])
 def test_bad_sweep_arguments(argv, field):
     with pytest.raises(ConfigError, match=field):
-        parse_args(argv)
+        parse_args(argv if field in ("topology", "colour", "sweep") else ["topology=h200-1x4", *argv])
 
 
 def test_point_env():
