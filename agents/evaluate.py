@@ -91,27 +91,9 @@ def band_report(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def s_curve_plot(df: pd.DataFrame, sim: Simulator, path: Path) -> Path:
-    import matplotlib
+    """The table's S-curves as the simulator predicts them, per collective: bus bandwidth of NCCL's
+    defaults, the table and the optimum, and the table's speedup with the sizes predicted slower
+    (:func:`ncclrl.agents.plots.plot_s_curve`)."""
+    from ncclrl.agents.plots import plot_s_curve
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colls = list(df["collective"].unique())
-    fig, axes = plt.subplots(1, len(colls), figsize=(4 * len(colls), 3.4), squeeze=False)
-    for ax, name in zip(axes[0], colls, strict=True):
-        sub = df[df["collective"] == name]
-        bf = N.bus_factor(N.COLLECTIVES.index(name), sim.topo.nranks)
-        for col, label, style in (("default_time_us", "NCCL default", "-"), ("time_us", "ncclrl table", "-"),
-                                  ("optimum_time_us", "exhaustive optimum", ":")):
-            ax.plot(sub["nbytes"], sub["nbytes"] * bf / sub[col] / 1e3, style, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_title(f"{name} on {sim.topo.name}")
-        ax.set_xlabel("size (bytes)")
-        ax.set_ylabel("bus bandwidth (GB/s)")
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return plot_s_curve(df, sim.topo.name, sim.topo.nranks, path)["path"]
