@@ -397,25 +397,47 @@ def summarize(df: pd.DataFrame, ref: str = "jobs") -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def method_styles(methods: list[str], ref: str) -> dict[str, dict[str, Any]]:
+    """How the benchmark plot draws each method: ``ref`` black, thick, on top (every other is
+    compared with it); NCCL's defaults (``default``) dark grey, dash-dotted; the rest in saturated
+    colours (none pale), dashed, thin."""
+    palette = [f"tab:{c}" for c in ("blue", "orange", "green", "red", "purple", "brown", "pink", "olive", "cyan")] \
+        + ["#1b3a6b", "#8c2d04", "#00441b", "#54278f", "#67000d"]
+    out, k = {}, 0
+    for m in methods:
+        if m == ref:
+            out[m] = {"color": "black", "fmt": "-o", "ms": 6, "lw": 2.6, "zorder": 5}
+        elif m == "default":
+            out[m] = {"color": "0.35", "fmt": "-.x", "ms": 5, "lw": 1.2, "zorder": 4}
+        else:
+            out[m] = {"color": palette[k % len(palette)], "fmt": "--.", "ms": 4, "lw": 0.9, "zorder": 3}
+            k += 1
+    return out
+
+
 def plot(s: pd.DataFrame, path: Path, ref: str = "jobs") -> Path:
     """Per set (a column each): the fraction of the optimum against the GPU-minutes budgeted (mean
-    over the set's problems, log scale), every method with its 95% interval over problems (top), and
-    ``ref`` minus each method paired by problem with its 95% interval, a line at 0 (bottom; only when
-    the summary has the paired differences). A budget's methods are spread sideways so their bars
+    over the set's problems, log scale), every method with its 95% interval over problems (top);
+    ``ref`` minus each method paired by problem with its 95% interval, a line at 0 (middle; only when
+    the summary has the paired differences); and the sizes each method made slower than NCCL's
+    defaults (bottom: per method and budget, the most sizes one run left more than 1% slower, and
+    the worst per-size speedup of any run, red the lower it is). ``ref`` is drawn black and thickest
+    and NCCL's defaults (``default``) dark grey; a budget's methods are spread sideways so their bars
     stay apart. The error bars' line collections carry ``gid`` ``fraction:<method>`` and
-    ``diff:<method>``."""
-    import matplotlib
+    ``diff:<method>``, the slower-size grid's image ``slower:<set>``."""
+    from ncclrl.agents.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     sets = list(dict.fromkeys(s["set"]))
     methods = list(dict.fromkeys(s["method"]))
     paired = "diff" in s.columns and s["diff"].notna().any()
-    nrow = 2 if paired else 1
-    fig, axes = plt.subplots(nrow, len(sets), figsize=(4.6 * len(sets) + 1.8, 3.6 * nrow + 0.6), squeeze=False,
-                             sharey="row")
-    colors = {m: plt.get_cmap("tab20")(i % 20) for i, m in enumerate(methods)}
+    nrow = 3 if paired else 2
+    ratios = [3.2, 2.6, 0.5 + 0.24 * len(methods)][-nrow:] if paired else [3.2, 0.5 + 0.24 * len(methods)]
+    fig, axes = plt.subplots(nrow, len(sets), figsize=(4.8 * len(sets) + 2.4, sum(ratios) + 1.2), squeeze=False,
+                             gridspec_kw={"height_ratios": ratios})
+    for a in axes[:-1].flat:  # the curves share y per row; the slower-size grid below keeps its own
+        a.sharey(axes[0][0] if a in axes[0] else axes[1][0])
+    style = method_styles(methods, ref)
     spread = {m: 1.0 + 0.012 * (i - (len(methods) - 1) / 2) for i, m in enumerate(methods)}
     idle = {m for m in methods if (s.loc[s["method"] == m, "points"] == 0).all()}
     for k, st in enumerate(sets):
@@ -424,11 +446,13 @@ def plot(s: pd.DataFrame, path: Path, ref: str = "jobs") -> Path:
         ax = axes[0][k]
         for method, g in sub.groupby("method", sort=False):
             g = g.assign(x=[max(at[b], 1e-3) * spread[method] for b in g["budget"]]).sort_values("x")
-            ours = method == ref
+            st_ = style[method]
+            name = "NCCL's defaults (default)" if method == "default" else method
+            note = " (reference)" if method == ref else ""
+            note += " (measures nothing: flat in budget)" if method in idle else ""
             bars = ax.errorbar(g["x"], g["fraction"], yerr=[g["fraction"] - g["lo"], g["hi"] - g["fraction"]],
-                               fmt="-o" if ours else "--.", ms=6 if ours else 4, lw=1.8 if ours else 0.9,
-                               capsize=2, color=colors[method], zorder=3 if ours else 2,
-                               label=method + (" (measures nothing: flat in budget)" if method in idle else ""))
+                               fmt=st_["fmt"], ms=st_["ms"], lw=st_["lw"], capsize=2, color=st_["color"],
+                               zorder=st_["zorder"], label=(method if method != "default" else name) + note)
             bars.lines[2][0].set_gid(f"fraction:{method}")
         n = int(sub["problems"].max())
         rough = " (intervals over so few are rough)" if n < 5 else ""
@@ -440,24 +464,55 @@ def plot(s: pd.DataFrame, path: Path, ref: str = "jobs") -> Path:
             for method, g in sub[sub["diff"].notna()].groupby("method", sort=False):
                 g = g.assign(x=[max(at[b], 1e-3) * spread[method] for b in g["budget"]]).sort_values("x")
                 dx.errorbar(g["x"], g["diff"], yerr=[g["diff"] - g["diff_lo"], g["diff_hi"] - g["diff"]], fmt="o",
-                            ms=3, capsize=2, color=colors[method]).lines[2][0].set_gid(f"diff:{method}")
-            dx.axhline(0, color="black", lw=0.8, zorder=0)
+                            ms=3, capsize=2, color=style[method]["color"]).lines[2][0].set_gid(f"diff:{method}")
+            dx.axhline(0, color="black", lw=1.2, zorder=0)
             dx.grid(alpha=0.3)
             dx.set_xscale("log")
-        for a in axes[:, k]:
+        for a in axes[:-1, k]:
             a.set_xticks(list(at.values), [f"{b}\n{v:.3g}" for b, v in at.items()], fontsize=7)
             a.minorticks_off()
+        _slower_grid(axes[-1][k], sub, methods, list(at.index), ref, st)
     axes[0][0].set_ylabel("fraction of the optimum\n(mean over problems of the median\nover seeds, 95% interval)")
     if paired:
         axes[1][0].set_ylabel(f"{ref} minus the method\n(paired by problem, 95% interval;\n> 0: {ref} better)")
-    for ax in axes[-1]:
-        ax.set_xlabel("budget: GPU-minutes per problem (mean over the set)")
+    for ax in axes[-2]:
+        ax.set_xlabel("budget per problem: GPU-minutes (mean over the set)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 0.95), frameon=False)
+    fig.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 0.97), frameon=False)
+    fig.suptitle("Every tuner under the same GPU-time budgets (judged on each problem's truth)", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def _slower_grid(ax, sub: pd.DataFrame, methods: list[str], budgets: list[str], ref: str, st: str) -> None:
+    """Per method (rows) and budget (columns): the most sizes one run made more than 1% slower than
+    NCCL's defaults, and the worst per-size speedup of any run, the cell redder the lower it is."""
+    worst = np.full((len(methods), len(budgets)), np.nan)
+    slower = np.full((len(methods), len(budgets)), -1)
+    for r in sub.itertuples(index=False):
+        i, j = methods.index(r.method), budgets.index(r.budget)
+        worst[i, j], slower[i, j] = float(r.worst), int(r.slower_max)
+    shade = np.clip((1.0 - np.nan_to_num(worst, nan=1.0)) / 0.75, 0.0, 1.0)  # 1x white .. 0.25x full red
+    ax.imshow(shade, cmap="Reds", vmin=0.0, vmax=1.25, aspect="auto").set_gid(f"slower:{st}")
+    for i in range(len(methods)):
+        for j in range(len(budgets)):
+            if slower[i, j] < 0:
+                continue
+            text = "0" if slower[i, j] == 0 and worst[i, j] >= 0.99 else f"{slower[i, j]}, worst {worst[i, j]:.2f}x"
+            ax.text(j, i, text, ha="center", va="center", fontsize=7,
+                    color="white" if shade[i, j] > 0.8 else "black",
+                    fontweight="bold" if methods[i] == ref else "normal")
+    ax.set_xticks(range(len(budgets)), budgets, fontsize=7)
+    ax.set_yticks(range(len(methods)), methods, fontsize=7)
+    for t in ax.get_yticklabels():
+        if t.get_text() == ref:
+            t.set_fontweight("bold")
+    ax.tick_params(length=0)
+    ax.set_xlabel("budget per problem (sweeps of the problem)")
+    ax.set_title("sizes made > 1% slower than NCCL's defaults (most in one run)\n"
+                 "and the worst size's speedup (any run); 0: none slower", fontsize=8)
 
 
 def benchmark(cfg: DictConfig) -> pd.DataFrame:
