@@ -8,10 +8,12 @@ Each side runs ``rounds`` jobs in the order default, table, table, default, ... 
 sides see the same machine drift and neither always runs first. Every job is one launch of
 :mod:`ncclrl.envs.e2e_worker` through the launcher that trains with DDP, then with FSDP (a fresh
 model each); rank 0 reports the slowest rank's time of each timed step. Per side and mode the
-step time is the median of every timed step of its jobs, with a 95% interval from a bootstrap
-that resamples jobs, then steps within each job. The ratio's 95% interval (table / default) comes
-from the rounds: a t interval (df = rounds - 1) of the mean log ratio of each round's two jobs'
-median steps, so jobs are the unit and the drift between rounds cancels. On simulated runs with
+step time is the geometric mean over its jobs of each job's median step, with a 95% interval from
+a bootstrap that resamples jobs, then steps within each job. The ratio (table / default) is the
+geometric mean of each round's ratio of its two jobs' median steps, which is exactly the table's
+step time over the default's, so the ratio always points the way the two step times do; its 95%
+interval is a t interval (df = rounds - 1) of the rounds' mean log ratio, so jobs are the unit and
+the drift between rounds cancels. On simulated runs with
 both sides the same it called a tie a win or a loss in 2-6% of the runs (5% expected), where the
 job-and-step bootstrap did so in up to 14% with 3 rounds (``benchmarks/e2e_interval_coverage.py``). The table's side is
 faster when the ratio's interval lies below 1, slower when it lies above 1, else it is a tie.
@@ -35,6 +37,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from ncclrl.agents.plots import job_center, plot_step_times
 from ncclrl.costmodel.errors import ConfigError, JobError
 from ncclrl.costmodel.table import CONF_KEYS, fingerprint, parse_example_rows, read_conf_env
 from ncclrl.costmodel.topology import load_topology
@@ -168,14 +171,16 @@ STATS = {"median": np.median, "mean": np.mean}
 
 
 def bootstrap_median(jobs: list[np.ndarray], rng: np.random.Generator, n_boot: int = N_BOOT,
-                     stat: str = "median") -> np.ndarray:
-    """``n_boot`` bootstrap replicates of the median (or ``stat``) of all steps: each resamples the
-    jobs (with replacement), then the steps within each chosen job."""
+                     stat: str = "median", per_job: bool = False) -> np.ndarray:
+    """``n_boot`` bootstrap replicates of the median (or ``stat``) of all steps (``per_job``: of the
+    geometric mean over the jobs of each job's ``stat``): each resamples the jobs (with
+    replacement), then the steps within each chosen job."""
     f = STATS[stat]
     out = np.empty(n_boot)
     for b in range(n_boot):
         pick = rng.integers(0, len(jobs), len(jobs))
-        out[b] = f(np.concatenate([rng.choice(jobs[j], jobs[j].size) for j in pick]))
+        steps = [rng.choice(jobs[j], jobs[j].size) for j in pick]
+        out[b] = job_center(steps, stat) if per_job else f(np.concatenate(steps))
     return out
 
 
@@ -201,30 +206,38 @@ def paired_t_ratio(default_jobs: list[np.ndarray], table_jobs: list[np.ndarray],
 
 def summarize(default_jobs: list[list[float]], table_jobs: list[list[float]], seed: int = 0,
               method: str = "paired-t", n_boot: int = N_BOOT, stat: str = "median") -> dict[str, Any]:
-    """Each side's median step time (ms) with its 95% interval (bootstrap: jobs, then steps), the
-    ratio table/default with its own (``method``: ``paired-t`` over the rounds: the geometric mean
-    of the rounds' ratios; or ``bootstrap``: the ratio of the pooled medians), and the verdict:
-    ``faster`` (interval below 1), ``slower`` (above 1), ``tie``, or ``undecided`` (one round).
-    ``stat="mean"`` compares mean steps instead (a job's total time: every step, slow ones included)."""
+    """Each side's step time (ms) with its 95% interval (bootstrap: jobs, then steps), the ratio
+    table/default with its own (``method``: ``paired-t`` over the rounds, or ``bootstrap``), and the
+    verdict: ``faster`` (interval below 1), ``slower`` (above 1), ``tie``, or ``undecided`` (one
+    round). A side's step time is what its ratio is made of, so the ratio is exactly the table's
+    over the default's: under ``paired-t`` the geometric mean over its jobs of each job's median
+    step (the ratio: the geometric mean of the rounds' ratios), under ``bootstrap`` the median of
+    all its steps (the ratio: of the pooled medians). ``pooled_ms`` is the median of all its steps
+    under either. ``stat="mean"`` compares mean steps instead (a job's total time: every step,
+    slow ones included)."""
     rng = np.random.default_rng(seed)
     f = STATS[stat]
     a = [np.asarray(j, float) for j in default_jobs]
     b = [np.asarray(j, float) for j in table_jobs]
-    boot_a, boot_b = bootstrap_median(a, rng, n_boot, stat), bootstrap_median(b, rng, n_boot, stat)
-    med_a, med_b = float(f(np.concatenate(a))), float(f(np.concatenate(b)))
+    per_job = method == "paired-t"
+    boot_a = bootstrap_median(a, rng, n_boot, stat, per_job)
+    boot_b = bootstrap_median(b, rng, n_boot, stat, per_job)
 
-    def side(med: float, boot: np.ndarray, jobs: list[np.ndarray]) -> dict[str, Any]:
+    def side(boot: np.ndarray, jobs: list[np.ndarray]) -> dict[str, Any]:
         lo, hi = np.percentile(boot, [2.5, 97.5])
-        return {"step_time_ms": med, "ci_lo_ms": float(lo), "ci_hi_ms": float(hi), "jobs": len(jobs),
-                "steps": int(sum(j.size for j in jobs)), "job_medians_ms": [float(np.median(j)) for j in jobs]}
+        pooled = float(f(np.concatenate(jobs)))
+        return {"step_time_ms": job_center(jobs, stat) if per_job else pooled, "ci_lo_ms": float(lo),
+                "ci_hi_ms": float(hi), "pooled_ms": pooled, "jobs": len(jobs), "steps": int(sum(j.size for j in jobs)),
+                "job_medians_ms": [float(np.median(j)) for j in jobs]}
 
-    if method == "paired-t":
+    sa, sb = side(boot_a, a), side(boot_b, b)
+    if per_job:
         value, lo, hi = paired_t_ratio(a, b, stat)
     else:
-        value = med_b / med_a
+        value = sb["step_time_ms"] / sa["step_time_ms"]
         lo, hi = (float(x) for x in np.percentile(boot_b / boot_a, [2.5, 97.5]))
     verdict = "undecided" if lo is None else "faster" if hi < 1.0 else "slower" if lo > 1.0 else "tie"
-    return {"default": side(med_a, boot_a, a), "table": side(med_b, boot_b, b),
+    return {"default": sa, "table": sb,
             "ratio": {"value": value, "ci_lo": lo, "ci_hi": hi, "method": method}, "verdict": verdict, "stat": stat}
 
 
@@ -345,8 +358,8 @@ class E2E:
 
 
 def run_e2e(cfg: E2EConfig, out=None) -> dict[str, Any]:
-    """Every job, in ABBA order (each trains every mode); writes ``steps.csv`` and ``summary.json``
-    under ``cfg.out`` and one line per mode to ``out`` (default: standard output). Returns the summary."""
+    """Every job, in ABBA order (each trains every mode); writes ``steps.csv``, ``summary.json`` and
+    ``steps.png`` under ``cfg.out`` and one line per mode to ``out`` (default: standard output). Returns the summary."""
     out = sys.stdout if out is None else out
     e2e = E2E(cfg)
     modes = ["ddp", "fsdp"] if cfg.mode == "both" else [cfg.mode]
@@ -392,8 +405,11 @@ def run_e2e(cfg: E2EConfig, out=None) -> dict[str, Any]:
         w.writerows(rows)
     summary["wall_s"] = round(time.time() - t0, 1)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-    log.info("# %d jobs in %.0f s; every step in %s, the summary in %s", len(summary["jobs"]), summary["wall_s"],
-             out_dir / "steps.csv", out_dir / "summary.json")
+    plot = plot_step_times(rows, out_dir / "steps.png", summary["modes"],
+                           f"e2e on {e2e.topo.name} ({cfg.device}): step times per job, NCCL's defaults against "
+                           f"{Path(cfg.table).name} (measured)")["path"]
+    log.info("# %d jobs in %.0f s; every step in %s, the summary in %s, the step times plotted in %s",
+             len(summary["jobs"]), summary["wall_s"], out_dir / "steps.csv", out_dir / "summary.json", plot)
     return summary
 
 

@@ -94,6 +94,7 @@ def test_local_launcher_runs_ddp_and_fsdp_in_abba_order(inputs, capsys) -> None:
     print(out)  # the command's report, for the record (pytest -s)
     summary = _check_outputs(inputs, out, rounds=2)
     assert summary["launcher"] == "local" and summary["nranks"] == 2
+    assert (inputs["out"] / "steps.png").stat().st_size > 0  # the step times, plotted
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
@@ -128,6 +129,26 @@ def test_the_summary_of_identical_sides_is_a_tie() -> None:
     faster = e2e.summarize(jobs, [[x * 0.8 for x in j] for j in jobs])
     assert faster["verdict"] == "faster" and faster["ratio"]["ci_hi"] < 1.0
     assert e2e.report_line("ddp", faster).startswith("ddp: default 10.1 ms")
+
+
+@pytest.mark.parametrize("method", e2e.RATIO_METHODS)
+def test_the_printed_step_times_point_the_way_the_ratio_does(method) -> None:
+    """Pooled medians and the geometric mean of the rounds' ratios can point opposite ways (here the
+    pooled medians say 14.95 against 14.5 ms, the rounds 1.025): each side's printed step time is
+    the one its ratio is made of, so the ratio is exactly the table's over the default's."""
+    default = [[10.0, 10.1, 9.9, 10.0], [20.0, 20.2, 19.8, 20.0]]
+    table = [[14.5, 14.4, 14.6, 14.5], [14.5, 14.6, 14.4, 14.5]]
+    s = e2e.summarize(default, table, method=method, n_boot=200)
+    d, t, r = s["default"], s["table"], s["ratio"]
+    assert r["value"] == pytest.approx(t["step_time_ms"] / d["step_time_ms"])
+    assert (r["value"] > 1) == (t["step_time_ms"] > d["step_time_ms"])
+    assert d["ci_lo_ms"] <= d["step_time_ms"] <= d["ci_hi_ms"]
+    assert d["pooled_ms"] == pytest.approx(14.95) and t["pooled_ms"] == pytest.approx(14.5)
+    if method == "paired-t":  # the geometric mean of the jobs' median steps: sqrt(10 * 20)
+        assert d["step_time_ms"] == pytest.approx(np.sqrt(200.0)) and r["value"] > 1
+    m = re.match(r"ddp: default ([\d.]+) ms .*, table ([\d.]+) ms .*, ratio ([\d.]+) ", e2e.report_line("ddp", s))
+    a, b, ratio = (float(x) for x in m.groups())
+    assert (ratio > 1) == (b > a)
 
 
 @pytest.mark.parametrize(("args", "key"), [
