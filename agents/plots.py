@@ -172,8 +172,8 @@ def size_change(d: Mapping[str, Any], measured: bool = True, changed: bool | Non
     (``speedup_vs_nccl_defaults: [x, lo, hi]``, ``nccl_time_us``, ``time_us``), its size report
     (``speedup``, ``lo``, ``hi``), ``sizes_on_sweep`` (``speedup``), validate's CSV (``base_us``,
     ``tuned_us``, ``speedup_lo``, ``speedup_hi``), ``evaluate_table`` (``default_time_us``,
-    ``time_us``). A record's own ``measured`` and ``changed`` keys win over the arguments;
-    ``changed`` None: changed."""
+    ``time_us``), finetune's replayed check (``speedup``, ``lo``, ``hi``, ``row``). A record's own
+    ``measured`` and ``changed`` (or ``row``) keys win over the arguments; ``changed`` None: changed."""
     def first(*keys: str) -> float | None:
         return next((v for v in (_num(d.get(k)) for k in keys) if v is not None), None)
 
@@ -185,7 +185,7 @@ def size_change(d: Mapping[str, Any], measured: bool = True, changed: bool | Non
         sp, lo, hi = (_num(x) for x in triple)
     if sp is None and nccl_us and table_us:
         sp = nccl_us / table_us
-    own = d.get("changed", changed)
+    own = d.get("changed", d.get("row", changed))
     return SizeChange(str(d["collective"]), int(d["nbytes"]), sp, lo, hi, nccl_us, table_us,
                       True if own is None else bool(own), bool(d.get("measured", measured)))
 

@@ -80,6 +80,10 @@ def test_size_changes_reads_what_runs_write_and_adds_the_sizes_left_to_nccl():
     ch = P.size_changes([{"collective": "allreduce", "nbytes": s, "speedup": 0.98} for s in SIZES],
                         changed=[("allreduce", 8)])
     assert [c.changed for c in ch] == [True] + [False] * 9 and all(c.slower for c in ch)
+    # finetune's replayed check: a speedup with its interval at every size, ``row`` where the table has one
+    (c,) = P.size_changes([{"collective": "allreduce", "nbytes": 8, "speedup": 1.2, "lo": 1.1, "hi": 1.3,
+                            "row": False}])
+    assert not c.changed and c.faster
 
 
 def test_changed_by_table_leaves_out_rows_marked_as_nccl_choice():
