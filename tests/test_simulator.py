@@ -66,7 +66,7 @@ def test_socket_knobs_raise_large_message_bandwidth_on_sockets():
     knobs = sim.time_us(Configs.make(4, 256 << 20, 1, 2, 0, socket_nthreads=2, nsocks_perthread=4))[0]
     more = sim.time_us(Configs.make(4, 256 << 20, 1, 2, 0, comm_channels=4, socket_nthreads=2,
                                     nsocks_perthread=4))[0]
-    # Measured on the H200 box (nccl-facts section 6): 94 ms default, 2.3-3.6x with 2x4 sockets,
+    # Measured on the H200 box through PyTorch: 94 ms default, 2.3-3.6x with 2x4 sockets,
     # 4.9x with 4 channels on top; the preset must land in those bands.
     assert 80e3 < base < 110e3
     assert 2.0 < base / knobs < 3.8
