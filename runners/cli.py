@@ -8,6 +8,7 @@ Every command takes Hydra overrides against its structured config (:mod:`ncclrl.
 from __future__ import annotations
 
 import csv
+import importlib
 import io
 import re
 import sys
@@ -16,42 +17,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from ncclrl import __version__
 from ncclrl.costmodel import nccl as N
-from ncclrl.costmodel.calibrate import (
-    error_table,
-    fit,
-    holdout_split,
-    measurements_from_runs,
-    measurements_from_store,
-)
-from ncclrl.costmodel.detect import detect, report
 from ncclrl.costmodel.errors import ConfigError, JobError
-from ncclrl.costmodel.nccltests import NcclTestsError, env_sources, parse_file, parse_file_runs, run_env
 from ncclrl.costmodel.replica import default_decisions
 from ncclrl.costmodel.simulator import Configs, SimParams, Simulator
 from ncclrl.costmodel.topology import dump_topology, load_topology, preset_names
 from ncclrl.costmodel.units import parse_bytes
-from ncclrl.envs.jobs import Interrupted
-from ncclrl.envs.live import PLUGIN_DIR, build_plugin
-from ncclrl.envs.store import open_readonly
-from ncclrl.runners import (
-    benchmark,
-    composer,
-    coordinator,
-    e2e,
-    finetune,
-    plugin_verify,
-    pretrain,
-    profile,
-    show,
-    sweep,
-    tune,
-    validate,
-)
-from ncclrl.runners.config import MAX_BYTES, Command, command_help, register, run_command
+from ncclrl.runners.config import MAX_BYTES, Command, command_help, composed_yaml, register, run_command
+
+# Every module a command needs is imported when that command runs: pandas, scipy, PyTorch and the
+# learning stack load only for the commands that use them (``ncclrl --help`` imports no command).
 
 
 def _size_grid(lo: int, hi: int) -> np.ndarray:
@@ -231,6 +208,18 @@ class CalibrateConfig:
 
 
 def cmd_calibrate(cfg) -> int:
+    import pandas as pd
+
+    from ncclrl.costmodel.calibrate import (
+        error_table,
+        fit,
+        holdout_split,
+        measurements_from_runs,
+        measurements_from_store,
+    )
+    from ncclrl.costmodel.nccltests import parse_file
+    from ncclrl.envs.store import open_readonly
+
     topo = load_topology(cfg.topology)
     if bool(cfg.files) == bool(cfg.store):
         raise ConfigError("files", "give nccl-tests files (ncclrl calibrate FILE...) or store=STORE, one of them")
@@ -248,7 +237,7 @@ def cmd_calibrate(cfg) -> int:
     start = SimParams.defaults(topo) if cfg.from_defaults else SimParams.from_topology(topo)
     pd.set_option("display.width", 120)
 
-    def table(sim: Simulator, rows: pd.DataFrame) -> str:
+    def table(sim: Simulator, rows) -> str:
         return error_table(sim, rows).to_string(index=False, float_format=lambda v: f"{v:.3f}")
 
     if cfg.holdout:
@@ -315,6 +304,8 @@ class ParseConfig:
 
 
 def cmd_parse(cfg) -> int:
+    from ncclrl.costmodel.nccltests import env_sources, parse_file_runs, run_env
+
     if not cfg.files:
         raise ConfigError("files", "no files given: ncclrl parse FILE...")
     w = csv.writer(sys.stdout, lineterminator="\n")
@@ -399,6 +390,8 @@ def _output_flag(argv: list[str]) -> list[str]:
 
 
 def cmd_detect(cfg) -> int:
+    from ncclrl.costmodel.detect import detect, report
+
     name = cfg.name or (Path(cfg.output).stem if cfg.output else "detected")
     det = detect(list(cfg.logs), name=name, preset=cfg.preset, search=cfg.search)
     for line in report(det):
@@ -433,37 +426,169 @@ class PluginBuildConfig:
 
 
 def cmd_plugin_build(cfg) -> int:
+    from ncclrl.envs.live import PLUGIN_DIR, build_plugin
+
     print(build_plugin(cfg.out or PLUGIN_DIR))
     return 0
 
 
-COMMANDS: list[Command] = [
-    pretrain.PRETRAIN, pretrain.EXPORT, finetune.COMMAND, tune.COMMAND, sweep.COMMAND, validate.COMMAND,
-    benchmark.COMMAND, show.COMMAND, composer.COMMAND, coordinator.COMMAND,
-    Command("plugin build", PluginBuildConfig, cmd_plugin_build, "build the NCCL tuner plugin"),
-    plugin_verify.COMMAND,
-    e2e.COMMAND,
-    Command("decisions", DecisionsConfig, cmd_decisions, "NCCL's default decision per size (replica of NCCL 2.28)"),
-    Command("predict", PredictConfig, cmd_predict, "the simulator's time_us for CSV rows on stdin"),
-    Command("calibrate", CalibrateConfig, cmd_calibrate,
-            "fit a topology's simulator to nccl-tests outputs or a store", positional="files"),
-    Command("topologies", TopologiesConfig, cmd_topologies, "list the platform presets"),
-    Command("parse", ParseConfig, cmd_parse, "nccl-tests outputs to CSV", positional="files"),
-    Command("detect", DetectConfig, cmd_detect, "onboard a cluster from its NCCL_DEBUG=INFO logs: a topology YAML",
-            positional="logs"),
-    profile.COMMAND,
+PLUGIN_BUILD = Command("plugin build", PluginBuildConfig, cmd_plugin_build, "build the NCCL tuner plugin")
+DECISIONS = Command("decisions", DecisionsConfig, cmd_decisions,
+                    "NCCL's default decision per size (replica of NCCL 2.28)")
+PREDICT = Command("predict", PredictConfig, cmd_predict, "the simulator's time_us for CSV rows on stdin")
+CALIBRATE = Command("calibrate", CalibrateConfig, cmd_calibrate,
+                    "fit a topology's simulator to nccl-tests outputs or a store", positional="files")
+TOPOLOGIES = Command("topologies", TopologiesConfig, cmd_topologies, "list the platform presets")
+PARSE = Command("parse", ParseConfig, cmd_parse, "nccl-tests outputs to CSV", positional="files")
+DETECT = Command("detect", DetectConfig, cmd_detect, "onboard a cluster from its NCCL_DEBUG=INFO logs: a topology YAML",
+                 positional="logs")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A command as the program knows it before importing its module.
+
+    :param name: what the user types
+    :param module: the module whose attribute ``attr`` is the command (its schema and what it runs)
+    :param attr: that attribute's name
+    :param summary: its line in ``ncclrl --help``, the command's own summary (tests/test_cli.py checks)
+    :param required: the keys whose default is empty and that the command refuses empty; ``--help``
+        marks them (tests/test_cli.py runs each empty and expects it refused)
+    :param example: a command line ``--help`` shows (tests/test_cli.py parses each)
+    """
+
+    name: str
+    module: str
+    attr: str
+    summary: str
+    required: tuple[str, ...] = ()
+    example: str = ""
+
+
+HERE = "ncclrl.runners.cli"
+ENTRIES: list[Entry] = [
+    Entry("pretrain", "ncclrl.runners.pretrain", "PRETRAIN",
+          "train a search strategy in simulation, check it around the target, export the target's zero-shot table",
+          example="ncclrl pretrain topology=h200-2x2-sock run_dir=runs/pretrain"),
+    Entry("export", "ncclrl.runners.pretrain", "EXPORT",
+          "export a platform's zero-shot table (the exact argmin of its simulator), or a job's (profile=)",
+          example="ncclrl export topology=h200-1x4 run_dir=runs/table"),
+    Entry("finetune", "ncclrl.runners.finetune", "COMMAND",
+          "tune on live (or replayed) measurements under a GPU-time budget, export the table",
+          required=("topology",), example="ncclrl finetune topology=h200-2x2-sock budget=0.5sweep out=runs/ft"),
+    Entry("tune", "ncclrl.runners.tune", "COMMAND",
+          "run one benchmark tuner on live (or replayed) measurements under a budget, export its table",
+          required=("method", "topology"),
+          example="ncclrl tune method=random topology=h200-2x2-sock budget=0.5sweep out=runs/random"),
+    Entry("sweep", "ncclrl.runners.sweep", "COMMAND",
+          "measure configurations on live GPUs into the measurement store (resumable)", required=("topology",),
+          example="ncclrl sweep topology=h200-2x2-sock collectives=[allreduce] max_bytes=256M grid=full"),
+    Entry("validate", "ncclrl.runners.validate", "COMMAND",
+          "measure a table afresh through the plugin against NCCL's defaults, per size a verdict",
+          required=("table", "topology"), example="ncclrl validate runs/ft/nccl_tuner.csv topology=h200-2x2-sock"),
+    Entry("benchmark", "ncclrl.runners.benchmark", "COMMAND",
+          "every tuner on the same problems (left-out families, misspecified, real replays) under the same budgets",
+          example="ncclrl benchmark suite=ci workers=1"),
+    Entry("show", "ncclrl.runners.show", "COMMAND", "print a table (CSV or JSON) back; draw its decision map",
+          required=("table",), example="ncclrl show runs/ft/nccl_tuner.csv plot=map.png"),
+    Entry("composer", "ncclrl.runners.composer", "COMMAND",
+          "train the PPO job composer (finetune strategy=ppo) in simulation, judge it on unseen problems",
+          example="ncclrl composer run_dir=runs/composer"),
+    Entry("coordinator", "ncclrl.runners.coordinator.command", "COMMAND",
+          "serve the plugin's online mode: every rank's timings in, one verdict per round out",
+          example="ncclrl coordinator host=0.0.0.0 port=29555 secret_file=job.secret"),
+    Entry("plugin build", HERE, "PLUGIN_BUILD", "build the NCCL tuner plugin",
+          example="ncclrl plugin build out=build/plugin"),
+    Entry("plugin verify", "ncclrl.runners.plugin_verify", "COMMAND",
+          "check on GPUs, from NCCL's own log, that NCCL runs what a table says", required=("table", "topology"),
+          example="ncclrl plugin verify runs/ft/nccl_tuner.csv topology=h200-2x2-sock"),
+    Entry("e2e", "ncclrl.runners.e2e", "COMMAND",
+          "train a small transformer (DDP, FSDP) with NCCL's defaults and with a table: step times and ratio",
+          required=("table", "topology"), example="ncclrl e2e runs/ft/nccl_tuner.csv topology=h200-2x2-sock"),
+    Entry("decisions", HERE, "DECISIONS", "NCCL's default decision per size (replica of NCCL 2.28)",
+          example="ncclrl decisions topology=h200-2x2-sock collective=allreduce max_bytes=64M"),
+    Entry("predict", HERE, "PREDICT", "the simulator's time_us for CSV rows on stdin",
+          example="ncclrl predict topology=h200-2x2-sock < rows.csv"),
+    Entry("calibrate", HERE, "CALIBRATE", "fit a topology's simulator to nccl-tests outputs or a store",
+          example="ncclrl calibrate all_reduce.txt all_gather.txt topology=h200-2x2-sock output=my-cluster.yaml"),
+    Entry("topologies", HERE, "TOPOLOGIES", "list the platform presets", example="ncclrl topologies"),
+    Entry("parse", HERE, "PARSE", "nccl-tests outputs to CSV", required=("files",),
+          example="ncclrl parse all_reduce.txt all_gather.txt"),
+    Entry("detect", HERE, "DETECT", "onboard a cluster from its NCCL_DEBUG=INFO logs: a topology YAML",
+          required=("logs",), example="ncclrl detect rank0.log rank1.log -o my-cluster.yaml"),
+    Entry("profile", "ncclrl.runners.profile", "COMMAND",
+          "what a training job calls per step, from NCCL logs, PyTorch traces or plugin logs: a profile YAML",
+          required=("inputs",), example="ncclrl profile rank0.trace.json.gz -o job-profile.yaml"),
 ]
-BY_NAME = {c.name: c for c in COMMANDS}
-for _c in COMMANDS[COMMANDS.index(plugin_verify.COMMAND) + 1:] + [BY_NAME["plugin build"]]:
-    register(_c)
+ENTRY = {e.name: e for e in ENTRIES}
+
+
+def load(name: str) -> Command:
+    """The command ``name``, its module imported (and its schema registered with Hydra), with what
+    ``--help`` shows beside its keys: the required ones and an example."""
+    e = ENTRY[name]
+    if e.module == HERE:  # this module, also when it runs as python -m ncclrl.runners.cli
+        cmd = globals()[e.attr]
+    else:
+        cmd = getattr(importlib.import_module(e.module), e.attr)
+    register(cmd)
+    return replace(cmd, required=e.required, example=e.example)
+
+
+def __getattr__(name: str):
+    """``COMMANDS`` and ``BY_NAME`` (every command, each module imported) on first use."""
+    if name == "COMMANDS":
+        globals()["COMMANDS"] = [load(e.name) for e in ENTRIES]
+        return globals()["COMMANDS"]
+    if name == "BY_NAME":
+        globals()["BY_NAME"] = {c.name: c for c in __getattr__("COMMANDS")}
+        return globals()["BY_NAME"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def usage() -> str:
     lines = [f"usage: ncclrl COMMAND [key=value ...] [-m]   (ncclrl {__version__})", "",
              "Learn how NCCL should run each collective on your cluster.", "", "commands:"]
-    lines += [f"  {c.name:<15} {c.summary}" for c in COMMANDS]
+    lines += [f"  {e.name:<15} {e.summary}" for e in ENTRIES]
     lines += ["", "ncclrl COMMAND --help lists a command's keys and their defaults."]
     return "\n".join(lines)
+
+
+def command_argv(name: str, argv: list[str]) -> list[str]:
+    """A command's arguments as its parser reads them: ``-o FILE`` is ``output=FILE`` where the
+    command writes one file (detect, profile)."""
+    return _output_flag(argv) if name in ("detect", "profile") else list(argv)
+
+
+def _cfg_flag(argv: list[str]) -> tuple[list[str], str | None]:
+    """``--cfg job`` (``--cfg=job``, ``-c job``) taken out of ``argv``: the arguments left and the
+    value given (None: no such flag)."""
+    out, value, i = [], None, 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--cfg", "-c"):
+            if i + 1 >= len(argv):
+                raise ConfigError(a, "needs a value: --cfg job prints the composed config")
+            value, i = argv[i + 1], i + 2
+            continue
+        if a.startswith("--cfg="):
+            value = a.split("=", 1)[1]
+        else:
+            out.append(a)
+        i += 1
+    if value is not None and value != "job":
+        raise ConfigError("--cfg", f"allowed: job (print the composed config as YAML and run nothing), got {value!r}")
+    return out, value
+
+
+def _raised(e: BaseException, module: str, name: str) -> bool:
+    """Whether ``e`` is ``module.name``; a module never imported raised none of its own."""
+    mod = sys.modules.get(module)
+    return mod is not None and isinstance(e, getattr(mod, name))
+
+
+def _error(e: BaseException) -> None:
+    print("ncclrl: error: " + " ".join(str(e).split()), file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -478,8 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     if name == "plugin":
         if len(argv) >= 2 and argv[1] in ("-h", "--help", "help"):
             print("usage: ncclrl plugin build|verify [key=value ...]\n\ncommands:")
-            for c in (BY_NAME["plugin build"], BY_NAME["plugin verify"]):
-                print(f"  {c.name:<15} {c.summary}")
+            for e in (ENTRY["plugin build"], ENTRY["plugin verify"]):
+                print(f"  {e.name:<15} {e.summary}")
             print("\nncclrl plugin build --help, ncclrl plugin verify --help list their keys.")
             return 0
         if len(argv) < 2 or argv[1] not in ("build", "verify"):
@@ -489,33 +614,42 @@ def main(argv: list[str] | None = None) -> int:
         name, rest = f"plugin {argv[1]}", argv[2:]
     else:
         rest = argv[1:]
-    if name in ("detect", "profile"):
-        try:
-            rest = _output_flag(rest)
-        except ConfigError as e:
-            print(f"ncclrl: error: {e}", file=sys.stderr)
-            return 2
-    cmd = BY_NAME.get(name)
-    if cmd is None:
-        print(f"ncclrl: error: command: unknown {name!r}; allowed: {', '.join(BY_NAME)}", file=sys.stderr)
+    if name not in ENTRY:
+        print(f"ncclrl: error: command: unknown {name!r}; allowed: {', '.join(ENTRY)}", file=sys.stderr)
         return 2
+    try:
+        rest, cfg_flag = _cfg_flag(command_argv(name, rest))
+    except ConfigError as e:
+        _error(e)
+        return 2
+    cmd = load(name)
     try:
         if any(a in ("-h", "--help") for a in rest):
             print(command_help(cmd))
             return 0
+        if cfg_flag:
+            print(composed_yaml(cmd, rest))
+            return 0
         return run_command(cmd, rest)
     except JobError as e:  # the cluster's doing, not the user's input
-        print(f"ncclrl: error: {e}", file=sys.stderr)
+        _error(e)
         return 1
-    except (ConfigError, NcclTestsError) as e:
-        print(f"ncclrl: error: {e}", file=sys.stderr)
+    except ConfigError as e:
+        _error(e)
         return 2
     except BrokenPipeError:
         return 0
-    except Interrupted as e:  # the job in flight was ended; what was measured is stored
-        print(f"ncclrl: interrupted by {e.name}; what was measured is in the store, and the same command resumes",
-              file=sys.stderr)
-        return int(e.code)
+    except ValueError as e:
+        if _raised(e, "ncclrl.costmodel.nccltests", "NcclTestsError"):  # a file that is not an nccl-tests run
+            _error(e)
+            return 2
+        raise
+    except SystemExit as e:
+        if _raised(e, "ncclrl.envs.jobs.run", "Interrupted"):  # the job in flight was ended; its measurements kept
+            print(f"ncclrl: interrupted by {e.name}; what was measured is in the store, and the same command resumes",
+                  file=sys.stderr)
+            return int(e.code)
+        raise
     except KeyboardInterrupt:
         print("ncclrl: interrupted; what was measured is in the store, and the same command resumes",
               file=sys.stderr)

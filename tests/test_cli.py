@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shlex
 import subprocess
 import sys
 
@@ -11,7 +12,9 @@ import pytest
 import yaml
 
 from ncclrl.costmodel.units import parse_bytes
+from ncclrl.runners import cli
 from ncclrl.runners.cli import main
+from ncclrl.runners.config import _keys, _type_name, command_help, compose_config, parse
 
 
 def run(capsys, monkeypatch, argv, stdin=None):
@@ -116,3 +119,152 @@ def test_console_script_has_no_traceback():
                                         ("1.5K", 1536)])
 def test_parse_bytes(text, value):
     assert parse_bytes(text) == value
+
+
+# -- the command registry, required keys, examples ------------------------------------------------
+
+@pytest.mark.parametrize("entry", cli.ENTRIES, ids=lambda e: e.name)
+def test_the_registry_is_each_command_s_own(entry):
+    """``ncclrl --help`` lists each command by the registry without importing it: its name and summary
+    are the command's own."""
+    cmd = cli.load(entry.name)
+    assert (cmd.name, cmd.summary) == (entry.name, entry.summary)
+    assert cmd.required == entry.required and cmd.example == entry.example
+    assert f"  {entry.name:<15} {entry.summary}" in cli.usage()
+
+
+def test_commands_lists_every_command_in_order():
+    assert [c.name for c in cli.COMMANDS] == [e.name for e in cli.ENTRIES] == list(cli.BY_NAME)
+
+
+def _value(key: str, tmp_path) -> str:
+    """A valid value of a required key."""
+    if key in ("table", "files", "logs", "inputs"):
+        path = tmp_path / "input.txt"
+        path.write_text("")
+        return f"[{path}]" if key != "table" else str(path)
+    return {"topology": "h200-1x4", "method": "random"}[key]
+
+
+REQUIRED = [(e.name, k) for e in cli.ENTRIES for k in e.required]
+
+
+@pytest.mark.parametrize("name,key", REQUIRED, ids=[f"{n}:{k}" for n, k in REQUIRED])
+def test_a_required_key_is_refused_empty(name, key, capsys, monkeypatch, tmp_path):
+    """Each key --help marks required is refused when empty (the others given): exit 2, one line naming it,
+    nothing written."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    cmd = cli.load(name)
+    argv = [f"{k}={_value(k, tmp_path)}" for k in cmd.required if k != key]
+    argv.append(f"{key}=[]" if _type_name(_keys(cmd.schema)[key]) == "list" else f"{key}=")
+    code, out, err = run(capsys, monkeypatch, [*name.split(), *argv])
+    assert code == 2 and out == "", err
+    assert err.startswith(f"ncclrl: error: {key}: ") and err.count("\n") == 1, err
+    assert list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize("entry", cli.ENTRIES, ids=lambda e: e.name)
+def test_the_required_keys_are_enough_and_marked(entry, tmp_path):
+    """Given its required keys (no more), a command composes and passes its checks: a key that became
+    required is listed; --help marks exactly those keys."""
+    cmd = cli.load(entry.name)
+    compose_config(cmd, [f"{k}={_value(k, tmp_path)}" for k in entry.required])
+    text = command_help(cmd)
+    marked = {line.split()[0].split("=")[0] for line in text.splitlines() if "(required)" in line}
+    assert marked == set(entry.required)
+
+
+@pytest.mark.parametrize("entry", cli.ENTRIES, ids=lambda e: e.name)
+def test_every_example_parses(entry, monkeypatch, tmp_path):
+    """The example --help shows is a valid command line (parsed and checked, not run); the files it
+    reads are made empty."""
+    monkeypatch.chdir(tmp_path)
+    words = shlex.split(entry.example)
+    words = words[:next((i for i, w in enumerate(words) if w in ("<", ">", "|")), len(words))]
+    n = len(entry.name.split())
+    assert words[0] == "ncclrl" and words[1:1 + n] == entry.name.split(), entry.example
+    rest = words[1 + n:]
+    for i, w in enumerate(rest):
+        if "=" not in w and not w.startswith("-") and (i == 0 or rest[i - 1] not in ("-o", "--output")):
+            (tmp_path / w).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / w).write_text("")
+    parse(cli.load(entry.name), cli.command_argv(entry.name, rest))
+    assert f"example: {entry.example}" in command_help(cli.load(entry.name))
+
+
+# -- --cfg job, --key=value ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", [["--cfg", "job"], ["--cfg=job"], ["-c", "job"]], ids=" ".join)
+def test_cfg_job_prints_the_composed_config_and_runs_nothing(flag, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, monkeypatch, ["composer", *flag, "run_dir=runs/c", "train.total_timesteps=64"])
+    cfg = yaml.safe_load(out)
+    assert code == 0 and err == "" and cfg["run_dir"] == "runs/c" and cfg["train"]["total_timesteps"] == 64
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cfg_job_with_multirun_prints_each_job(capsys, monkeypatch):
+    code, out, _ = run(capsys, monkeypatch, ["decisions", "--cfg", "job", "-m", "collective=allreduce,allgather"])
+    docs = list(yaml.safe_load_all(out))
+    assert code == 0 and [d["collective"] for d in docs] == ["allreduce", "allgather"]
+
+
+def test_gnu_style_key_is_the_key(capsys, monkeypatch):
+    argv = ["collective=allreduce", "max_bytes=4K"]
+    _, want, _ = run(capsys, monkeypatch, ["decisions", "topology=h200-2x2-sock", *argv])
+    code, got, _ = run(capsys, monkeypatch, ["decisions", "--topology=h200-2x2-sock", *argv])
+    assert code == 0 and got == want and got.count("\n") == 11  # a header and 8 B to 4K
+
+
+@pytest.mark.parametrize("argv,key", [
+    (["decisions", "--cfg", "hydra"], "--cfg"),
+    (["decisions", "--cfg=all"], "--cfg"),
+    (["decisions", "--cfg"], "--cfg"),
+    (["decisions", "--nosuch=1"], "--nosuch=1"),
+    (["decisions", "--topology", "h200-1x4"], "--topology"),
+    (["decisions", "-x"], "-x"),
+    (["decisions", "full"], "full"),
+    (["decisions", "~topology"], "topology"),
+    (["decisions", "~nosuch"], "nosuch"),
+    (["decisions", "topology==h200-1x4"], "topology"),
+    (["decisions", "collective=[allreduce"], "collective"),
+    (["decisions", "collective=allreduce]"], "collective"),
+    (["decisions", "topology='h200-1x4"], "topology"),
+    (["decisions", "topology={a"], "topology"),
+    (["decisions", "min_bytes=int(abc)"], "min_bytes"),
+    (["decisions", "topology=???"], "topology"),
+    (["decisions", "topology=" + "x" * 300], "topology"),
+    (["plugin", "build", "out=" + "x" * 300], "out"),
+    (["predict", "noise=maybe"], "noise"),
+    (["predict", "noise=[true]"], "noise"),
+    (["calibrate", "files=???"], "files"),
+    (["detect", "logs=[[a]]"], "logs"),
+    (["detect", "logs={a:1}"], "logs"),
+    (["profile", "inputs={}"], "inputs"),
+    (["parse", "files=[a,[b]]"], "files"),
+    (["sweep", "launcher.nosuch=1"], "launcher.nosuch"),
+    (["sweep", "launcher=[local]"], "launcher"),
+    (["decisions", "collective.x=1"], "collective.x"),
+    (["decisions", "+topology=h200-1x4"], "topology"),
+    (["decisions", "num_pipe_ops=[1]"], "num_pipe_ops"),
+    (["decisions", "num_pipe_ops="], "num_pipe_ops"),
+])
+def test_bad_shapes_are_one_line_naming_the_key(argv, key, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, monkeypatch, argv)
+    assert code == 2 and out == "", err
+    assert err.startswith(f"ncclrl: error: {key}: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_predict_reads_its_noise_key(capsys, monkeypatch):
+    """predict's noise= is a key, though ncclrl's configs have a noise group."""
+    rows = "allreduce,4M,ring,simple,0\n" * 3
+    code, out, _ = run(capsys, monkeypatch, ["predict", "topology=h200-1x4", "noise=true", "seed=1"], rows)
+    times = [r.split(",")[-1] for r in out.splitlines()[1:]]
+    assert code == 0 and len(set(times)) == 3
+    code, out, _ = run(capsys, monkeypatch, ["predict", "topology=h200-1x4", "noise=false"], rows)
+    assert code == 0 and len({r.split(",")[-1] for r in out.splitlines()[1:]}) == 1
