@@ -46,6 +46,7 @@ from ncclrl.agents.compose import (
     play,
 )
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.units import plural
 
 CELL_FEATURES = ("valid", "share", "ei_pts", "ei_rate4", "ei_rate_all", "kg_rate1", "kg_rate4", "best_gain",
                  "leader_sd", "measured", "nccl_jobs", "leader_jobs", "in_table", "rows", "cost_all", "cost_one",
@@ -346,6 +347,10 @@ def is_composer(path: str | Path) -> bool:
 # -- training ----------------------------------------------------------------------------------
 
 
+#: ``tensorboard=none``: no training curves
+NO_CURVES = "none"
+
+
 @dataclass
 class TrainConfig:
     """MaskablePPO's settings for the composer.
@@ -364,7 +369,7 @@ class TrainConfig:
     :param macros: choose among the macros (what each baseline would run next) instead of composing
         jobs from knob setting, band and candidates
     :param seed: training seed
-    :param tensorboard: folder for SB3's TensorBoard curves ("" for none)
+    :param tensorboard: folder for SB3's TensorBoard curves ("" or none: no curves)
     """
 
     total_timesteps: int = 80_000
@@ -392,6 +397,13 @@ class TrainConfig:
                               "'' (none)")
         if self.reweight_every and not self.paired:
             raise ConfigError("train.reweight_every", "needs train.paired (a baseline to trail)")
+        if not self.learning_rate > 0:
+            raise ConfigError("train.learning_rate", f"must be a number > 0 (Adam's step size), got "
+                              f"{self.learning_rate}")
+        if not self.ent_coef >= 0:
+            raise ConfigError("train.ent_coef", f"must be a number >= 0 (0: no entropy bonus), got {self.ent_coef}")
+        if self.reweight_every < 0:
+            raise ConfigError("train.reweight_every", f"must be >= 0 (0: uniform sampling), got {self.reweight_every}")
 
 
 def train(problems: list[ComposeProblem], cfg: TrainConfig, compose: ComposeConfig | None = None,
@@ -409,7 +421,8 @@ def train(problems: list[ComposeProblem], cfg: TrainConfig, compose: ComposeConf
     vec = DummyVecEnv([(lambda e=e: e) for e in envs])
     model = MaskablePPO("MlpPolicy", vec, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
                         learning_rate=cfg.learning_rate, ent_coef=cfg.ent_coef, gamma=1.0, gae_lambda=0.95,
-                        seed=cfg.seed, verbose=0, tensorboard_log=cfg.tensorboard or None,
+                        seed=cfg.seed, verbose=0,
+                        tensorboard_log=None if cfg.tensorboard in ("", NO_CURVES) else cfg.tensorboard,
                         policy_kwargs={"net_arch": {"pi": [cfg.hidden, cfg.hidden], "vf": [cfg.hidden, cfg.hidden]},
                                        "activation_fn": torch.nn.Tanh})
     trail = np.zeros(len(problems))  # per problem, running mean of (baseline - policy) net value
@@ -448,7 +461,8 @@ def train(problems: list[ComposeProblem], cfg: TrainConfig, compose: ComposeConf
     layers.append((head.weight.detach().numpy().T.astype(np.float64), head.bias.detach().numpy().astype(np.float64)))
     meta = {"macros": cfg.macros, "train": asdict(cfg), "compose": asdict(compose), "problems": len(problems),
             "episodes": Track.episodes, "train_s": round(time.time() - t0, 1)}
-    log(f"# trained {cfg.total_timesteps} steps ({Track.episodes} episodes) in {time.time() - t0:.0f} s")
+    log(f"# trained {plural(cfg.total_timesteps, 'step')} ({plural(Track.episodes, 'episode')}) in "
+        f"{time.time() - t0:.0f} s")
     return PolicyComposer(layers, meta)
 
 

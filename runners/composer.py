@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,11 +22,31 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.compose import BASELINES, ci95, draw_problems, play
-from ncclrl.agents.compose_train import TrainConfig
+from ncclrl.agents.compose_train import NO_CURVES, TrainConfig
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.units import plural
 from ncclrl.runners.config import Command, register
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class ComposerTrain(TrainConfig):
+    """MaskablePPO's settings for the composer, as ``ncclrl composer`` takes them.
+
+    :param tensorboard: folder for SB3's TensorBoard curves (empty: RUN_DIR/tensorboard; none: no curves)
+    """
+
+
+def _creatable(key: str, folder: str) -> None:
+    """The folder ``folder`` exists or can be made (no file in the way): else one line naming ``key``."""
+    probe = Path(folder).expanduser()
+    if probe.is_file():
+        raise ConfigError(key, f"{folder} is a file; name a folder")
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(key, f"cannot create {folder}: {probe} is a file, not a folder")
 
 
 @dataclass
@@ -47,7 +68,7 @@ class ComposerCommand:
     draws: int = 2
     train_stream: int = 1
     judge_stream: int = 2
-    train: TrainConfig = field(default_factory=TrainConfig)
+    train: ComposerTrain = field(default_factory=ComposerTrain)
 
     def check(self) -> None:
         if self.problems < 1:
@@ -56,10 +77,9 @@ class ComposerCommand:
             raise ConfigError("judge", f"judge >= 0 and draws >= 1, got {self.judge}, {self.draws}")
         if self.train_stream == self.judge_stream:
             raise ConfigError("judge_stream", f"must differ from train_stream ({self.train_stream})")
-        try:
-            TrainConfig(**asdict(self.train))
-        except ConfigError as e:
-            raise ConfigError(e.field, str(e).split(": ", 1)[1]) from None
+        TrainConfig(**asdict(self.train))  # every setting checked before anything is drawn or written
+        if self.train.tensorboard not in ("", NO_CURVES):
+            _creatable("train.tensorboard", self.train.tensorboard)
 
 
 def run_composer(args: DictConfig) -> dict:
@@ -67,13 +87,20 @@ def run_composer(args: DictConfig) -> dict:
     from ncclrl.agents.compose_train import train
 
     run_dir = Path(args["run_dir"])
-    run_dir.mkdir(parents=True, exist_ok=True)
     tc = OmegaConf.to_object(args["train"]) if isinstance(args["train"], DictConfig) else args["train"]
     tc = TrainConfig(**{**asdict(tc), "tensorboard": tc.tensorboard or str(run_dir / "tensorboard")})
     t0 = time.time()
-    log.info("# drawing %d training problems (seed stream %d)", int(args["problems"]), int(args["train_stream"]))
-    pol = train(draw_problems(int(args["problems"]), int(args["train_stream"])), tc, log=log.info)
-    path = pol.save(run_dir / "composer.json")
+    log.info("# drawing %s (seed stream %d)", plural(int(args["problems"]), "training problem"),
+             int(args["train_stream"]))
+    made = not run_dir.exists()
+    try:
+        pol = train(draw_problems(int(args["problems"]), int(args["train_stream"])), tc, log=log.info)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = pol.save(run_dir / "composer.json")
+    except Exception:
+        if made:  # a failed training leaves no folder of its own behind (its curves included)
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     out: dict = {"composer": str(path), "train_s": round(time.time() - t0, 1)}
     if int(args["judge"]):
         judged = draw_problems(int(args["judge"]), int(args["judge_stream"]))
@@ -84,13 +111,15 @@ def run_composer(args: DictConfig) -> dict:
         out["net_value"] = {n: [round(x, 3) for x in ci95(v)] for n, v in per.items()}
         out["best_baseline"] = best
         out["ppo_minus_best"] = [round(x, 3) for x in ci95(per["ppo"] - per[best])]
+        # the judgement is the command's report: stdout (the progress above went to stderr)
         for n, (mu, lo, hi) in sorted(out["net_value"].items(), key=lambda x: -x[1][0]):
-            log.info("# %-10s net value %+.2f points [95%% %+.2f, %+.2f]", n, mu, lo, hi)
+            print(f"# {n:<10} net value {mu:+.2f} points [95% {lo:+.2f}, {hi:+.2f}]", flush=True)
         mu, lo, hi = out["ppo_minus_best"]
-        log.info("# ppo minus the best baseline (%s): %+.2f [%+.2f, %+.2f] on %d problems it never trained on x %d "
-                 "draws", best, mu, lo, hi, len(judged), int(args["draws"]))
+        print(f"# ppo minus the best baseline ({best}): {mu:+.2f} [{lo:+.2f}, {hi:+.2f}] on "
+              f"{plural(len(judged), 'problem')} it never trained on x {plural(int(args['draws']), 'draw')}",
+              flush=True)
     (run_dir / "judge.json").write_text(json.dumps(out, indent=1) + "\n")
-    log.info("# composer: %s (finetune strategy=%s)", path, path)
+    print(f"# composer: {path} (finetune strategy={path})", flush=True)
     return out
 
 

@@ -4,6 +4,7 @@ learned policy."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -271,9 +272,27 @@ def test_the_composer_command_trains_saves_and_judges(tmp_path):
     assert any((tmp_path / "tensorboard").rglob("events.out.tfevents.*"))
 
 
+def test_the_composer_command_prints_its_judgement_on_stdout_and_none_writes_no_curves(tmp_path, capsys):
+    from ncclrl.runners.cli import main
+
+    rc = main(["composer", f"run_dir={tmp_path}", "problems=1", "judge=1", "draws=1", "train.total_timesteps=8",
+               "train.n_envs=1", "train.n_steps=8", "train.batch_size=8", "train.tensorboard=none"])
+    assert rc == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(ln.startswith("# ppo minus the best baseline") and "on 1 problem it never trained on x 1 draw" in ln
+               for ln in out)
+    assert out[-1] == f"# composer: {tmp_path / 'composer.json'} (finetune strategy={tmp_path / 'composer.json'})"
+    assert (tmp_path / "composer.json").is_file() and not (tmp_path / "tensorboard").exists()
+
+
 @pytest.mark.parametrize("argv,key", [(["train.paired=foo"], "train.paired"), (["problems=0"], "problems"),
                                       (["train_stream=2"], "judge_stream"),
-                                      (["train.batch_size=7"], "train.batch_size")])
+                                      (["train.batch_size=7"], "train.batch_size"),
+                                      (["train.learning_rate=-1"], "train.learning_rate"),
+                                      (["train.learning_rate=0"], "train.learning_rate"),
+                                      (["train.ent_coef=-0.5"], "train.ent_coef"),
+                                      (["train.reweight_every=-1"], "train.reweight_every"),
+                                      (["train.tensorboard=/etc/hostname/tb"], "train.tensorboard")])
 def test_the_composer_command_refuses_bad_input_in_one_line(tmp_path, capsys, argv, key):
     from ncclrl.runners.cli import main
 
@@ -281,3 +300,24 @@ def test_the_composer_command_refuses_bad_input_in_one_line(tmp_path, capsys, ar
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"ncclrl: error: {key}:")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_failed_composer_training_leaves_no_run_folder_behind(tmp_path, monkeypatch):
+    from ncclrl.agents import compose_train
+    from ncclrl.runners.composer import COMMAND, run_composer
+    from ncclrl.runners.config import compose_config
+
+    def failing(problems, cfg, log=print):
+        Path(cfg.tensorboard).mkdir(parents=True)  # what SB3 writes before it fails
+        raise RuntimeError("the optimiser failed")
+
+    monkeypatch.setattr(compose_train, "train", failing)
+    args = compose_config(COMMAND, [f"run_dir={tmp_path / 'run'}", "problems=1", "judge=0"])
+    with pytest.raises(RuntimeError):
+        run_composer(args)
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "kept").mkdir()  # a folder that was there before is the user's: left as it was
+    args = compose_config(COMMAND, [f"run_dir={tmp_path / 'kept'}", "problems=1", "judge=0"])
+    with pytest.raises(RuntimeError):
+        run_composer(args)
+    assert (tmp_path / "kept" / "tensorboard").is_dir()
