@@ -361,6 +361,9 @@ def test_the_server_refuses_outsiders_and_bounds_their_lines_and_handshakes():
 
 
 def test_the_coordinator_command_says_a_port_in_use_in_one_line(tmp_path):
+    """An operational failure (a port in use, a host that does not resolve, a file that cannot be
+    written) is one line and exit status 1; bad input (a folder named as a file, an unknown policy)
+    exit status 2; either way nothing is left behind, not even the fresh secret's private folder."""
     import socket
     import sys
 
@@ -372,16 +375,44 @@ def test_the_coordinator_command_says_a_port_in_use_in_one_line(tmp_path):
                         f"secret_file={tmp_path / 's'}", f"log={tmp_path / 'l.jsonl'}"],
                        capture_output=True, text=True, timeout=60)
     hog.close()
-    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0, p.stderr
+    assert p.returncode == 1 and p.stderr.strip().count("\n") == 0, p.stderr
     assert f"port: {port} is in use" in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "l.jsonl").exists() and not (tmp_path / "s").exists()  # nothing written
     (tmp_path / "plain").write_text("")
-    for args, key in ((["host=no-such-host.invalid"], "host"), ([f"log={tmp_path}"], "log"),
-                      ([f"port_file={tmp_path / 'plain' / 'port'}"], "port_file")):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    for args, key, code in ((["host=no-such-host.invalid"], "host", 1), ([f"log={tmp_path}"], "log", 2),
+                            ([f"port_file={tmp_path / 'plain' / 'port'}"], "port_file", 1),
+                            ([f"log={tmp_path / 'plain' / 'log'}"], "log", 1),
+                            (["log=/proc/ncclrl-test/log.jsonl"], "log", 1),
+                            (["port_file=/proc/ncclrl-test-port"], "port_file", 1),
+                            (["policy=bogus"], "policy", 2)):
         p = subprocess.run([sys.executable, "-m", "ncclrl", "coordinator", "port=0", *args],
-                           capture_output=True, text=True, timeout=60)
-        assert p.returncode == 2 and p.stderr.startswith(f"ncclrl: error: {key}:"), p.stderr
-        assert "Traceback" not in p.stderr
+                           capture_output=True, text=True, timeout=60, env=dict(os.environ, TMPDIR=str(tmp)))
+        assert p.returncode == code and p.stderr.startswith(f"ncclrl: error: {key}:"), (args, p.stderr)
+        assert p.stderr.strip().count("\n") == 0 and "Traceback" not in p.stderr
+        assert not list(tmp.iterdir()), args  # the fresh secret's folder went with the failure
+
+
+def test_the_coordinator_takes_policy_shipped_and_removes_its_fresh_secret_when_it_ends(tmp_path):
+    import signal
+    import sys
+    import time
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "ncclrl", "coordinator", "port=0", "policy=shipped",
+                             f"port_file={tmp_path / 'port'}"], stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, TMPDIR=str(tmp)))
+    t0 = time.monotonic()
+    while not (tmp_path / "port").exists() and proc.poll() is None and time.monotonic() - t0 < 60:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read()
+    assert int((tmp_path / "port").read_text()) > 0 and len(list(tmp.iterdir())) == 1  # the secret's folder
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 0 and "policy halving" in err, err
+    assert not list(tmp.iterdir())
 
 
 def test_a_secret_file_others_may_read_is_refused(tmp_path):

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import stat
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.errors import ConfigError, JobError
 from ncclrl.runners.config import Command, register
 from ncclrl.runners.coordinator import secret as S
 from ncclrl.runners.coordinator.core import MAX_PLAN, Coordinator
@@ -31,7 +32,7 @@ class CoordinatorCommand:
     :param host: address to listen on, every IPv4 and IPv6 address it resolves to (localhost: this node's
         ranks only; a multi-node job: the address of the interface the ranks reach this node at)
     :param port: TCP port (0: any free port, printed at start)
-    :param policy: exploration policy (round-robin, halving, thompson, ppo; empty: the shipped one)
+    :param policy: exploration policy (round-robin, halving, thompson, ppo; empty or shipped: the shipped one)
     :param round_timeout_s: a round not reported, or its verdict not confirmed, by every rank this long
         after its first report (after it was sent) freezes the communicator
     :param slots: the longest plan a round may have (2..64)
@@ -57,8 +58,9 @@ class CoordinatorCommand:
     def check(self) -> None:
         from ncclrl.agents.online import POLICIES
 
-        if self.policy and self.policy not in POLICIES:
-            raise ConfigError("policy", f"must be one of {', '.join(POLICIES)} (or empty), got {self.policy!r}")
+        if self.policy not in ("", SHIPPED, *POLICIES):
+            raise ConfigError("policy", f"must be one of {', '.join(POLICIES)}, or {SHIPPED} (or empty: the shipped "
+                              f"one), got {self.policy!r}")
         if not 0 <= self.port < 65536:
             raise ConfigError("port", f"must be in 0..65535, got {self.port}")
         if not 0 < self.round_timeout_s <= 3600:
@@ -71,20 +73,26 @@ class CoordinatorCommand:
             writable(key, str(getattr(self, key)))
 
 
+#: ``policy=shipped``: the policy ncclrl ships (what an empty ``policy`` runs)
+SHIPPED = "shipped"
+
+
 def writable(key: str, path: str) -> None:
-    """A file ``path`` can be written (or created): else a :class:`ConfigError` on ``key``."""
+    """A file ``path`` can be written (or created), said before anything is: a folder named where a file
+    is meant is bad input (:class:`ConfigError`); a file this process cannot write or create is an
+    operational failure (:class:`JobError`, exit status 1)."""
     if not path:
         return
     p = Path(path).expanduser()
-    if p.is_dir():  # (a folder where a file is meant, or a file where a folder is: said before anything is written)
-        raise ConfigError(key, f"{p} is a folder, not a file")
+    if p.is_dir():
+        raise ConfigError(key, f"{p} is a folder, not a file; name a file")
     if p.exists():
         if key != "secret_file" and not os.access(p, os.W_OK):
-            raise ConfigError(key, f"{p} cannot be written")
+            raise JobError(key, f"{p} cannot be written (permission denied)")
         return
     parent = next((q for q in [p.parent, *p.parent.parents] if q.exists()), Path("/"))
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(key, f"{p} cannot be created ({parent} is not a writable folder)")
+        raise JobError(key, f"{p} cannot be created ({parent} is not a writable folder)")
 
 
 def private_open(path: Path, append: bool):
@@ -96,23 +104,55 @@ def private_open(path: Path, append: bool):
     return os.fdopen(fd, "a" if append else "w", buffering=1)
 
 
+def stage_port_file(path: str, port: int) -> Path:
+    """``port`` written beside the file ``path`` (mode 0600), to be published by :func:`publish_port_file`
+    once the server is up: a reader never sees half a number, and a file that cannot be written is said
+    before anything is served."""
+    tmp = Path(path + ".tmp").expanduser()
+    try:
+        with private_open(tmp, append=False) as f:
+            f.write(f"{port}\n")
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise JobError("port_file", f"{path} cannot be written ({e.strerror})") from None
+    return tmp
+
+
+def publish_port_file(tmp: Path, path: str) -> None:
+    try:
+        tmp.replace(Path(path).expanduser())
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise JobError("port_file", f"{path} cannot be written ({e.strerror})") from None
+
+
 def main_coordinator(args: DictConfig) -> int:
     from ncclrl.agents.online import SHIPPED_POLICY
 
-    policy = str(args["policy"]) or SHIPPED_POLICY
+    policy = SHIPPED_POLICY if str(args["policy"]) in ("", SHIPPED) else str(args["policy"])
     limit = raise_fd_limit(int(args["max_conns"]) + 64)
     options = ServerOptions(max_conns=max(1, min(int(args["max_conns"]), limit - 32)))
     socks = bind(str(args["host"]), int(args["port"]))
-    fh = None
+    port = socks[0].getsockname()[1]
+    fh = staged = None
+    fresh = None  # the private folder of a fresh secret: the job's, removed when the coordinator ends
     try:
         secret, secret_path = S.load_or_create(str(args["secret_file"]))
+        fresh = None if str(args["secret_file"]) else secret_path.parent
         if str(args["log"]):
-            fh = private_open(Path(str(args["log"])).expanduser(), append=True)
-    except (ConfigError, OSError) as e:
+            try:
+                fh = private_open(Path(str(args["log"])).expanduser(), append=True)
+            except OSError as e:
+                raise JobError("log", f"{args['log']} cannot be written ({e.strerror})") from None
+        if str(args["port_file"]):
+            staged = stage_port_file(str(args["port_file"]), port)
+    except BaseException:
         for s in socks:
             s.close()
-        if isinstance(e, OSError):
-            raise ConfigError("log", f"cannot be written ({e.strerror})") from None
+        if fh:
+            fh.close()
+        if fresh is not None:
+            shutil.rmtree(fresh, ignore_errors=True)
         raise
     broken = []
 
@@ -128,18 +168,12 @@ def main_coordinator(args: DictConfig) -> int:
     core = Coordinator(policy, secret, float(args["round_timeout_s"]), int(args["slots"]), int(args["seed"]), events)
 
     def ready(port: int) -> None:
+        if staged is not None:  # serving, its signals handled: the port file appears now
+            publish_port_file(staged, str(args["port_file"]))
         where = ", ".join(f"[{s.getsockname()[0]}]" if s.family == 10 else s.getsockname()[0] for s in socks)
         log.info("# ncclrl coordinator on %s port %d, policy %s, round timeout %g s; the ranks need: "
                  "export NCCLRL_ONLINE_COORD=%s:%d NCCLRL_ONLINE_SECRET_FILE=%s", where, port, policy,
                  float(args["round_timeout_s"]), args["host"], port, secret_path)
-        if str(args["port_file"]):
-            tmp = Path(str(args["port_file"]) + ".tmp")
-            try:
-                with private_open(tmp, append=False) as f:
-                    f.write(f"{port}\n")
-                tmp.replace(str(args["port_file"]))
-            except OSError as e:
-                raise ConfigError("port_file", f"cannot be written ({e.strerror})") from None
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -154,6 +188,10 @@ def main_coordinator(args: DictConfig) -> int:
         if fh:
             with contextlib.suppress(OSError):  # a full disk: what could not be written was said when it failed
                 fh.close()
+        if fresh is not None:
+            shutil.rmtree(fresh, ignore_errors=True)
+        if staged is not None:
+            staged.unlink(missing_ok=True)
     return 0
 
 

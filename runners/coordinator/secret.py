@@ -19,7 +19,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.errors import ConfigError, JobError
 
 #: hex digits a secret has at least (128 bits) and at most
 MIN_HEX, MAX_HEX = 32, 256
@@ -55,7 +55,8 @@ def valid(text: str) -> bool:
 def load_or_create(path: str) -> tuple[str, Path]:
     """The secret of the file ``path`` (created, mode 0600, with a fresh secret when it does not exist,
     its missing folders mode 0700; empty: a fresh file in a new private temporary folder). A file
-    others may read, or one not of this user, is refused: a :class:`ConfigError` on ``secret_file``."""
+    others may read, or one not of this user, is refused: a :class:`ConfigError` on ``secret_file``; one
+    that cannot be created or read, an operational failure (:class:`JobError`)."""
     if not path:
         folder = Path(tempfile.mkdtemp(prefix="ncclrl-coordinator-"))  # mode 0700
         p = folder / "secret"
@@ -65,13 +66,13 @@ def load_or_create(path: str) -> tuple[str, Path]:
             try:
                 p.parent.mkdir(mode=0o700, parents=True)
             except OSError as e:
-                raise ConfigError("secret_file", f"cannot create {p.parent} ({e.strerror})") from None
+                raise JobError("secret_file", f"cannot create {p.parent} ({e.strerror})") from None
     try:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
         return _read(p), p
     except OSError as e:
-        raise ConfigError("secret_file", f"cannot create {p} ({e.strerror})") from None
+        raise JobError("secret_file", f"cannot create {p} ({e.strerror})") from None
     text = fresh()
     with os.fdopen(fd, "w") as f:
         f.write(text + "\n")
@@ -82,7 +83,7 @@ def _read(p: Path) -> str:
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as e:
-        raise ConfigError("secret_file", f"cannot read {p} ({e.strerror})") from None
+        raise JobError("secret_file", f"cannot read {p} ({e.strerror})") from None
     with os.fdopen(fd) as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:

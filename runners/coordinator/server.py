@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.errors import ConfigError, JobError
 from ncclrl.runners.coordinator.core import Coordinator
 
 
@@ -58,14 +58,15 @@ def raise_fd_limit(want: int) -> int:
 
 def bind(host: str, port: int) -> list[socket.socket]:
     """Listening sockets on every address ``host`` resolves to (IPv4 and IPv6 alike), one port for all
-    (``port`` 0: a free one). An address that cannot be had is a :class:`ConfigError` naming the key."""
+    (``port`` 0: a free one). An address that cannot be had (a host that does not resolve, a port in use)
+    is an operational failure: a :class:`JobError` naming the key (exit status 1)."""
     try:
         infos = socket.getaddrinfo(host or None, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
-        raise ConfigError("host", f"cannot resolve {host!r} ({e.strerror})") from None
+        raise JobError("host", f"cannot resolve {host!r} ({e.strerror})") from None
     addrs = list(dict.fromkeys((fam, sa[0]) for fam, _, _, _, sa in infos if fam in (socket.AF_INET, socket.AF_INET6)))
     if not addrs:
-        raise ConfigError("host", f"{host!r} has no IPv4 or IPv6 address")
+        raise JobError("host", f"{host!r} has no IPv4 or IPv6 address")
     for _attempt in range(20 if port == 0 else 1):
         socks: list[socket.socket] = []
         chosen = port
@@ -87,10 +88,10 @@ def bind(host: str, port: int) -> list[socket.socket]:
             if e.errno == errno.EADDRINUSE and port == 0:
                 continue  # the first address's free port is taken on another: draw again
             if e.errno == errno.EADDRINUSE:
-                raise ConfigError("port", f"{port} is in use on {host} (another coordinator? port=0 takes a free "
-                                  "one)") from None
-            raise ConfigError("host", f"cannot listen on {host}:{chosen} ({e.strerror})") from None
-    raise ConfigError("port", f"no free port common to every address of {host}")
+                raise JobError("port", f"{port} is in use on {host} (another coordinator? port=0 takes a free "
+                               "one)") from None
+            raise JobError("host", f"cannot listen on {host}:{chosen} ({e.strerror})") from None
+    raise JobError("port", f"no free port common to every address of {host}")
 
 
 async def serve(core: Coordinator, socks: list[socket.socket], ready: Callable[[int], None] | None = None,
