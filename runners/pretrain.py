@@ -252,13 +252,32 @@ class PretrainConfig(ExportConfig):
         if self.profile and not self.experiment.profile:
             self.experiment.profile = self.profile
         self.experiment.check()
-        if self.init and not strategy_path(self.init).is_file():
-            raise ConfigError("init", f"no strategy at {strategy_path(self.init)}; use shipped, a strategy.json, "
-                              "or nothing (from scratch)")
+        if not self.agent.ent_coef >= 0:
+            raise ConfigError("agent.ent_coef", f"must be a number >= 0 (0: no entropy bonus), got "
+                              f"{self.agent.ent_coef}")
+        if self.init:
+            load_init(self.init)
         if self.check_platforms < 0:
             raise ConfigError("check_platforms", f"must be >= 0, got {self.check_platforms}")
         if self.check_budget < 1:
             raise ConfigError("check_budget", f"must be >= 1, got {self.check_budget}")
+
+
+def load_init(init: str) -> PolicyController:
+    """The strategy ``init=`` names, read (one line naming ``init`` if it is none)."""
+    path = strategy_path(init)
+    if not path.is_file():
+        raise ConfigError("init", f"no strategy at {path}; use shipped, a strategy.json, or nothing (from scratch)")
+    try:
+        return PolicyController.load(path)
+    except ConfigError as e:
+        from ncclrl.agents.compose_train import is_composer
+
+        if is_composer(path):
+            raise ConfigError("init", f"{path} is a job composer (ncclrl composer writes it, finetune strategy= runs "
+                              "it); init takes a per-point strategy: shipped, or a strategy.json ncclrl pretrain "
+                              "wrote") from None
+        raise ConfigError("init", str(e).split(": ", 1)[1]) from None
 
 
 def compose(overrides: list[str]) -> DictConfig:
@@ -335,10 +354,10 @@ def check_strategy(strategy: PolicyController, target: Topology, platforms: int,
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train the strategy, check it, export the target's zero-shot table; return the summary."""
     target = target_topology(cfg)
+    init = load_init(cfg.init) if cfg.init else None  # before anything is written
     run_dir = _run_dir(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    init = PolicyController.load(strategy_path(cfg.init)) if cfg.init else None
     t0 = time.perf_counter()
     exp = experiment_config(cfg)
     from ncclrl.agents.strategy_train import train as train_strategy  # PyTorch, only when training

@@ -206,8 +206,31 @@ def test_zero_shot_table_is_the_simulators_exact_argmin():
     (["export", "export.shapes=[[3,6]]"], "export.shapes"),
     (["export", "topology=dgx-h100-2n", "export.shapes=[[2,1]]"], "export.shapes"),
     (["export", "export.shapes=[1,2]"], "export.shapes"),
+    (["pretrain", "agent.ent_coef=-1"], "agent.ent_coef: must be a number >= 0"),
+    (["pretrain", "init=nosuch.json"], "init: no strategy at nosuch.json"),
 ])
 def test_bad_overrides_are_one_line(capsys, argv, needle):
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+@pytest.mark.parametrize("name,needle", [("composer.json", "is a job composer"),
+                                         ("junk.json", "is not an ncclrl strategy")])
+def test_an_init_that_is_not_a_strategy_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch, name,
+                                                                              needle):
+    import shutil
+
+    from ncclrl.agents.search import strategy_path
+
+    given = tmp_path / name
+    if name == "composer.json":
+        shutil.copy(strategy_path("shipped").with_name("composer.json"), given)
+        shutil.copy(strategy_path("shipped").with_name("composer.npz"), tmp_path / "composer.npz")
+    else:
+        given.write_text("{}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["pretrain", *TINY, f"init={given}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ncclrl: error: init: ") and needle in err, err
+    assert not (tmp_path / "runs").exists()
