@@ -35,6 +35,7 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import format_gpu_s, parse_budget
 from ncclrl.costmodel.topology import load_topology
+from ncclrl.costmodel.units import plural
 from ncclrl.envs.jobs import ending_on_signals, stop_requested
 from ncclrl.envs.replay import replay_noise
 from ncclrl.envs.store import Store
@@ -76,7 +77,8 @@ class TuneCommand(TunedLiveConfig):
     budget and export its table, as ``ncclrl finetune`` does for ncclrl.
 
     :param method: the tuner: default, sweep, sweep-race, random, afnfa, tpe, autoccl, zero-shot, bo,
-        ei-per-s, ucb-per-s, jobs, rank, ncclrl (afnfa and tpe need the extra: pip install "ncclrl[baselines]")
+        ei-per-s, ucb-per-s, jobs, confirm, rank, ncclrl, ppo, kg-jobs (afnfa and tpe need the extra: pip install
+        "ncclrl[baselines]")
     :param budget: GPU-time allowed: a GPU-time (``600s``, ``10min``) or ``Nsweep``, N times what one full
         sweep of the space is predicted to cost
     :param seed: the tuner's seed
@@ -101,9 +103,15 @@ class TuneCommand(TunedLiveConfig):
         for k in ("seed", "wall_s"):
             if getattr(self, k) < 0:
                 raise ConfigError(k, f"must be >= 0, got {getattr(self, k)}")
-        if self.method == "ncclrl" and not strategy_path(self.strategy).is_file():
-            raise ConfigError("strategy", f"method ncclrl needs strategy=PATH/strategy.json (or shipped), "
-                              f"got {self.strategy!r}")
+        if self.method == "ncclrl":
+            load_strategy(self.strategy)  # read now: a file that is no strategy is said before anything is written
+
+
+def load_strategy(name: str) -> PolicyController:
+    """Method ncclrl's strategy (``shipped`` or a strategy.json), one line naming ``strategy`` if it is none."""
+    if not strategy_path(name).is_file():
+        raise ConfigError("strategy", f"method ncclrl needs strategy=PATH/strategy.json (or shipped), got {name!r}")
+    return PolicyController.load(strategy_path(name))
 
 
 def parse_args(argv: list[str]) -> DictConfig:
@@ -138,8 +146,8 @@ def _run_tune(args: DictConfig) -> dict[str, Any]:
         problem.noise = replay_noise(args["replay_store"], topo, args["launch"], colls, problem.sizes)
     budget = parse_budget(args["budget"], predicted_sweep_gpu_s(problem, int(args["samples"])))
     check_budget(budget, problem, int(args["samples"]), str(args["budget"]))  # before the store is made
+    strategy = load_strategy(args["strategy"]) if args["method"] == "ncclrl" else None
     store = Store(Path(args["store"]))
-    strategy = PolicyController.load(strategy_path(args["strategy"])) if args["method"] == "ncclrl" else None
     tag = f"tune:{args['method']}"
     t0 = time.time()
     with progress(f"tune {args['method']} (GPU-s)", budget) as bar:
@@ -155,9 +163,10 @@ def _run_tune(args: DictConfig) -> dict[str, Any]:
             "wall_s": round(wall, 1), "jobs": ev.calls}
     paths = write_outcome(res, topo, problem.sizes, Path(args["out"]), prov, title=f"{args['method']} table")
     env = " ".join(f"{k}={v}" for k, v in d.conf.env().items()) or "NCCL defaults"
-    log.info("# %s on %s: %d measurements in %d jobs, %s of a budget of %s, %.0f s; knobs: %s; %d rows -> %s",
-             args["method"], topo.name, ev.points, ev.calls, format_gpu_s(ev.gpu_s), format_gpu_s(ev.budget), wall,
-             env, len(rows), paths["csv"])
+    # the run's report on stdout (the progress went to stderr)
+    print(f"# {args['method']} on {topo.name}: {plural(ev.points, 'measurement')} in {plural(ev.calls, 'job')}, "
+          f"{format_gpu_s(ev.gpu_s)} of a budget of {format_gpu_s(ev.budget)}, {wall:.0f} s; knobs: {env}; "
+          f"{plural(len(rows), 'row')} -> {paths['csv']}", flush=True)
     summary = {"method": args["method"], "measured": ev.points, "jobs": ev.calls, "gpu_s": round(ev.gpu_s, 1),
                "budget_gpu_s": round(ev.budget, 1), "wall_s": wall, "rows": len(rows), "conf": d.conf.env(),
                "reason": ev.stop_reason or "the tuner stopped",
@@ -173,8 +182,9 @@ def _run_tune(args: DictConfig) -> dict[str, Any]:
         got = table_speedup_on_sweep(ref, d.conf, rows, problem.sizes)
         summary.update(sweep_points=ref["points"], optimum=ref["optimum"], speedup_on_sweep=got,
                        fraction=got / ref["optimum"])
-        log.info("# on the sweep's own data: %.3fx vs the sweep optimum %.3fx (%.1f%%), with %d of %d measurements",
-                 got, ref["optimum"], 100 * got / ref["optimum"], ev.points, ref["points"])
+        print(f"# on the sweep's own data: {got:.3f}x vs the sweep optimum {ref['optimum']:.3f}x "
+              f"({100 * got / ref['optimum']:.1f}%), with {ev.points} of {plural(ref['points'], 'measurement')}",
+              flush=True)
     (Path(args["out"]) / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 
