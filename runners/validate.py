@@ -113,35 +113,62 @@ def parse_args(argv: list[str]) -> DictConfig:
 
 def main_validate(args: DictConfig) -> int:
     if args["measure"]:  # no GPUs or the wrong hosts: one line, before the store is touched
-        check_launch(args, load_topology(args["topology"]), "measure=false to judge an earlier validation "
-                     "of this table from its store", key="measure")
+        topo = load_topology(args["topology"])
+        # measure=false is a way out only where the store holds an earlier validation of this table
+        instead = "measure=false to judge the earlier validation of this table in its store" \
+            if earlier_validation(args, topo) else ""
+        check_launch(args, topo, instead, key="measure")
     run_validate(args)
     return 0
+
+
+def table_digest(table: Path) -> str:
+    """What the store tags a table's validation jobs with (``validate-tuned:DIGEST``)."""
+    return hashlib.sha256(table.read_bytes()).hexdigest()[:12]
+
+
+def validation_points(args: DictConfig, topo) -> list[Point]:
+    colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
+    lo, hi = parse_bytes(args["min_bytes"], "min_bytes"), parse_bytes(args["max_bytes"], "max_bytes")
+    return [Point(N.COLLECTIVES[c], s) for c in colls for s in size_grid(lo, hi, topo.nranks, c)]
+
+
+def earlier_validation(args: DictConfig, topo) -> bool:
+    """Whether ``store`` holds jobs of an earlier validation of this table (read only; no store: no)."""
+    if not Path(args["store"]).is_file():
+        return False
+    try:
+        store = open_readonly(args["store"])
+    except ConfigError:
+        return False
+    with store:
+        _base, tuned = stored_jobs(store, topo.name, table_digest(Path(args["table"])), validation_points(args, topo),
+                                   args["launch"])
+    return any(tuned)
 
 
 def run_validate(args: DictConfig, out=sys.stdout, workers_factory=None):
     """Alternate base and tuned jobs (or, with ``measure=false``, take the jobs of an earlier
     validation of the same table from the store); returns the per-size report as a DataFrame."""
-
     topo = load_topology(args["topology"])
-    colls = [N.parse_name("collectives", c, N.COLLECTIVES) for c in args["collectives"]]
-    lo, hi = parse_bytes(args["min_bytes"], "min_bytes"), parse_bytes(args["max_bytes"], "max_bytes")
     table = Path(args["table"])
-    check_plugin_table(table, Path(args["conf"]) if args["conf"] else None)
-    knobs = read_conf(args["conf"]) if args["conf"] else Point("allreduce", 1)
-    digest = hashlib.sha256(table.read_bytes()).hexdigest()[:12]
-    points = [Point(N.COLLECTIVES[c], s) for c in colls for s in size_grid(lo, hi, topo.nranks, c)]
-    # measure=false only reads: the store is opened read-only (mode=ro) and never changes
-    store = Store(Path(args["store"])) if args["measure"] else open_readonly(args["store"])
-    if not args["measure"]:
+    digest = table_digest(table)
+    points = validation_points(args, topo)
+    if not args["measure"]:  # only reads: the store opened read-only (mode=ro) never changes; said before the check
+        store = open_readonly(args["store"])
         base, tuned = stored_jobs(store, topo.name, digest, points, args["launch"])
         if not any(tuned):
             raise ConfigError("measure", f"no validation of {table} (sha256 {digest}) for {topo.name} in "
-                              f"{args['store']}; run with measure=true")
+                              f"{args['store']}: a table is judged from a store only once validate measured it "
+                              "there (on its GPUs)")
+    check_plugin_table(table, Path(args["conf"]) if args["conf"] else None)
+    knobs = read_conf(args["conf"]) if args["conf"] else Point("allreduce", 1)
+    if not args["measure"]:
         log.info("# %s: %d rounds from %s", table, max(map(len, tuned)), args["store"])
         measured = (f"stored jobs of earlier validations pooled from {args['store']} "
                     f"(up to {max(map(len, tuned))} per side), launch={args['launch']}")
     else:
+        store = Store(Path(args["store"]))
         with ending_on_signals():  # a signal ends the job in flight, keeps what it finished, then the command
             base, tuned = measure_rounds(args, topo, knobs, table, digest, points, store, workers_factory)
         measured = (f"fresh jobs: {args['rounds']} per side alternating with NCCL's defaults, "
@@ -150,9 +177,12 @@ def run_validate(args: DictConfig, out=sys.stdout, workers_factory=None):
     print_report(df, out)
     if args["out"]:
         df.to_csv(args["out"], index=False)
+        wrote = [str(args["out"])]
         if not df.empty:
-            plot_scurves(df, Path(args["out"]).with_suffix(".png"),
-                         f"{table.name} (sha256 {digest}) vs NCCL's defaults on {topo.name}", measured)
+            wrote.append(str(plot_scurves(df, Path(args["out"]).with_suffix(".png"),
+                                          f"{table.name} (sha256 {digest}) vs NCCL's defaults on {topo.name}",
+                                          measured)))
+        print(f"# wrote {' and '.join(wrote)}", file=out)
     return df
 
 

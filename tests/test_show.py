@@ -218,7 +218,9 @@ def test_benchmark_plot_intervals_budgets_and_paired_differences(tmp_path, figur
     plot(s, tmp_path / "b.png", "jobs")
     (fig,) = figures
     sets, methods = list(dict.fromkeys(s["set"])), list(dict.fromkeys(s["method"]))
-    axes = np.array(fig.axes).reshape(2, len(sets))
+    axes = np.array(fig.axes).reshape(-1, len(sets))  # the curves, the paired differences, the slower-size grid
+    assert len(axes) == 3
+    assert [a.get_images()[0].get_gid() for a in axes[2]] == [f"slower:{st}" for st in sets]
     for k, st in enumerate(sets):
         top, bot = axes[0][k], axes[1][k]
         assert top.get_title().startswith(f"{st}: ") and top.get_xscale() == "log"

@@ -476,6 +476,46 @@ def test_validate_alternates_jobs_stores_everything_and_gives_verdicts(tmp_path)
     assert (tmp_path / "v.csv").exists()
 
 
+def test_validate_offers_measure_false_only_where_the_store_holds_this_tables_validation(tmp_path, monkeypatch):
+    """Without GPUs, validate's hint (measure=false) is given only when it would work; out= says where
+    the report went; a store that is not there is the one line said (no progress line before it)."""
+    import ncclrl.runners.validate as V
+
+    table = tmp_path / "t.csv"
+    table.write_text("allreduce,0,max,ring,simple,2,-1,-1\n")
+    common = [f"table={table}", "topology=h200-2x2-sock", "max_bytes=64K", f"store={tmp_path / 's.sqlite'}"]
+    offered = []
+    monkeypatch.setattr(V, "check_launch", lambda args, topo, instead="", key="": offered.append(instead))
+    monkeypatch.setattr(V, "run_validate", lambda args: None)
+    V.main_validate(V.parse_args(common))
+    assert offered == [""] and not (tmp_path / "s.sqlite").exists()  # no store: nothing to judge instead
+    sim = Simulator("h200-2x2-sock", seed=0)
+    out = io.StringIO()
+    monkeypatch.undo()
+    V.run_validate(V.parse_args(common + ["rounds=2", f"out={tmp_path / 'v.csv'}"]), out=out,
+                   workers_factory=lambda k, t: FakeTableWorkers(k, t, sim))
+    assert out.getvalue().rstrip().endswith(f"# wrote {tmp_path / 'v.csv'} and {tmp_path / 'v.png'}")
+    monkeypatch.setattr(V, "check_launch", lambda args, topo, instead="", key="": offered.append(instead))
+    monkeypatch.setattr(V, "run_validate", lambda args: None)
+    V.main_validate(V.parse_args(common))
+    assert offered[-1].startswith("measure=false")
+    table.write_text("allreduce,0,max,tree,simple,2,-1,-1\n")  # another table: no earlier validation of it
+    V.main_validate(V.parse_args(common))
+    assert offered[-1] == ""
+
+
+def test_validate_from_a_missing_store_is_one_line(tmp_path, capsys):
+    from ncclrl.runners.cli import main
+
+    table = tmp_path / "t.csv"
+    table.write_text("allreduce,0,max,ring,simple,2,-1,-1\n")
+    assert main(["validate", str(table), "topology=h200-2x2-sock", "measure=false",
+                 f"store={tmp_path / 'none.sqlite'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ncclrl: error: store:") and err.count("\n") == 1, err
+    assert not (tmp_path / "none.sqlite").exists()
+
+
 @pytest.mark.parametrize("argv, field", [(["topology=h200-1x4"], "table"),
                                          (["table=/nonexistent.csv", "topology=h200-1x4"], "table"),
                                          (["table=README.md", "topology=h200-1x4", "rounds=0"], "rounds"),
