@@ -180,6 +180,15 @@ def cmd_predict(cfg) -> int:
     return 0
 
 
+def _check_files(key: str, paths) -> None:
+    """Every path a file to read, before any is read (a folder or a missing file: one line naming the key)."""
+    for f in paths:
+        if Path(f).is_dir():
+            raise ConfigError(key, f"{f} is a folder; name the files in it ({f}/*.txt)")
+        if not Path(f).is_file():
+            raise ConfigError(key, f"no such file: {f}")
+
+
 # -- calibrate ----------------------------------------------------------------------------------
 
 
@@ -232,6 +241,7 @@ def cmd_calibrate(cfg) -> int:
         df["config"] = df[["algo", "proto", "channels", "source"]].astype(str).agg("_".join, axis=1)
         sources = [f"store {Path(cfg.store).name}"]
     else:
+        _check_files("files", cfg.files)
         df = measurements_from_runs(topo, [parse_file(f) for f in cfg.files])
         sources = [Path(f).name for f in cfg.files]
     start = SimParams.defaults(topo) if cfg.from_defaults else SimParams.from_topology(topo)
@@ -308,6 +318,7 @@ def cmd_parse(cfg) -> int:
 
     if not cfg.files:
         raise ConfigError("files", "no files given: ncclrl parse FILE...")
+    _check_files("files", cfg.files)
     w = csv.writer(sys.stdout, lineterminator="\n")
     w.writerow(["source", "collective", "nbytes", "count", "dtype", "placement", "time_us", "algbw_gbps",
                 "busbw_gbps", "wrong", "env", "run", "env_from"])

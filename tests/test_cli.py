@@ -245,6 +245,8 @@ def test_gnu_style_key_is_the_key(capsys, monkeypatch):
     (["detect", "logs={a:1}"], "logs"),
     (["profile", "inputs={}"], "inputs"),
     (["parse", "files=[a,[b]]"], "files"),
+    (["parse", "."], "files"),
+    (["calibrate", ".", "topology=h200-1x4"], "files"),
     (["sweep", "launcher.nosuch=1"], "launcher.nosuch"),
     (["sweep", "launcher=[local]"], "launcher"),
     (["decisions", "collective.x=1"], "collective.x"),
