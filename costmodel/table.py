@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -820,19 +821,35 @@ def plugin_checker(build_dir: str | Path | None = None) -> Path:
     """The program that reads a table with the plugin's own code (``plugin/table_check.c`` compiled
     with ``ncclrl_tuner.c``), built from the installed sources into ``build_dir`` (default: where
     ``ncclrl plugin build`` puts the plugin, ``$NCCLRL_PLUGIN_DIR`` or ``~/.cache/ncclrl/plugin``)
-    when missing or older than its sources; a failed build is a one-line :class:`ConfigError`."""
+    when missing or older than its sources, said on stderr (a progress line) when it compiles; a failed
+    build is a one-line :class:`ConfigError` and leaves no folder it made."""
     src = Path(str(files("ncclrl") / "plugin"))
     out = Path(build_dir or os.environ.get("NCCLRL_PLUGIN_DIR", "~/.cache/ncclrl/plugin")).expanduser().resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    make = ["make", "--no-print-directory", "-C", str(src), f"BUILD={out}", str(out / CHECKER)]
+    made = None if out.exists() else out  # the topmost folder this build makes (removed again if it fails)
+    while made is not None and not made.parent.exists():
+        made = made.parent
     try:
-        p = subprocess.run(["make", "--no-print-directory", "-C", str(src), f"BUILD={out}", str(out / CHECKER)],
-                           capture_output=True, text=True, timeout=300)
+        current = subprocess.run([*make[:1], "-q", *make[1:]], capture_output=True, timeout=60).returncode == 0
+        if not current:
+            log.info("# compiling the table checker (the plugin's own parser, %s) into %s: once, and again when its "
+                     "sources change", CHECKER, out)
+            out.mkdir(parents=True, exist_ok=True)
+            p = subprocess.run(make, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.SubprocessError) as e:
+        _unmake(made)
         raise ConfigError("plugin", f"cannot build the table checker ({e}): it needs make and a C compiler") from None
-    if p.returncode != 0:
+    if not current and p.returncode != 0:
+        _unmake(made)
         last = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["make failed"]
         raise ConfigError("plugin", f"building the table checker failed: {last[0]}")
     return out / CHECKER
+
+
+def _unmake(made: Path | None) -> None:
+    """After a failed build: the folders it made (``made`` the topmost; None: none), removed."""
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 def check_table(path: str | Path, checker: str | Path | None = None) -> TableCheck:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from ncclrl.costmodel.table import (
     read_conf_env,
     uncovered_spans,
 )
+from ncclrl.costmodel.units import plural
 from ncclrl.runners.config import Command, register
 
 
@@ -92,7 +94,11 @@ def plugin_view(path: Path) -> tuple[Table, TableCheck]:
     if path.suffix == ".json":
         check_json_table(path)
         tab = Table.read(path)
-        return tab, check_text(tab.csv_text())
+        manifest = check_unit(path)
+        twin = path.with_name("nccl_tuner.csv")
+        if manifest and {path.name, twin.name} <= set(manifest.get("files", {})):
+            return tab, check_table(twin)  # the CSV written with it, whole: the very file the plugin loads
+        return tab, check_text(tab.csv_text())  # no CSV of this write: the text its rows make (no file)
     if not path.is_file():
         raise ConfigError("table", f"file not found: {path}")
     twin = _twin_rows(path, check_unit(path))
@@ -173,7 +179,13 @@ def show(table: str, plot: str | None = None) -> int:
         print("# " + ", ".join(f"{k}={v}" for k, v in tab.provenance.items()))
     if tab.conf:
         print("# nccl.conf: " + " ".join(f"{k}={v}" for k, v in sorted(tab.conf.items())))
-    print("# " + check.summary())
+    summary = check.summary()
+    if Path(table).suffix == ".json":  # the fingerprint printed is of a CSV, never of the JSON: say which
+        summary = summary.replace("plugin check:", f"plugin check of {check.source} (written with this JSON):"
+                                  if check.source != "<text>" else
+                                  "plugin check of the CSV its rows write (no nccl_tuner.csv of the same write "
+                                  "beside it; that text's fingerprint):", 1)
+    print("# " + summary)
     stated = _stated_versions(Path(table))
     if stated:
         print(f"# NCCL releases its rows mean the same on: {stated} (ncclrl's plugin WARNs on others; from 2.31 a "
@@ -205,7 +217,24 @@ def show(table: str, plot: str | None = None) -> int:
     if plot:
         decision_map(tab.rows, Path(plot), f"{Path(table).name}: {len(tab.rows)} rows")
         print(f"# decision map: {plot}")
-    return 0 if check.ok else 1
+    why = failure(check)
+    if why:  # the report above is on stdout; the verdict, one line on stderr
+        print(f"ncclrl: error: table: {table}: {why}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def failure(check: TableCheck) -> str:
+    """Why the plugin would not run a table as written (empty: it would)."""
+    if check.refused:
+        return f"the plugin refuses it whole, NCCL decides everything ({check.refused})"
+    if check.rejected:
+        first = check.rejected[0]
+        return (f"the plugin rejects {plural(len(check.rejected), 'row')} (first, line {first.line}: "
+                f"{first.message}); NCCL would run the rest")
+    if not check.accepted and not check.nccl_choice:
+        return "holds no row: the plugin loads nothing from it (NCCL decides every size)"
+    return ""
 
 
 #: a row narrower than this many octaves (factors of 2) is drawn this wide, with a black outline:

@@ -50,7 +50,7 @@ from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.noise import FWER_ALPHA, geomean, judge
 from ncclrl.costmodel.space import Point, size_grid
-from ncclrl.costmodel.table import check_table, check_unit, read_conf
+from ncclrl.costmodel.table import TableCheck, check_table, check_unit, read_conf
 from ncclrl.costmodel.topology import load_topology
 from ncclrl.costmodel.units import parse_bytes
 from ncclrl.envs.jobs import ending_on_signals
@@ -154,15 +154,16 @@ def run_validate(args: DictConfig, out=sys.stdout, workers_factory=None):
     table = Path(args["table"])
     digest = table_digest(table)
     points = validation_points(args, topo)
-    if not args["measure"]:  # only reads: the store opened read-only (mode=ro) never changes; said before the check
+    check = check_plugin_table(table, Path(args["conf"]) if args["conf"] else None)
+    knobs = read_conf(args["conf"]) if args["conf"] else Point("allreduce", 1)
+    if not args["measure"]:  # only reads: the store opened read-only (mode=ro) never changes
         store = open_readonly(args["store"])
         base, tuned = stored_jobs(store, topo.name, digest, points, args["launch"])
         if not any(tuned):
             raise ConfigError("measure", f"no validation of {table} (sha256 {digest}) for {topo.name} in "
                               f"{args['store']}: a table is judged from a store only once validate measured it "
                               "there (on its GPUs)")
-    check_plugin_table(table, Path(args["conf"]) if args["conf"] else None)
-    knobs = read_conf(args["conf"]) if args["conf"] else Point("allreduce", 1)
+    log.info("# %s: %s", table, check.summary())  # everything checked: the progress begins
     if not args["measure"]:
         log.info("# %s: %d rounds from %s", table, max(map(len, tuned)), args["store"])
         measured = (f"stored jobs of earlier validations pooled from {args['store']} "
@@ -186,7 +187,7 @@ def run_validate(args: DictConfig, out=sys.stdout, workers_factory=None):
     return df
 
 
-def check_plugin_table(table: Path, conf: Path | None = None) -> None:
+def check_plugin_table(table: Path, conf: Path | None = None) -> TableCheck:
     """The table as the plugin will load it, read by the plugin's own code
     (:func:`ncclrl.costmodel.table.check_table`): a table the plugin refuses, or with a row it
     rejects, is a one-line :class:`ConfigError` naming the first reasons (validating it would judge
@@ -202,7 +203,7 @@ def check_plugin_table(table: Path, conf: Path | None = None) -> None:
         first = "; ".join(f"line {r.line}: {r.message}" for r in check.rejected[:3])
         raise ConfigError("table", f"{table}: the plugin rejects {len(check.rejected)} row(s), so NCCL would run "
                           f"another table than this one ({first}); fix the rows (ncclrl show {table})")
-    log.info("# %s: %s", table, check.summary())
+    return check
 
 
 def measure_rounds(args, topo, knobs, table, digest, points, store, workers_factory):

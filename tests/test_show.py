@@ -236,3 +236,76 @@ def test_benchmark_plot_intervals_budgets_and_paired_differences(tmp_path, figur
         assert len(xs) == len(set(np.round(xs, 6)))
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert len(labels) == len(methods) and any("measures nothing" in t for t in labels)
+
+
+# -- ncclrl show: what it says about one table, and about the checker it builds ------------------------
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Path:
+    """A zero-shot table written as the export writes it (CSV, JSON, nccl.conf, manifest)."""
+    from ncclrl.agents.export import export_table
+    from ncclrl.costmodel.simulator import Simulator
+
+    out = tmp_path_factory.mktemp("exported") / "table"
+    export_table(Simulator("h200-1x4")).write(out)
+    return out
+
+
+def test_show_prints_one_fingerprint_per_table_the_one_in_its_manifest(exported, tmp_path, capsys):
+    """The CSV, its manifest and the JSON of the same write: one fingerprint, the deployed CSV's; a JSON
+    with no CSV of its write beside it says its fingerprint is of the text its rows write."""
+    import json
+    import shutil
+
+    from ncclrl.runners.show import show
+
+    manifest = json.loads((exported / "nccl_tuner.manifest").read_text())
+    for name in ("nccl_tuner.csv", "nccl_tuner.json"):
+        assert show(str(exported / name)) == 0
+        line = next(ln for ln in capsys.readouterr().out.splitlines() if "fingerprint" in ln)
+        assert f"fingerprint {manifest['fingerprint']}," in line, line
+    lone = tmp_path / "nccl_tuner.json"
+    shutil.copy(exported / "nccl_tuner.json", lone)
+    assert show(str(lone)) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "fingerprint" in ln)
+    assert line.startswith("# plugin check of the CSV its rows write (no nccl_tuner.csv of the same write")
+
+
+@pytest.mark.parametrize("text,needle", [("", "holds no row"), ("hello\n", "the plugin rejects 1 row (first, line 1:")])
+def test_show_of_a_table_the_plugin_would_not_run_says_so_on_stderr(tmp_path, capsys, text, needle):
+    from ncclrl.runners.show import show
+
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    assert show(str(path)) == 1
+    out, err = capsys.readouterr()
+    assert "# plugin check:" in out  # the report, on stdout
+    assert err.count("\n") == 1 and err.startswith(f"ncclrl: error: table: {path}: ") and needle in err, err
+
+
+def test_the_checker_is_compiled_out_loud_once_and_a_failed_build_leaves_no_folder(tmp_path, caplog, monkeypatch):
+    import logging
+    import os
+
+    from ncclrl.costmodel.errors import ConfigError
+    from ncclrl.costmodel.table import CHECKER, plugin_checker
+
+    with caplog.at_level(logging.INFO, logger="ncclrl.costmodel.table"):
+        assert plugin_checker(tmp_path / "a" / "b") == tmp_path / "a" / "b" / CHECKER
+        said = [r.getMessage() for r in caplog.records if "compiling the table checker" in r.getMessage()]
+        assert len(said) == 1 and str(tmp_path / "a" / "b") in said[0]
+        caplog.clear()
+        plugin_checker(tmp_path / "a" / "b")  # up to date: nothing compiled, nothing said
+        assert not [r for r in caplog.records if "compiling" in r.getMessage()]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "make").write_text("#!/bin/sh\nfor a; do case $a in BUILD=*) mkdir -p \"${a#BUILD=}\";; esac; done\n"
+                               "echo 'cc: not found' >&2; exit 2\n")
+    (fake / "make").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(ConfigError, match="building the table checker failed: cc: not found"):
+        plugin_checker(tmp_path / "new" / "deep")
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(ConfigError):
+        plugin_checker(tmp_path / "a" / "b")  # a folder that was there stays
+    assert (tmp_path / "a" / "b" / CHECKER).is_file()
