@@ -54,7 +54,7 @@ from ncclrl.costmodel.nccltests import NcclTestsError, env_sources, parse_file_r
 from ncclrl.costmodel.replica import default_decisions
 from ncclrl.costmodel.space import DEFAULT, KNOB_FIELDS, Key, Point
 from ncclrl.costmodel.topology import Topology
-from ncclrl.costmodel.units import parse_bytes
+from ncclrl.costmodel.units import parse_bytes, plural
 from ncclrl.envs.backend import Backend
 
 PointKey = tuple[tuple[int, ...], int, int, Key]  # (knobs, collective index, nbytes, (algo, proto, channels))
@@ -193,6 +193,7 @@ def _read_nccltests(path: Path, topo: Topology, raw: _Raw) -> None:
         if run.nranks and run.nranks != topo.nranks:
             raise ConfigError("grid", f"{path} ran on {run.nranks} ranks but {topo.name} has {topo.nranks}; "
                               "pick the topology the run was made on")
+        _check_placement(path, run, topo)
         coll = N.COLLECTIVES.index(run.collective)
         env = run_env(run)
         knobs, key = _run_point(topo, coll, env, str(path))
@@ -201,6 +202,24 @@ def _read_nccltests(path: Path, topo: Topology, raw: _Raw) -> None:
         for r in run.records:
             raw.add((knobs, coll, int(r.nbytes), key), r.times_us)
     raw.said(FORMATS[0])
+
+
+def _check_placement(path: Path, run, topo: Topology) -> None:
+    """The ranks a run lists (host, process) fit ``topo``: no more hosts than its nodes, and no process
+    driving more GPUs than a node has (a process runs on one node). Several nodes emulated on one host
+    (``NCCL_HOSTID``) pass: each process drives a node's GPUs at most."""
+    hosts = sorted({r.host for r in run.ranks})
+    if len(hosts) > topo.nodes:
+        raise ConfigError("grid", f"{path} ran on {len(hosts)} hosts ({', '.join(hosts[:4])}) but {topo.name} has "
+                          f"{plural(topo.nodes, 'node')}; pick the topology the run was made on")
+    per_process: dict[tuple[str, int], int] = {}
+    for r in run.ranks:
+        per_process[(r.host, r.pid)] = per_process.get((r.host, r.pid), 0) + 1
+    if per_process and max(per_process.values()) > topo.gpus_per_node:
+        (host, pid), n = max(per_process.items(), key=lambda x: x[1])
+        raise ConfigError("grid", f"{path} ran {n} ranks in one process (pid {pid} on {host}), so on one node of "
+                          f"{n} or more GPUs, but {topo.name} has {topo.gpus_per_node} GPUs per node; pick the "
+                          "topology the run was made on")
 
 
 def _read_rows_csv(path: Path, topo: Topology, raw: _Raw) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -69,10 +70,34 @@ def test_a_partly_forced_run_or_an_unnamed_collective_is_refused_in_one_line(all
     assert e.value.field == "grid" and "NCCL_ALGO='ring'" in str(e.value) and "\n" not in str(e.value)
     # a real output of NCCL's defaults alone is no grid
     with pytest.raises(ConfigError, match="no forced configuration"):
-        read_grid([CORPUS / "oracle-quick--oci-hpc-oke-docs-running-nccl-rccl-tests-from-slurm-operator--1.txt"], h200)
+        read_grid([CORPUS / "oracle-quick--oci-hpc-oke-docs-running-nccl-rccl-tests-from-slurm-operator--1.txt"],
+                  load_topology("h200-2x2-sock"))  # its 4 ranks ran on 2 hosts
     # a real output that does not say which collective it ran
     with pytest.raises(ConfigError, match="is not tunable"):
         read_grid([CORPUS / "cci-moc--all-reduce-roce-1gpu-log.txt"], load_topology("h200-2x1-sock"))
+
+
+def test_a_run_of_one_process_on_one_node_is_refused_on_a_platform_of_smaller_nodes(allreduce_files, tmp_path):
+    """The recorded runs drove 4 GPUs from one process (one node): 2 nodes x 2 GPUs has as many ranks,
+    but not a node that holds them; one line naming the run's process."""
+    with pytest.raises(ConfigError) as e:
+        read_grid(allreduce_files, load_topology("h200-2x2-sock"))
+    assert e.value.field == "grid" and "ran 4 ranks in one process" in str(e.value)
+    assert "h200-2x2-sock has 2 GPUs per node" in str(e.value) and "\n" not in str(e.value)
+    grid = f"grid=[{','.join(map(str, allreduce_files))}]"
+    assert main(["finetune", "backend=replay", "topology=h200-2x2-sock", grid, f"store={tmp_path / 'ft.sqlite'}",
+                 f"out={tmp_path / 'ft'}"]) == 2
+    assert not list(tmp_path.iterdir())  # no store, no folder
+    # the same run printed by four processes on two hosts: more hosts than the one node of h200-1x4
+    src = next(f for f in allreduce_files if f.stem.endswith("__default"))
+    text = re.sub(r"#  Rank  (\d) Group  0 Pid +\d+ on +vm",
+                  lambda m: f"#  Rank  {m[1]} Group  0 Pid   {100 + int(m[1])} on   host{int(m[1]) // 2}",
+                  src.read_text())
+    two = tmp_path / "all_reduce__two_hosts.txt"
+    two.write_text(text)
+    assert "host1" in text
+    with pytest.raises(ConfigError, match="ran on 2 hosts .* but h200-1x4 has 1 node;"):
+        read_grid([two], load_topology("h200-1x4"))
 
 
 def test_the_default_from_a_run_of_nccls_defaults(forced, allreduce_files, h200):
