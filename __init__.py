@@ -8,7 +8,9 @@ Subpackages, each importing only from the ones before it:
 * :mod:`ncclrl.agents`: learning and tuning (pretraining, fine-tuning, the baseline tuners);
 * :mod:`ncclrl.runners`: the ``ncclrl`` command.
 
-Importing the package registers the Gymnasium environment ``ncclrl/NcclTune-v0``.
+Importing :mod:`ncclrl.envs` registers the Gymnasium environment ``ncclrl/NcclTune-v0``
+(``gym.make("ncclrl.envs:ncclrl/NcclTune-v0")`` imports it); the package itself imports no
+subpackage, so a command loads only what it uses.
 """
 
 from __future__ import annotations
@@ -22,5 +24,3 @@ except PackageNotFoundError:  # not installed: a source tree on sys.path
     __version__ = "0+unknown"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
-
-from ncclrl import envs as _envs  # noqa: E402,F401  (registers ncclrl/NcclTune-v0)

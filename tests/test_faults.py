@@ -298,7 +298,8 @@ def test_s5_a_read_only_store_is_refused_before_any_measurement(tmp_path, capsys
         assert not called
         bins = tmp_path / "bin"
         bins.mkdir()
-        rc = main(["sweep", "backend=nccl-tests", f"nccltests_dir={bins}", f"store={store}", "max_bytes=64"])
+        rc = main(["sweep", "topology=h200-1x4", "backend=nccl-tests", f"nccltests_dir={bins}", f"store={store}",
+                   "max_bytes=64"])
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 2 and err[-1].startswith("ncclrl: error: store: ") and "Traceback" not in "".join(err)
     finally:

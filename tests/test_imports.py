@@ -46,7 +46,5 @@ def test_table_commands_import_neither_the_learning_stack_nor_pandas(argv):
     assert loaded(argv, (*HEAVY, *modules)) == []
 
 
-@pytest.mark.xfail(reason="ncclrl/__init__.py imports ncclrl.envs, which imports Gymnasium to register "
-                          "ncclrl/NcclTune-v0: every command imports it until that registration is lazy")
 def test_table_commands_import_no_gymnasium():
     assert loaded(["decisions", "topology=h200-1x4", "collective=allreduce"], ("gymnasium",)) == []
