@@ -337,9 +337,13 @@ class PolicyComposer(Composer):
 
 
 def is_composer(path: str | Path) -> bool:
-    """Whether the JSON at ``path`` is a job composer's (else a per-point strategy's)."""
+    """Whether the JSON at ``path`` is a job composer's (else a per-point strategy's); a composer's
+    weights (``composer.npz``) name the composer whose JSON is beside them."""
+    p = Path(path)
+    if p.suffix.lower() == ".npz":
+        p = p.with_suffix(".json")
     try:
-        return "cell_features" in json.loads(Path(path).read_text())
+        return "cell_features" in json.loads(p.read_text())
     except (OSError, ValueError):
         return False
 

@@ -321,3 +321,17 @@ def test_a_failed_composer_training_leaves_no_run_folder_behind(tmp_path, monkey
     with pytest.raises(RuntimeError):
         run_composer(args)
     assert (tmp_path / "kept" / "tensorboard").is_dir()
+
+
+def test_a_composers_weights_name_the_composer(tmp_path):
+    """``strategy=.../composer.npz`` is the composer beside it, not a checkpoint to refuse."""
+    import shutil
+
+    from ncclrl.agents.compose_train import composer_path, is_composer
+
+    for f in ("composer.json", "composer.npz"):
+        shutil.copy(composer_path("shipped").with_name(f), tmp_path / f)
+    assert is_composer(tmp_path / "composer.npz") and is_composer(tmp_path / "composer.json")
+    assert PolicyComposer.load(tmp_path / "composer.npz").meta == PolicyComposer.load(tmp_path / "composer.json").meta
+    (tmp_path / "other.npz").write_bytes((tmp_path / "composer.npz").read_bytes())
+    assert not is_composer(tmp_path / "other.npz")  # no composer JSON beside it
