@@ -21,6 +21,7 @@ from typing import Any
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.space import Point
 from ncclrl.costmodel.topology import Topology
+from ncclrl.costmodel.units import plural
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +254,8 @@ class Table:
         self.rows = self.complete().rows
         out_dir = Path(out_dir)
         topo = self.topology
-        where = f" for {topo.name} ({topo.nodes} nodes, {topo.nranks} ranks), NCCL {topo.nccl.version}" if topo else ""
+        where = (f" for {topo.name} ({plural(topo.nodes, 'node')}, {plural(topo.nranks, 'rank')}), NCCL "
+                 f"{topo.nccl.version}") if topo else ""
         rows = [dict(r.__dict__) for r in self.rows]
         doc = {"provenance": self.provenance, "nccl_conf": self.conf, "rows": rows, **(extra or {})}
         if doc["rows"] is not rows:  # ``extra`` has rows of its own: the table's go beside them
@@ -812,7 +814,8 @@ class TableCheck:
     def summary(self) -> str:
         if self.refused:
             return f"plugin check: refused whole, NCCL decides everything: {self.refused}"
-        return (f"plugin check: {self.size} bytes, fingerprint {self.fingerprint}, {len(self.accepted)} rows load, "
+        loads = f"{plural(len(self.accepted), 'row')} load{'s' if len(self.accepted) == 1 else ''}"
+        return (f"plugin check: {self.size} bytes, fingerprint {self.fingerprint}, {loads}, "
                 f"{len(self.rejected)} rejected" + (f", {self.nccl_choice} marked as NCCL's choice (NCCL decides "
                                                     "those sizes)" if self.nccl_choice else ""))
 

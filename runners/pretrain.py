@@ -53,6 +53,7 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.platforms import draw_platform
 from ncclrl.costmodel.simulator import Simulator
 from ncclrl.costmodel.topology import Topology, load_topology
+from ncclrl.costmodel.units import plural
 from ncclrl.costmodel.workload import (
     DEFAULT_MEM_FRAC,
     Comparison,
@@ -431,8 +432,9 @@ def _format_report(target: Topology, bands: pd.DataFrame, s: dict[str, float], c
                    paths: dict[str, Path], plot: Path, export_s: float, per_shape: dict[str, dict[str, float]],
                    nrows: int, rule: str = "") -> str:
     knobs = " ".join(f"{k}={v}" for k, v in sorted(conf.items())) or "(nothing: NCCL's defaults are best)"
-    lines = [f"ncclrl: table for {target.name} ({target.nodes} nodes x {target.gpus_per_node} GPUs), predicted by "
-             "the simulator", *([rule] if rule else []), f"nccl.conf: {knobs}",
+    shape = f"{plural(target.nodes, 'node')} x {plural(target.gpus_per_node, 'GPU')}"
+    lines = [f"ncclrl: table for {target.name} ({shape}), predicted by the simulator", *([rule] if rule else []),
+             f"nccl.conf: {knobs}",
              "speedup: table + nccl.conf over NCCL's defaults; regret: against the exhaustive per-call optimum "
              "under the same nccl.conf", ""]
     lines.append(f"{'collective':<14} {'sizes':<16} {'NCCL default':<18} {'ncclrl':<18} {'speedup':>8} {'regret':>7}")
@@ -565,8 +567,8 @@ def _format_job_report(target: Topology, cfg: DictConfig, res: Any, work: Worklo
         if obj == "step" else "the nominal simulator (isolated times)"
     knobs = " ".join(f"{k}={v}" for k, v in sorted(res.table.conf.items())) or "(nothing)"
     iso_knobs = " ".join(f"{k}={v}" for k, v in sorted(res.isolated.conf.items())) or "(nothing)"
-    lines = [f"ncclrl: table for the job {work.name} on {target.name} ({target.nodes} nodes x {target.gpus_per_node} "
-             f"GPUs), objective {obj}, predicted by the simulator",
+    lines = [f"ncclrl: table for the job {work.name} on {target.name} ({plural(target.nodes, 'node')} x "
+             f"{plural(target.gpus_per_node, 'GPU')}), objective {obj}, predicted by the simulator",
              f"profile: {cfg.profile}: {len(key_rows)} (collective, shape, bytes) keys; compute per overlapped call: "
              f"{comp}, {100 * float(cfg.mem_frac):g}% HBM-bound; unknown overlap counted as "
              f"{float(cfg.unknown_overlap):g}",

@@ -538,7 +538,7 @@ def test_show_prints_the_plugins_verdicts(build, tmp_path, capsys, monkeypatch):
     path.write_text("allreduce,0,1000,RING,LL,2,-1,-1\nallreduce,500,2000,tree,ll,2,-1,-1\nreduce,0,10,ring,LL256,1,-1,-1\n")
     assert show(str(path)) == 1
     out = capsys.readouterr().out
-    assert "1 rows load, 2 rejected" in out and "line 2: field min_bytes" in out and "line 3: field protocol" in out
+    assert "1 row loads, 2 rejected" in out and "line 2: field min_bytes" in out and "line 3: field protocol" in out
     assert "ring" in out and "tree" not in out.split("rejected")[-1].split("\n", 1)[1]
     path.write_text("allreduce,0,1000,ring,ll,2,-1,-1\n")
     assert show(str(path)) == 0

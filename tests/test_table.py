@@ -101,3 +101,13 @@ def test_several_shapes_round_trip_and_each_shape_finds_its_rows(shaped, tmp_pat
         assert shaped.lookup("allreduce", 100, nodes, nranks) is None
         assert lookup(raw, "allreduce", 100, nodes, nranks) is None
         assert shaped.for_shape(nodes, nranks).shapes() == [(-1, -1)]
+
+
+def test_a_one_node_tables_header_counts_in_the_singular(tmp_path):
+    from ncclrl.costmodel.table import TableCheck
+
+    topo = load_topology("h200-1x4")
+    paths = Table(topo, [Row("allreduce", 0, MAX_BYTES, "ring", "simple", 2)], {}, {}, title="t").write(tmp_path)
+    assert paths["csv"].read_text().startswith("# t for h200-1x4 (1 node, 4 ranks), NCCL ")
+    check = TableCheck("t.csv", size=10, fingerprint="0" * 16)
+    assert "0 rows load, 0 rejected" in check.summary()
