@@ -53,7 +53,7 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.platforms import draw_platform
 from ncclrl.costmodel.simulator import Simulator
 from ncclrl.costmodel.topology import Topology, load_topology
-from ncclrl.costmodel.units import plural
+from ncclrl.costmodel.units import format_time_us, plural
 from ncclrl.costmodel.workload import (
     DEFAULT_MEM_FRAC,
     Comparison,
@@ -545,7 +545,7 @@ def export_for_job(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _us(m: float, lo: float, hi: float) -> str:
-    return f"{m:.4g} [{lo:.4g}, {hi:.4g}]"
+    return f"{format_time_us(m)} [{format_time_us(lo)}, {format_time_us(hi)}]"
 
 
 def _format_job_report(target: Topology, cfg: DictConfig, res: Any, work: Workload, settings: dict[str, Any],
@@ -554,7 +554,7 @@ def _format_job_report(target: Topology, cfg: DictConfig, res: Any, work: Worklo
     if cfg.compute_ratio is not None:
         comp = f"{cfg.compute_ratio:g}x the call's NCCL-default time (compute_ratio)"
     elif cfg.compute_us_per_call is not None:
-        comp = f"{cfg.compute_us_per_call:g} us (compute_us_per_call)"
+        comp = f"{format_time_us(cfg.compute_us_per_call)} (compute_us_per_call)"
     else:
         comp = "the profile's compute_us_per_call, else none"
     ch = settings["chosen_on"]["misspecified_seeds"]
@@ -581,23 +581,25 @@ def _format_job_report(target: Topology, cfg: DictConfig, res: Any, work: Worklo
         lines.append("note: no call overlaps compute (give unknown_overlap= and compute_ratio= or "
                      "compute_us_per_call=): the step objective is the isolated one")
     lines += ["", "rows (algorithm/protocol/channels; nccl: NCCL's decision), isolated table and this one:",
-              f"{'shape':<7} {'collective':<14} {'bytes':>11} {'calls/step':>10} {'overlap':>7} {'compute_us':>10} "
+              f"{'shape':<7} {'collective':<14} {'bytes':>11} {'calls/step':>10} {'overlap':>7} {'compute':>10} "
               f"{'isolated':<18} {'this table':<18}"]
     for r in key_rows:
         lines.append(f"{r['nodes']}x{r['ranks']:<5} {r['collective']:<14} {r['nbytes']:>11} {r['calls_per_step']:>10g} "
-                     f"{r['overlap']:>7.2f} {r['compute_us_per_call']:>10.4g} {r['isolated']:<18} {r['table']:<18}")
-    lines += ["", "predicted communication cost per step, us (exposed communication + compute slowdown; a step is "
-              f"{work.compute_us_per_step():.4g} us of compute + this): mean [95% interval] over the judging draws;",
+                     f"{r['overlap']:>7.2f} {format_time_us(r['compute_us_per_call']):>10} {r['isolated']:<18} "
+                     f"{r['table']:<18}")
+    lines += ["", "predicted communication cost per step (exposed communication + compute slowdown; a step is "
+              f"{format_time_us(work.compute_us_per_step())} of compute + this): mean [95% interval] over the judging "
+              "draws;",
               "saved = the other table's cost - this table's, paired per draw (faster/slower: the interval excludes 0)",
-              f"{'shape':<7} {'keys':>4} {'NCCL default':>24} {'isolated':>24} {'this table':>24} "
-              f"{'saved vs NCCL default':>32} {'saved vs isolated':>32}"]
+              f"{'shape':<7} {'keys':>4} {'NCCL default':>28} {'isolated':>28} {'this table':>28} "
+              f"{'saved vs NCCL default':>36} {'saved vs isolated':>36}"]
     for r in summary_rows:
         sn = f"{_us(r['saved_vs_nccl_us'], r['saved_vs_nccl_lo'], r['saved_vs_nccl_hi'])} {r['vs_nccl']}"
         si = f"{_us(r['saved_vs_isolated_us'], r['saved_vs_isolated_lo'], r['saved_vs_isolated_hi'])} " \
              f"{r['vs_isolated']}"
-        lines.append(f"{r['shape']:<7} {r['keys']:>4} {_us(r['nccl_us'], r['nccl_lo'], r['nccl_hi']):>24} "
-                     f"{_us(r['isolated_us'], r['isolated_lo'], r['isolated_hi']):>24} "
-                     f"{_us(r['table_us'], r['table_lo'], r['table_hi']):>24} {sn:>32} {si:>32}")
+        lines.append(f"{r['shape']:<7} {r['keys']:>4} {_us(r['nccl_us'], r['nccl_lo'], r['nccl_hi']):>28} "
+                     f"{_us(r['isolated_us'], r['isolated_lo'], r['isolated_hi']):>28} "
+                     f"{_us(r['table_us'], r['table_lo'], r['table_hi']):>28} {sn:>36} {si:>36}")
     return "\n".join(lines)
 
 

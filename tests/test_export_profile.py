@@ -143,12 +143,17 @@ def test_report_prints_the_saving_with_its_interval(tmp_path, fsdp, capsys):
     printed = capsys.readouterr().out
     assert "judged on: 10 misspecified draws (seeds 100-109, stream 0)" in printed
     assert "chosen on: the nominal simulator + 5 misspecified draws (seeds 0-4, stream 1)" in printed
-    num = r"-?[\d.e+-]+"
+    num = r"-?[\d.]+ (?:us|ms|s)"  # a time as people read it (format_time_us): never 4.317e+04 us
+
+    def us(text: str) -> float:
+        value, unit = text.split()
+        return float(value) * {"us": 1.0, "ms": 1e3, "s": 1e6}[unit]
+
     line = next(ln for ln in printed.splitlines() if ln.startswith("1x2 ") and "[" in ln)  # the shape's saving
     cells = re.findall(rf"({num}) \[({num}), ({num})\]", line)
-    assert len(cells) == 5  # NCCL default, isolated, this table, saved vs each
-    for m, lo, hi in map(lambda c: tuple(map(float, c)), cells):
-        assert lo < m < hi
+    assert len(cells) == 5 and "e+" not in line  # NCCL default, isolated, this table, saved vs each
+    for m, lo, hi in map(lambda c: tuple(map(us, c)), cells):
+        assert lo <= m <= hi  # (three significant digits each)
     rep = json.loads((out / "table" / "step_report.json").read_text())
     s = rep["shapes"][0]
     assert s["shape"] == "1x2" and s["draws"] == 10
