@@ -240,6 +240,8 @@ def judge(case: Case, res: Result, fx: Path, base: Path) -> tuple[str, str]:
             return "help mismatch", f"the help of {case.key}= does not list {case.value}, which the command accepts"
         return "clean", ""
     if case.kind == "accepted":
+        if case.forbid and re.search(case.forbid, first_line(res)):
+            return "wrong hint", f"the message says what it must not ({case.forbid})"
         if refused_on(res, case.key):
             return "help mismatch", f"{case.key}={case.value} is offered by the help but refused"
         return "clean", ""
@@ -318,12 +320,21 @@ def compiled_unannounced(res: Result, base: Path) -> tuple[str, str] | None:
     return None
 
 
-def tensorboard_written(res: Result, base: Path) -> tuple[str, str] | None:
+def tensorboard_as_the_help_says(res: Result, base: Path) -> tuple[str, str] | None:
+    """``composer train.tensorboard=VALUE`` writes curves where ``composer --help`` says VALUE puts them."""
     if res.rc != 0:
         return "wrong exit", f"exit status {res.rc}: {first_line(res)[:120]}"
-    tb = base / "work" / "c" / "tensorboard"
-    if tb.exists():
-        return "help mismatch", "train.tensorboard= (the help: empty means none) wrote c/tensorboard"
+    given = (base / "argv").read_text().split("train.tensorboard=", 1)
+    value = (given[1].split() or [""])[0] if len(given) == 2 else ""
+    text = help_line(subprocess.run(["ncclrl", "composer", "--help"], capture_output=True, text=True,
+                                    timeout=60).stdout, "train.tensorboard")
+    none = re.search(r'"" for none|empty: none|"" or none', text) if not value else \
+        re.search(rf"\b{re.escape(value)}: no curves|\b{re.escape(value)} for none", text)
+    written = (base / "work" / "c" / "tensorboard").exists()
+    if none and written:
+        return "help mismatch", f"train.tensorboard={value} wrote c/tensorboard; the help: {text.strip()[:120]}"
+    if not none and not written and "RUN_DIR/tensorboard" in text and not value:
+        return "help mismatch", f"train.tensorboard= wrote no curves; the help: {text.strip()[:120]}"
     return None
 
 
@@ -451,8 +462,8 @@ def cases() -> list[Case]:
              timeout=180))
     add(Case("finetune-horizon-zero", ["finetune", *REPLAY, "horizon=0"]))
     add(Case("finetune-horizon-10M", ["finetune", *REPLAY, "horizon=10M"]))
-    add(Case("finetune-strategy-composer-npz", ["finetune", *REPLAY, "strategy={fx}/composer/composer.npz"],
-             forbid=r"pickle|pretrain"))
+    add(Case("finetune-strategy-composer-npz", ["finetune", *REPLAY, "strategy={fx}/composer/composer.npz",
+                                                "budget=0.05sweep"], kind="accepted", key="strategy", forbid="pickle"))
     add(Case("finetune-strategy-strategy-npz", ["finetune", *REPLAY, "strategy={fx}/strategy/strategy.npz"],
              forbid=r"pickle"))
     add(Case("finetune-strategy-missing", ["finetune", *REPLAY, "strategy=nosuch.json"]))
@@ -616,9 +627,12 @@ def cases() -> list[Case]:
     add(Case("composer-run-dir-under-file", ["composer", "run_dir={fx}/afile/x"], max_s=15))
     add(Case("composer-tensorboard-under-file", ["composer", "train.tensorboard={fx}/afile/tb"], max_s=15))
     add(Case("composer-n-epochs-zero", ["composer", "train.n_epochs=0"], max_s=15))
-    add(Case("composer-tensorboard-empty-means-none",
-             ["composer", "run_dir=c", "problems=1", "judge=0", "train.total_timesteps=8", "train.n_envs=1",
-              "train.n_steps=8", "train.batch_size=8", "train.tensorboard="], kind="check", check=tensorboard_written))
+    tiny = ["composer", "run_dir=c", "problems=1", "judge=0", "train.total_timesteps=8", "train.n_envs=1",
+            "train.n_steps=8", "train.batch_size=8"]
+    add(Case("composer-tensorboard-empty-as-the-help-says", [*tiny, "train.tensorboard="], kind="check",
+             check=tensorboard_as_the_help_says))
+    add(Case("composer-tensorboard-none-as-the-help-says", [*tiny, "train.tensorboard=none"], kind="check",
+             check=tensorboard_as_the_help_says))
 
     # coordinator
     add(Case("coordinator-port-in-use", ["coordinator", "host=127.0.0.1", f"port={HELD_PORT}"], expect=1,
@@ -750,6 +764,7 @@ def run_case(case: Case, fx: Path, root: Path, i: int) -> tuple[Case, Result, st
         res = plugin_online_mode(fx, base)
     else:
         res, _cwd = run_one(case.argv, fx, base, case.env, case.setup, case.timeout, case.stdin, case.paths)
+    (base / "argv").write_text(" ".join(fill(a, fx, base / "work") for a in case.argv))
     cls, why = judge(case, res, fx, base)
     (base / "stdout").write_text(res.stdout)  # beside the case's folders: kept with --keep
     (base / "stderr").write_text(res.stderr)

@@ -386,7 +386,7 @@ def test_the_coordinator_command_says_a_port_in_use_in_one_line(tmp_path):
                             ([f"log={tmp_path / 'plain' / 'log'}"], "log", 1),
                             (["log=/proc/ncclrl-test/log.jsonl"], "log", 1),
                             (["port_file=/proc/ncclrl-test-port"], "port_file", 1),
-                            (["policy=bogus"], "policy", 2)):
+                            (["policy=bogus"], "policy", 2), (["host="], "host", 2)):
         p = subprocess.run([sys.executable, "-m", "ncclrl", "coordinator", "port=0", *args],
                            capture_output=True, text=True, timeout=60, env=dict(os.environ, TMPDIR=str(tmp)))
         assert p.returncode == code and p.stderr.startswith(f"ncclrl: error: {key}:"), (args, p.stderr)

@@ -61,6 +61,9 @@ class CoordinatorCommand:
         if self.policy not in ("", SHIPPED, *POLICIES):
             raise ConfigError("policy", f"must be one of {', '.join(POLICIES)}, or {SHIPPED} (or empty: the shipped "
                               f"one), got {self.policy!r}")
+        if not self.host.strip():
+            raise ConfigError("host", "empty; give the address to listen on: localhost (this node's ranks), the "
+                              "address of the interface the ranks reach this node at, or 0.0.0.0 (every IPv4 one)")
         if not 0 <= self.port < 65536:
             raise ConfigError("port", f"must be in 0..65535, got {self.port}")
         if not 0 < self.round_timeout_s <= 3600:
