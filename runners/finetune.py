@@ -34,6 +34,7 @@ from ncclrl.agents.calibration import CALIBRATE
 from ncclrl.agents.compose import ComposerController
 from ncclrl.agents.compose_train import PolicyComposer, composer_path, is_composer
 from ncclrl.agents.finetune import finetune, knob_label, write_outcome
+from ncclrl.agents.plots import plot_table_change, size_changes
 from ncclrl.agents.problem import Evaluator, predicted_sweep_gpu_s
 from ncclrl.agents.search import (
     ConfirmConfig,
@@ -387,6 +388,13 @@ def _run_finetune(args: DictConfig, out=None) -> dict[str, Any]:
                       + f"{plural(got_['rows'], 'row')}, {format_gpu_s(got_['gpu_s'])} in {plural(got_['jobs'], 'job')}"
                       + (f"; measured afresh {100 * got_['replay_check']['saved']:.1f}% saved"
                          if got_.get("replay_check") else ""))
+    check = summary.get("replay_check")
+    changes, source = (size_changes(check["per_size"]), f"{REPLAY_CHECK_JOBS} new replayed jobs") if check else \
+        (size_changes(res.rows, problem.sizes), "each row's speedup over NCCL's defaults in its jobs (finetune.json)")
+    plot = plot_table_change(changes, out_dir / "table_change.png",
+                             f"ncclrl finetune on {topo.name}: the exported table per size", source).path
+    summary["paths"]["plot"] = str(plot)
+    report.append(f"per size: {plot} (the table's speedup over NCCL's defaults; slower sizes in red)")
     print("\n".join(report), file=out or sys.stdout, flush=True)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return summary

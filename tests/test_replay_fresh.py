@@ -85,6 +85,7 @@ def test_finetune_on_the_shipped_recording_keeps_rows_and_measures_them_afresh(t
     assert check["jobs"] == 10 and check["saved_lo"] > 0
     assert "measured afresh" in out and "GPU-time spent" in out and "strategy=ppo on the same replay" in out
     assert "ppo" in summary["compare"] and (tmp_path / "out" / "compare-ppo" / "nccl_tuner.csv").is_file()
+    assert Path(summary["paths"]["plot"]).stat().st_size > 10_000 and f"per size: {summary['paths']['plot']}" in out
     # a new noise seed is a new replay
     args2 = parse_args(["backend=replay", "topology=h200-2x2-sock", f"store={tmp_path / 'ft2.sqlite'}",
                         f"out={tmp_path / 'out2'}", "replay_seed=7"])
