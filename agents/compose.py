@@ -45,7 +45,7 @@ from ncclrl.agents.problem import Oracle, Problem
 from ncclrl.agents.search import Space, same_as_nccl
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
-from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST, JobCost
+from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST, JobCost, format_gpu_s
 from ncclrl.costmodel.noise import JobNoise
 from ncclrl.costmodel.platforms import FAMILIES, Platform, Quirks, draw_platform, family_of
 from ncclrl.costmodel.space import Point, knob_grid, size_grid
@@ -915,14 +915,25 @@ class ComposerController:
         self.synced = int(search.ev.calls)
         run.spent_gpu_s = float(search.ev.gpu_s)
 
+    def why_stopped(self) -> str:
+        """Why the composer stopped: its job limit, a budget that pays for no first job (NCCL's defaults
+        with every configuration) or no further one, or its own choice."""
+        run = self.run
+        if len(run.history) >= run.cfg.max_jobs:
+            return f"the composer's limit of {run.cfg.max_jobs} jobs"
+        if not run.valid()[1:].any():
+            if not run.history:
+                return (f"the budget ({format_gpu_s(run.p.budget_gpu_s)}) pays for no first job: NCCL's defaults "
+                        f"with every configuration cost about {format_gpu_s(run.job_costs()[0][FIRST.index])}")
+            return "budget spent"  # what is left pays for no further job (as every strategy says it)
+        return "the composer stopped: no job worth its GPU-time against the steps served"
+
     def next_job(self, search) -> list[int]:
         """The run's next job as space indices (NCCL's choice at each of its sizes first); empty: stop
         (:attr:`stop_reason` says why)."""
         self.sync(search)
         a = self.composer.act(self.run)
         if a is None:
-            self.stop_reason = (f"the composer's limit of {self.run.cfg.max_jobs} jobs" if len(self.run.history)
-                                >= self.run.cfg.max_jobs else "the composer stopped: no job worth its GPU-time "
-                                "against the steps served")
+            self.stop_reason = self.why_stopped()
             return []
         return [int(self.run.p.space_index[i]) for i in self.run.points_of(a)]
