@@ -794,8 +794,8 @@ def cell(text: str) -> str:
 
 def shown(argv: list[str]) -> str:
     text = " ".join(shlex.quote(a) for a in ["ncclrl", *argv])
-    text = re.sub(r"grid=\[[^\]]{200,}\]", f"grid=[{NCCLTESTS.name}/*.txt (30 files)]", text)
-    return text.replace(str(REPO), ".")
+    text = re.sub(r"grid=\[[^\]]{200,}\]", f"grid=[$SHARED/{NCCLTESTS.relative_to(SHARED)}/*.txt (30 files)]", text)
+    return text.replace(str(SHARED), "$SHARED").replace(str(REPO), ".")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -835,6 +835,8 @@ def main(argv: list[str] | None = None) -> int:
     for case, res, cls, why in results:
         label = cls if not why or cls == "clean" else f"{cls}: {why}"
         line = first_line(res) if case.kind not in ("help", "check") or cls != "clean" else ""
+        line, label = (t.replace(str(root), "$TMP").replace(str(SHARED), "$SHARED").replace(str(REPO), ".")
+                       for t in (line, label))
         print(f"| {case.name} | `{cell(shown(case.argv))}` | {cell(label)} | {cell(line[:240])} |")
     print()
     print("| class | cases |")
