@@ -13,6 +13,9 @@ test files or node ids runs what it names in every tier.
 No silent skip: a skipped test is reported as an error. Every skip in the suite is a missing
 prerequisite: a tool the README's test command installs (mpirun, locale sources) or recorded data
 (NCCLRL_SHARED_DATA or ../shared/data). ``--allow-skips`` lets a machine that lacks one skip instead.
+The one exception: tests marked ``public_grids`` read public forced-configuration grids that carry
+no licence, so the repository cannot hold them; where they are absent those tests are not run and
+the run's summary says so, naming them and where the grids are looked up.
 """
 
 from __future__ import annotations
@@ -196,8 +199,23 @@ def selected_tier(config: pytest.Config) -> str | None:
     return "fast"
 
 
+def public_grids_dir() -> Path | None:
+    """The folder holding ``public-grids`` (NCCLRL_SHARED_DATA, then ../shared/data), else None."""
+    for root in (os.environ.get("NCCLRL_SHARED_DATA"), REPO.parent / "shared" / "data"):
+        if root and (Path(root) / "public-grids").is_dir():
+            return Path(root)
+    return None
+
+
+_NO_GRIDS = pytest.StashKey[list]()
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m deselects, so that -m slow sees the marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if public_grids_dir() is None:
+        for i in items:
+            if i.get_closest_marker("public_grids"):
+                i.add_marker(pytest.mark.skip(reason="no public grids in NCCLRL_SHARED_DATA or ../shared/data"))
     slow = set()
     for item in items:
         if slow_reason(item) is not None:
@@ -244,7 +262,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if item.get_closest_marker("slow") is None:  # for the fast-tier durations check at the end
         seconds = item.config.stash.setdefault(_FAST_S, {})
         seconds[item.nodeid] = seconds.get(item.nodeid, 0.0) + report.duration
-    if (report.skipped and not hasattr(report, "wasxfail")
+    if report.skipped and item.get_closest_marker("public_grids"):
+        item.config.stash.setdefault(_NO_GRIDS, []).append(item.nodeid)
+    elif (report.skipped and not hasattr(report, "wasxfail")
             and not item.config.getoption("allow_skips")):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         reason = re.sub(r"^Skipped: ", "", reason)
@@ -270,6 +290,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                       yellow=True)
         for d, nodeid in slow_fast:
             tr.write_line(f"  {d:.1f}s {nodeid}")
+    no_grids = config.stash.get(_NO_GRIDS, [])
+    if no_grids:
+        tr.write_line(f"NOT RUN: {len(no_grids)} test{'s' if len(no_grids) != 1 else ''} of the public grids, which carry no licence and are not in the "
+                      "repository: set NCCLRL_SHARED_DATA to the folder holding public-grids/ (or place it in "
+                      "../shared/data) to run them: " + ", ".join(no_grids), yellow=True)
     stale = config.stash.get(_STALE, [])
     if stale:
         tr.write_line("tests/conftest.py names slow tests that no longer exist: " + ", ".join(stale), yellow=True)

@@ -137,7 +137,7 @@ def test_a_calibrated_preset_is_not_calibrated_again():
                                                 prior=Simulator(topo, SimParams.defaults(topo), seed=0)))
 
 
-@pytest.mark.skipif(_public() is None, reason="no public-grids in NCCLRL_SHARED_DATA or ../shared/data")
+@pytest.mark.public_grids
 def test_zero_shot_on_a_public_grid_is_not_below_nccls_default(monkeypatch):
     """a100-2x4-step: the zero-shot table under the margin rule, uncalibrated and calibrated on one
     measured S-curve (NCCL's measured default), is not below NCCL's default on the grid's truth."""
@@ -201,7 +201,7 @@ def test_finetune_calibrate_key(tmp_path):
         parse_args(["topology=h200-1x4", "calibrate=yes"])
 
 
-@pytest.mark.skipif(_public() is None, reason="no public-grids in NCCLRL_SHARED_DATA or ../shared/data")
+@pytest.mark.public_grids
 def test_finetune_on_a_public_grid_calibrates_first(tmp_path, monkeypatch):
     import json
 

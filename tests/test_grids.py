@@ -217,7 +217,7 @@ def _public() -> Path | None:
     return None
 
 
-@pytest.mark.skipif(_public() is None, reason="no public-grids in NCCLRL_SHARED_DATA or ../shared/data")
+@pytest.mark.public_grids
 def test_the_public_grids_become_problems():
     root = _public()
     assert public_grid_folder(root).is_dir()
@@ -257,7 +257,7 @@ def test_the_benchmark_grids_set_skips_in_one_line_without_the_shared_folder(tmp
     assert e.value.field == "suite.grids" and "p5en-16n" in str(e.value)
 
 
-@pytest.mark.skipif(_public() is None, reason="no public-grids in NCCLRL_SHARED_DATA or ../shared/data")
+@pytest.mark.public_grids
 def test_the_benchmark_grids_set_poses_each_public_grid(monkeypatch):
     from ncclrl.runners.benchmark import compose, instance, tasks
 
