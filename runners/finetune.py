@@ -174,6 +174,28 @@ def _source(args: DictConfig, topo) -> str:
     return f"replayed from {store}, the recorded jobs' own samples"
 
 
+def _first_job_gpu_s(problem, controller, cfg: SearchConfig, samples: int) -> tuple[float, str]:
+    """The predicted GPU-time (the prior's times) of the strategy's first job, and what it measures:
+    confirm's screen, the composer's NCCL's defaults with every configuration, else the first round
+    (NCCL's defaults at every size beside the zero-shot rows)."""
+    from ncclrl.agents.search.run import Search
+
+    ev = Evaluator(problem, lambda *_a: [], 0.0, samples=samples)
+    search = Search(problem, ev, None, cfg)
+    sp = search.space
+    if isinstance(controller, ConfirmController):
+        idx, n, what = controller._screen_points(search, 0), controller.cfg.screen_samples, "the screening job"
+    elif isinstance(controller, ComposerController):
+        idx, n, what = [int(i) for i in np.flatnonzero(sp.knob == 0)], samples, \
+            "NCCL's defaults with every configuration"
+    else:
+        search.start = lambda: None  # the first round's points, not measured
+        first = [int(i) for i in sp.default[: sp.n_cells]] + [int(i) for i in search.zs.rows.values()]
+        idx, n, what = [i for i in dict.fromkeys(first) if i >= 0], samples, "the first round"
+    t = np.exp(search.model.mean[idx])
+    return float(ev.cost.launch_s * ev.nranks + (ev.cost.point_wall_s(t, n) * ev.nranks).sum()), what
+
+
 def _share(speedup: float, optimum: float) -> float:
     """The share of the best table's gain a table reaches: log speedup over log optimum."""
     return float(np.log(speedup) / np.log(optimum)) if optimum > 1 else 1.0
@@ -263,6 +285,11 @@ def _run_finetune(args: DictConfig, out=None) -> dict[str, Any]:
         horizon = parse_budget(args.get("horizon", "100sweep"), sweep_gpu_s, "horizon")
         controller.cfg.horizon_sweeps = horizon / sweep_gpu_s
     check_budget(budget, problem, int(args["samples"]), str(args["budget"]))  # before the store is made
+    first, what = _first_job_gpu_s(problem, controller, cfg, int(args["samples"]))
+    if budget < first:
+        raise ConfigError("budget", f"{args['budget']} ({format_gpu_s(budget)}) pays for no first job of "
+                          f"strategy={args['strategy']} on {topo.name}: {what} costs about {format_gpu_s(first)} "
+                          "(predicted); allowed: a larger GPU-time or Nsweep")
     store = Store(Path(args["store"]))
     t0 = time.time()
     with progress("finetune (GPU-s)", budget) as bar:

@@ -292,8 +292,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             tr.write_line(f"  {d:.1f}s {nodeid}")
     no_grids = config.stash.get(_NO_GRIDS, [])
     if no_grids:
-        tr.write_line(f"NOT RUN: {len(no_grids)} test{'s' if len(no_grids) != 1 else ''} of the public grids, which carry no licence and are not in the "
-                      "repository: set NCCLRL_SHARED_DATA to the folder holding public-grids/ (or place it in "
+        n = len(no_grids)
+        tr.write_line(f"NOT RUN: {n} test{'s' if n != 1 else ''} of the public grids, which carry no licence and "
+                      "are not in the repository: set NCCLRL_SHARED_DATA to the folder holding public-grids/ (or place it in "
                       "../shared/data) to run them: " + ", ".join(no_grids), yellow=True)
     stale = config.stash.get(_STALE, [])
     if stale:

@@ -217,7 +217,7 @@ def test_s1_a_sweep_killed_at_random_points_resumes_to_the_clean_point_set(tmp_p
 
 
 @pytest.mark.parametrize("name,extra,seed", [
-    ("finetune", ["budget=60"], 11),
+    ("finetune", ["budget=150"], 11),
     ("tune", ["method=random", "seed=1", "budget=30"], 12)])
 def test_s2_finetune_and_tune_killed_at_random_points_resume_without_measuring_again(tmp_path, name, extra, seed):
     argv = [name, *extra, "backend=replay", f"replay_store={LIVE}", "launch=nccl", "topology=h200-2x2-sock"]
@@ -268,7 +268,7 @@ def test_s4_commands_that_only_read_a_store_never_change_it(tmp_path, capsys):
     assert len(recorded_sweep(ro / "store.sqlite", topo, "nccl", ("sweep", "sweep-repeat"), status="ok")) > 0
     replay_noise(ro / "store.sqlite", topo, "nccl", [4], {4: [1 << 20]})
     rc = main(["finetune", "backend=replay", f"replay_store={ro / 'store.sqlite'}", "launch=nccl",
-               "topology=h200-2x2-sock", "budget=60", f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'o'}"])
+               "topology=h200-2x2-sock", "budget=150", f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'o'}"])
     assert rc == 0
     # validate measure=false: judging stored jobs reads only
     table = tmp_path / "o" / "nccl_tuner.csv"
@@ -352,7 +352,7 @@ READERS = {
     "validate": lambda s, t: ["validate", str(t / "nccl_tuner.csv"), "topology=h200-2x2-sock", "measure=false",
                               "launch=nccl", f"store={s}"],
     "finetune": lambda s, t: ["finetune", "backend=replay", f"replay_store={s}", "launch=nccl",
-                              "topology=h200-2x2-sock", "budget=60", f"store={t / 'ft.sqlite'}", f"out={t / 'o'}"],
+                              "topology=h200-2x2-sock", "budget=150", f"store={t / 'ft.sqlite'}", f"out={t / 'o'}"],
 }
 
 

@@ -135,7 +135,8 @@ def test_a_job_ended_by_a_signal_or_failed_by_the_cluster_is_charged_and_stops_t
 
 
 def _replay_args(tmp_path, *extra):
-    return ["backend=replay", f"replay_store={LIVE}", "launch=nccl", "topology=h200-2x2-sock",
+    # the recorded samples: a job's answers are also predicted through measure before it starts
+    return ["backend=replay", f"replay_store={LIVE}", "replay_noise=recorded", "launch=nccl", "topology=h200-2x2-sock",
             f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'out'}", *extra]
 
 
