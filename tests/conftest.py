@@ -294,8 +294,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if no_grids:
         n = len(no_grids)
         tr.write_line(f"NOT RUN: {n} test{'s' if n != 1 else ''} of the public grids, which carry no licence and "
-                      "are not in the repository: set NCCLRL_SHARED_DATA to the folder holding public-grids/ (or place it in "
-                      "../shared/data) to run them: " + ", ".join(no_grids), yellow=True)
+                      "are not in the repository: set NCCLRL_SHARED_DATA to the folder holding public-grids/ "
+                      "(or place it in ../shared/data) to run them: " + ", ".join(no_grids), yellow=True)
     stale = config.stash.get(_STALE, [])
     if stale:
         tr.write_line("tests/conftest.py names slow tests that no longer exist: " + ", ".join(stale), yellow=True)
