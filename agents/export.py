@@ -255,11 +255,19 @@ def export_table(sim: Simulator, collectives: list[str] | None = None, margin: f
 
 
 def _git_revision() -> str:
+    """The code's git revision where ncclrl runs from its own checkout; installed from a wheel (or
+    inside someone else's repository), the package's version instead."""
+    from ncclrl import __version__
+
+    root = Path(__file__).resolve().parents[1]
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              cwd=Path(__file__).parent).stdout.strip() or "unknown"
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True,
+                             timeout=5, cwd=root).stdout.split()
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        top = []
+    if len(top) == 2 and Path(top[0]).resolve() == root:
+        return top[1]
+    return f"ncclrl {__version__}"
 
 
 

@@ -97,7 +97,8 @@ class SuiteConfig:
     :param budgets: GPU-time per problem: ``Nsweep`` is N times what one full sweep of the problem costs
         (one job per knob setting, every configuration at every size), else a GPU-time (``600s``, ``10min``)
     :param methods: default, sweep, sweep-race, random, afnfa, tpe, autoccl, zero-shot, bo, ei-per-s,
-        ucb-per-s, jobs, rank, ncclrl (afnfa and tpe need the extra: pip install "ncclrl[baselines]")
+        ucb-per-s, jobs, confirm, rank, ncclrl, ppo, kg-jobs (afnfa and tpe need the extra: pip install
+        "ncclrl[baselines]")
     :param strategy_steps: picks each left-out strategy is trained on, when it is not in ``strategies``
     :param profile: a job profile (ncclrl profile): each simulated problem has the job's sizes of its
         collective and is judged on the job's communication time per step (calls x time), every call
@@ -134,7 +135,8 @@ class BenchmarkConfig:
     :param samples: repetitions per evaluation (their median is what a tuner sees)
     :param workers: processes; results do not depend on it
     :param out: the results folder (default: runs/benchmark/<suite name>)
-    :param ref: the method every other is compared with, paired by problem (finetune's default: jobs)
+    :param ref: the method every other is compared with, paired by problem (jobs: whole jobs by expected
+        improvement per GPU-second; finetune's default is confirm)
     """
 
     defaults: list[Any] = field(default_factory=lambda: ["_self_", {"suite": "full"}])
@@ -158,9 +160,16 @@ def check(cfg: DictConfig) -> None:
     """Early, one-line errors for every field a run would trip on later."""
 
     s = cfg.suite
+    for key, allowed in (("sets", ", ".join(SETS)), ("methods", ", ".join(METHODS)), ("seeds", "integers"),
+                         ("budgets", "GPU-times or Nsweep")):
+        if not list(getattr(s, key)):
+            raise ConfigError(f"suite.{key}", f"is empty: a benchmark needs at least one; allowed: {allowed}")
     for x in s.sets:
         if x not in SETS:
             raise ConfigError("suite.sets", f"unknown set {x!r}; allowed: {', '.join(SETS)}")
+    if cfg.strategies and Path(str(cfg.strategies)).exists() and not Path(str(cfg.strategies)).is_dir():
+        raise ConfigError("strategies", f"{cfg.strategies} is a file; give a folder (its without-FAMILY.json "
+                          "strategies, trained there when missing)")
     for f in s.families:
         if f not in FAMILIES:
             raise ConfigError("suite.families", f"unknown family {f!r}; allowed: {', '.join(FAMILIES)}")
@@ -176,6 +185,10 @@ def check(cfg: DictConfig) -> None:
     for g in getattr(s, "grids", []):
         if g not in PUBLIC_GRIDS:
             raise ConfigError("suite.grids", f"unknown grid {g!r}; allowed: {', '.join(PUBLIC_GRIDS)}")
+    if list(s.sets) == ["grids"] and list(getattr(s, "grids", [])) and not public_grid_folder().is_dir():
+        raise ConfigError("suite.sets", f"the grids set alone poses no problem here: the public grids are not at "
+                          f"{public_grid_folder()} (set NCCLRL_SHARED_DATA to the folder holding public-grids/), or "
+                          f"add another set; allowed: {', '.join(SETS)}")
     for c in s.collectives:
         N.parse_name("suite.collectives", str(c), N.COLLECTIVES)
     for m in s.methods:

@@ -119,6 +119,11 @@ def run_composer(args: DictConfig) -> dict:
               f"{plural(len(judged), 'problem')} it never trained on x {plural(int(args['draws']), 'draw')}",
               flush=True)
     (run_dir / "judge.json").write_text(json.dumps(out, indent=1) + "\n")
+    if Path(tc.tensorboard).is_dir():  # its training curves (train.tensorboard=none: none written)
+        from ncclrl.agents.plots import plot_composer_curves
+
+        print(f"# training curves: {plot_composer_curves(tc.tensorboard, run_dir / 'training.png')['path']}",
+              flush=True)
     print(f"# composer: {path} (finetune strategy={path})", flush=True)
     return out
 

@@ -136,7 +136,12 @@ class E2EConfig:
     launcher: LaunchConfig = field(default_factory=LaunchConfig)
 
     def check(self) -> None:
+        from ncclrl.agents.online import POLICIES
+
         self.launcher.check()
+        if self.online_policy not in ("", "shipped", *POLICIES):
+            raise ConfigError("online_policy", f"unknown policy {self.online_policy!r}; allowed: "
+                              f"{', '.join(POLICIES)}, shipped (or empty: the shipped one)")
         for k in ("table", "conf"):
             if getattr(self, k) and not Path(getattr(self, k)).is_file():
                 raise ConfigError(k, f"no such file: {getattr(self, k)}")

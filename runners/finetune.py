@@ -358,6 +358,7 @@ def _run_finetune(args: DictConfig, out=None) -> dict[str, Any]:
                       f"{format_time_us(st['saved_lo'])}, {format_time_us(st['saved_hi'])}] ({st['saved_pct']:.2f}%)")
     if isinstance(sweep, Instance):
         summary.update(grid_reference(sweep, res.conf, res.rows))
+        report.append(summary.pop("report"))
     elif sweep is not None:
         ref = sweep_reference(sweep, topo, problem.sizes, weights)
         got = table_speedup_on_sweep(ref, res.conf, res.rows, problem.sizes)

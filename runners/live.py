@@ -471,14 +471,15 @@ def table_speedup_on_sweep(ref: dict[str, Any], conf: Point, rows: list[dict], s
 
 def grid_reference(inst: Instance, conf: Point, rows: list[dict]) -> dict[str, Any]:
     """How a table + knob setting does on a replayed grid's own truth (its pooled medians): the
-    speedup over NCCL's default, the optimum the grid allows, and where NCCL's default came from."""
+    speedup over NCCL's default, the optimum the grid allows, where NCCL's default came from, and
+    ``report``, that as one line for the command's report."""
     d = Decision(conf, {(N.COLLECTIVES.index(r["collective"]), int(r["nbytes"])): tuple(r["key"]) for r in rows})
     v = inst.oracle.score(d)
     p = inst.problem
-    logger.info("# on the grid's own data: %.3fx vs the grid optimum %.3fx (%.1f%%), %d cells, %d points; NCCL's "
-                "default: %s", v.speedup, v.optimum, 100 * v.fraction, p.n_cells, p.n_points, p.default_source)
+    line = (f"on the grid's own data: {v.speedup:.3f}x vs the grid optimum {v.optimum:.3f}x ({100 * v.fraction:.1f}%), "
+            f"{p.n_cells} cells, {p.n_points} points; NCCL's default: {p.default_source}")
     return {"grid_points": p.n_points, "grid_cells": p.n_cells, "optimum": v.optimum, "speedup_on_grid": v.speedup,
-            "fraction": v.fraction, "default_source": p.default_source}
+            "fraction": v.fraction, "default_source": p.default_source, "report": line}
 
 
 #: size bands the table is judged in on a sweep's own data: (name, lowest bytes, highest bytes or None)

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ncclrl.agents.baselines import METHODS, Evaluator, make_tuner
 from ncclrl.agents.finetune import Outcome, write_outcome
+from ncclrl.agents.plots import plot_table_change, size_changes
 from ncclrl.agents.problem import predicted_sweep_gpu_s
 from ncclrl.agents.search import PolicyController, strategy_path
 from ncclrl.agents.suite import Instance
@@ -48,6 +49,7 @@ from ncclrl.runners.live import (
     grid_reference,
     live_problem,
     make_measure,
+    sizes_on_sweep,
     sweep_reference,
     table_speedup_on_sweep,
 )
@@ -175,16 +177,26 @@ def _run_tune(args: DictConfig) -> dict[str, Any]:
     if ev.interrupted or ev.failure:
         log.warning("# %s: the table, nccl.conf and summary.json hold what the tuner decided on the measurements so "
                     "far; the same command resumes from the store %s", ev.stop_reason, args["store"])
+    per: list[dict] = []  # per size on the recorded sweep's own data, when it replays one
     if isinstance(sweep, Instance):
         summary.update(grid_reference(sweep, d.conf, rows))
+        print("# " + summary.pop("report"), flush=True)
     elif sweep is not None:
         ref = sweep_reference(sweep, topo, problem.sizes)
         got = table_speedup_on_sweep(ref, d.conf, rows, problem.sizes)
         summary.update(sweep_points=ref["points"], optimum=ref["optimum"], speedup_on_sweep=got,
                        fraction=got / ref["optimum"])
+        per = sizes_on_sweep(ref, d.conf, rows, problem.sizes)
         print(f"# on the sweep's own data: {got:.3f}x vs the sweep optimum {ref['optimum']:.3f}x "
               f"({100 * got / ref['optimum']:.1f}%), with {ev.points} of {plural(ref['points'], 'measurement')}",
               flush=True)
+    changed = [(r["collective"], r["nbytes"]) for r in rows]
+    plot = plot_table_change(size_changes(per or rows, problem.sizes, changed), Path(args["out"]) / "table_change.png",
+                             f"ncclrl tune method={args['method']} on {topo.name}: the exported table per size",
+                             "the recorded sweep's own data" if per else
+                             "the tuner keeps no per-size evidence: measure the table with ncclrl validate").path
+    summary["plot"] = str(plot)
+    print(f"# per size: {plot} (the table's speedup over NCCL's defaults; slower sizes in red)", flush=True)
     (Path(args["out"]) / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 

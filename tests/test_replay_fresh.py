@@ -105,3 +105,16 @@ def test_the_recorded_samples_confirm_nothing_and_a_bad_replay_key_is_one_line(t
         assert p.returncode == 2 and p.stderr.startswith(f"ncclrl: error: {key}:"), p.stderr
         assert p.stderr.count("\n") == 1 and not (tmp_path / "bad").exists() and not (tmp_path / "bad.sqlite").exists()
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["rows"] == summary["rows"]
+
+
+def test_a_strategy_s_weights_given_for_the_strategy_load_through_the_json_beside_them(tmp_path):
+    from ncclrl.agents.search import SHIPPED, PolicyController, strategy_path
+    from ncclrl.costmodel.errors import ConfigError
+
+    shipped = strategy_path(SHIPPED)
+    a = PolicyController.load(shipped.with_suffix(".npz"))
+    assert a.meta == PolicyController.load(shipped).meta
+    lone = tmp_path / "lone.npz"
+    lone.write_bytes(shipped.with_suffix(".npz").read_bytes())
+    with pytest.raises(ConfigError, match="^strategy: .*holds a strategy's weights"):
+        PolicyController.load(lone)

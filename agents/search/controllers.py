@@ -153,6 +153,12 @@ class PolicyController:
                   "give the strategy.json (+ strategy.npz) that ncclrl pretrain writes")
         if path.suffix.lower() in PICKLED_SUFFIXES:
             raise ConfigError("strategy", refuse)
+        if path.suffix.lower() == ".npz":  # a strategy's weights (plain arrays): the JSON beside them names them
+            beside = path.with_suffix(".json")
+            if not beside.is_file():
+                raise ConfigError("strategy", f"{path} holds a strategy's weights (plain arrays); give the strategy "
+                                  "JSON that names them (ncclrl pretrain writes strategy.json beside strategy.npz)")
+            path = beside
         try:
             raw = path.read_bytes()
         except OSError as e:
