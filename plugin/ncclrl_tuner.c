@@ -734,8 +734,9 @@ static void load_text(ctx_t* ctx, const char* origin, const char* text, size_t l
   if (ctx->nccl_choice)
     snprintf(marked, sizeof(marked), ", %d marked as NCCL's choice (left to NCCL)", ctx->nccl_choice);
   LOG(ctx, NCCLRL_LOG_INFO, PREFIX "table from %s (%zu bytes, %d rows, fingerprint %016llx): %d for this "
-      "communicator (%zu ranks, %zu nodes), %d rejected%s; tuner ABI v%d, %s", origin, len, ctx->nrows,
-      (unsigned long long)hash, ctx->applicable, ctx->nranks, ctx->nnodes, ctx->rejected, marked, ctx->version,
+      "communicator (%zu rank%s, %zu node%s), %d rejected%s; tuner ABI v%d, %s", origin, len, ctx->nrows,
+      (unsigned long long)hash, ctx->applicable, ctx->nranks, ctx->nranks == 1 ? "" : "s", ctx->nnodes,
+      ctx->nnodes == 1 ? "" : "s", ctx->rejected, marked, ctx->version,
       nccl_semantics(ctx));
   int v = ctx->nccl_code;
   if (ctx->versions_hi && v > 0 && (v < ctx->versions_lo || v > ctx->versions_hi))

@@ -35,7 +35,7 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.replica import default_decisions, eligible_mask, scheduled_channels
 from ncclrl.costmodel.table import caps_channels, channels_capped, fingerprint, own_channels, parse_example_rows
 from ncclrl.costmodel.topology import load_topology
-from ncclrl.costmodel.units import parse_bytes
+from ncclrl.costmodel.units import parse_bytes, plural
 from ncclrl.envs.jobs import (
     JOB_ENV,
     TABLE_ENV,
@@ -61,7 +61,7 @@ SLOWER_RATIO, SLOWER_US = 1.10, 2.0
 LOG_NAME = {v: k for k, v in N.COLL_LOG_NAMES.items()}
 # the plugin's INFO line when a communicator loads a table (plugin/ncclrl_tuner.c)
 PLUGIN_LINE = re.compile(r"TUNER/ncclrl: table from (.+?) \((\d+) bytes, (\d+) rows, fingerprint ([0-9a-f]{16})\): "
-                         r"(\d+) for this communicator \((\d+) ranks, (\d+) nodes\), (\d+) rejected")
+                         r"(\d+) for this communicator \((\d+) ranks?, (\d+) nodes?\), (\d+) rejected")
 MARKER_BYTES = 1357  # a Broadcast of this many bytes marks where the verifier's own calls start
 END_MARKER_BYTES = 2468  # ... and this one where its decision calls end
 
@@ -316,7 +316,8 @@ def verify(table: str, topology: str, out: Path, max_bytes: int = 1 << 30, iters
         print("❌ the plugin's own line: " + "; ".join(problems))
     else:
         print(f"✅ the plugin loaded the table whole: {loaded['applicable']} rows for this communicator "
-              f"({loaded['ranks']} ranks, {loaded['nodes']} nodes), 0 rejected, fingerprint {loaded['fingerprint']}")
+              f"({plural(loaded['ranks'], 'rank')}, {plural(loaded['nodes'], 'node')}), 0 rejected, "
+              f"fingerprint {loaded['fingerprint']}")
     for i, r in enumerate(rows):
         mine = [e for e in report if e["row"] == i]
         if not mine:

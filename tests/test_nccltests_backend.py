@@ -213,7 +213,7 @@ def test_bad_configuration(tmp_path, bindir):
     with pytest.raises(ConfigError, match="nvls"):
         NcclTestsBackend(d, 4, nvls="on")
     with pytest.raises(ConfigError, match="nccltests_dir"):
-        parse_args(["backend=nccl-tests"])
+        parse_args(["topology=h200-1x4", "backend=nccl-tests"])
     (tmp_path / "empty").mkdir()
     b = NcclTestsBackend(tmp_path / "empty", 4)
     with pytest.raises(ConfigError, match="missing or not executable"):

@@ -149,7 +149,7 @@ def test_exported_tables_parse_under_both_readers(tmp_path):
 TABLE_VARS = ("NCCLRL_TUNER_TABLE_DATA", "NCCLRL_TUNER_TABLE", "NCCL_TUNER_CONFIG_FILE",
               "NCCLRL_TUNER_TABLE_FINGERPRINT", "NCCLRL_TUNER_ON_ERROR")
 SOURCE_LINE = re.compile(r"TUNER/ncclrl: table from (.+) \((\d+) bytes, (\d+) rows, fingerprint ([0-9a-f]{16})\): "
-                         r"(\d+) for this communicator \((\d+) ranks, (\d+) nodes\), (\d+) rejected")
+                         r"(\d+) for this communicator \((\d+) ranks?, (\d+) nodes?\), (\d+) rejected")
 QUERY_SIZES = [0, 1, 7, 8, 4095, 4096, 65535, 65536, 1 << 20, (1 << 20) + 1, (1 << 30) + 5, MAX_BYTES]
 
 

@@ -59,7 +59,7 @@ def plugin_line(text, applicable, rejected=0, ranks=4, nodes=1):
     rows = sum(1 for line in text.splitlines() if line.strip() and not line.startswith("#"))
     return (f"vm:1:1 [0] NCCL INFO TUNER/ncclrl: table from NCCLRL_TUNER_TABLE_DATA ({len(text.encode())} bytes, "
             f"{rows} rows, fingerprint {fingerprint(text)}): {applicable} for this communicator ({ranks} ranks, "
-            f"{nodes} nodes), {rejected} rejected; tuner ABI v5")
+            f"{nodes} node{'s' if nodes != 1 else ''}), {rejected} rejected; tuner ABI v5")
 
 
 def run_verify(tmp_path, monkeypatch, text, max_bytes, line=None, wrong=None, iters=20, slow=None):

@@ -771,7 +771,7 @@ int main(int argc, char** argv) {
     CHECK(find_msg(NCCLRL_LOG_WARN, bad[i][0], bad[i][1]), "no WARN naming %s %s", bad[i][0], bad[i][1]);
   CHECK(find_msg(NCCLRL_LOG_INFO, "TUNER/ncclrl: table from ", "tuner ABI v5"), "no INFO on load");
   snprintf(want, sizeof(want), "table from %s (%zu bytes, 10 rows, fingerprint %016llx): 8 for this communicator "
-           "(4 ranks, 1 nodes), 8 rejected;", path, basic_len, fnv1a(basic, basic_len));
+           "(4 ranks, 1 node), 8 rejected;", path, basic_len, fnv1a(basic, basic_len));
   CHECK(find_msg(NCCLRL_LOG_INFO, want, NULL), "INFO must read '%s'", want);
   for (int i = 0; i < nmsgs; i++) CHECK(strncmp(msgs[i], "TUNER/ncclrl: ", 14) == 0, "prefix: %s", msgs[i]);
   check_cost_version("v5", ctx, 5, v3, (get_cost_fn)v5->getCollInfo);
