@@ -4,7 +4,8 @@
 # pair its own NCCL_HOSTID), then sweep's new defaults on the 1 node x 4 GPUs NVLink bed.
 #   PART=1: plugin build; finetune topology=h200-2x2-sock out=runs/ft; show of its table; validate
 #           rounds=3; sweep topology=h200-1x4 grid=default (eager, 5 samples, 120 s: sweep's defaults)
-#   PART=2: e2e of PART 1's table (FT=: its folder) (DDP, d_model=512 over sockets): step times and steps.png
+#   PART=2: e2e of PART 1's table (FT=: its folder)
+#   PART=3: plugin build and plugin verify of PART 1's table (FT=: its folder), decisions only (iters=0) (DDP, d_model=512 over sockets): step times and steps.png
 # Each command's stdout, stderr, exit code and wall time go to $OUT/runN.log (stdout and stderr
 # each under its own heading); what the runs wrote to $OUT/partN.tar.gz. Files stay in $S.
 # Usage (repository root, .whl/deps carried; REV: the code's revision):
@@ -49,6 +50,10 @@ run() {  # run LIMIT_S COMMAND...: stdout and stderr apart, wall time and exit c
     FT=${FT:-runs/ft}  # PART 1's table (a later call: its copy in the repository, FT=$REPO/...)
     run 500 ncclrl e2e "$FT/nccl_tuner.csv" conf="$FT/nccl.conf" topology=h200-2x2-sock mode=ddp d_model=512 \
       rounds=${ROUNDS:-6} steps=60 out=runs/e2e
+  elif [ "$PART" = 3 ]; then
+    FT=${FT:-runs/ft}
+    run 120 ncclrl plugin build
+    run 200 ncclrl plugin verify "$FT/nccl_tuner.csv" topology=h200-2x2-sock max_bytes=256M iters=0 out=runs/verify
   fi
   date -u
 } > "$OUT/run$PART.log" 2>&1
