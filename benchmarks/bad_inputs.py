@@ -151,6 +151,8 @@ def make_fixtures(fx: Path, env: dict[str, str]) -> None:
     (fx / "strategy").mkdir(exist_ok=True)
     for f in ("strategy.json", "strategy.npz"):
         shutil.copy(PRETRAINED / f, fx / "strategy" / f)
+    (fx / "lone").mkdir(exist_ok=True)  # a strategy's weights without the JSON that names them
+    shutil.copy(PRETRAINED / "strategy.npz", fx / "lone" / "strategy.npz")
 
 
 def nccltests_files() -> list[str]:
@@ -464,7 +466,9 @@ def cases() -> list[Case]:
     add(Case("finetune-horizon-10M", ["finetune", *REPLAY, "horizon=10M"]))
     add(Case("finetune-strategy-composer-npz", ["finetune", *REPLAY, "strategy={fx}/composer/composer.npz",
                                                 "budget=0.05sweep"], kind="accepted", key="strategy", forbid="pickle"))
-    add(Case("finetune-strategy-strategy-npz", ["finetune", *REPLAY, "strategy={fx}/strategy/strategy.npz"],
+    add(Case("finetune-strategy-strategy-npz", ["finetune", *REPLAY, "strategy={fx}/strategy/strategy.npz",
+                                                "budget=0.05sweep"], kind="accepted", key="strategy", forbid="pickle"))
+    add(Case("finetune-strategy-lone-npz", ["finetune", *REPLAY, "strategy={fx}/lone/strategy.npz"],
              forbid=r"pickle"))
     add(Case("finetune-strategy-missing", ["finetune", *REPLAY, "strategy=nosuch.json"]))
     add(Case("finetune-strategy-junk", ["finetune", *REPLAY, "strategy={fx}/strategy_junk.json"]))
