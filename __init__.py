@@ -8,14 +8,16 @@ Subpackages, each importing only from the ones before it:
 * :mod:`ncclrl.agents`: learning and tuning (pretraining, fine-tuning, the baseline tuners);
 * :mod:`ncclrl.runners`: the ``ncclrl`` command.
 
-Importing :mod:`ncclrl.envs` registers the Gymnasium environment ``ncclrl/NcclTune-v0``
-(``gym.make("ncclrl.envs:ncclrl/NcclTune-v0")`` imports it); the package itself imports no
-subpackage, so a command loads only what it uses.
+Importing :mod:`ncclrl.envs` registers the Gymnasium environment ``ncclrl/NcclTune-v0``; so does
+importing ``ncclrl`` after ``gymnasium`` (``import gymnasium as gym, ncclrl``), and
+``gym.make("ncclrl.envs:ncclrl/NcclTune-v0")`` imports it itself. Otherwise the package imports no
+subpackage, so a command loads only what it uses (no Gymnasium for a table command).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from importlib.metadata import PackageNotFoundError, version
 
 try:
@@ -24,3 +26,6 @@ except PackageNotFoundError:  # not installed: a source tree on sys.path
     __version__ = "0+unknown"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+if "gymnasium" in sys.modules:  # a Gymnasium user: register the environments now
+    from ncclrl import envs as _envs  # noqa: E402,F401
