@@ -224,7 +224,7 @@ def written(tmp_path_factory) -> dict[str, Path]:
     sim = Simulator("h200-2x2-sock")
     work = resolve_compute(load_workload(job, compute_us_per_call=100.0, topology=sim.topo), sim)
     workload_table(sim, work, "step").table.write(root / "export-profile")
-    for name, argv in {"finetune": ["finetune", "budget=30"], "tune": ["tune", "method=random", "seed=1", "budget=30"]
+    for name, argv in {"finetune": ["finetune", "budget=150"], "tune": ["tune", "method=random", "seed=1", "budget=30"]
                        }.items():
         assert main([*argv, *REPLAY, f"store={root / name}.sqlite", f"out={root / name}"]) == 0, name
     return {name: root / name for name in ("export", "export-profile", "finetune", "tune")}
