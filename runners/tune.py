@@ -1,10 +1,10 @@
 """``ncclrl tune``: run one of the benchmark's tuners on a live (or replayed) platform under a
 measurement budget and export its table, as ``ncclrl finetune`` does for ncclrl:
 
-    ncclrl tune method=afnfa backend=torch topology=h200-2x2-sock budget=473 wall_s=240 out=runs/afnfa
+    ncclrl tune method=afnfa backend=torch topology=h200-2x2-sock budget=5min wall_s=240 out=runs/afnfa
 
-``budget`` counts measured points; ``wall_s`` (0: none) stops new measurements after that many
-seconds, whatever is left of ``budget``.
+``budget`` is GPU-time (``600s``, ``10min``, or ``Nsweep``); ``wall_s`` (0: none) stops new
+measurements after that many seconds, whatever is left of ``budget``.
 
 Every measurement goes to ``store`` (tag ``tune:<method>``); ``ncclrl validate`` then measures the
 exported ``nccl_tuner.csv`` + ``nccl.conf`` afresh through the plugin. ``backend=replay

@@ -4,8 +4,9 @@
 # pair its own NCCL_HOSTID), then sweep's new defaults on the 1 node x 4 GPUs NVLink bed.
 #   PART=1: plugin build; finetune topology=h200-2x2-sock out=runs/ft; show of its table; validate
 #           rounds=3; sweep topology=h200-1x4 grid=default (eager, 5 samples, 120 s: sweep's defaults)
-#   PART=2: e2e of PART 1's table (FT=: its folder)
-#   PART=3: plugin build and plugin verify of PART 1's table (FT=: its folder), decisions only (iters=0) (DDP, d_model=512 over sockets): step times and steps.png
+#   PART=2: e2e of PART 1's table (FT=: its folder) (DDP, d_model=512 over sockets): step times and steps.png
+#   PART=3: plugin build and plugin verify of PART 1's table (FT=: its folder), decisions only (iters=0)
+#   PART=4: tune method=random on 2 nodes x 2 GPUs (its report on stdout, its per-size plot)
 # Each command's stdout, stderr, exit code and wall time go to $OUT/runN.log (stdout and stderr
 # each under its own heading); what the runs wrote to $OUT/partN.tar.gz. Files stay in $S.
 # Usage (repository root, .whl/deps carried; REV: the code's revision):
@@ -54,6 +55,10 @@ run() {  # run LIMIT_S COMMAND...: stdout and stderr apart, wall time and exit c
     FT=${FT:-runs/ft}
     run 120 ncclrl plugin build
     run 200 ncclrl plugin verify "$FT/nccl_tuner.csv" topology=h200-2x2-sock max_bytes=256M iters=0 out=runs/verify
+  elif [ "$PART" = 4 ]; then
+    run 60 ncclrl plugin build
+    run 300 ncclrl tune method=random backend=torch topology=h200-2x2-sock budget=5min wall_s=150 out=runs/tune \
+      store=runs/tune.sqlite
   fi
   date -u
 } > "$OUT/run$PART.log" 2>&1
