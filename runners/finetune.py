@@ -178,6 +178,7 @@ def _first_job_gpu_s(problem, controller, cfg: SearchConfig, samples: int) -> tu
     """The predicted GPU-time (the prior's times) of the strategy's first job, and what it measures:
     confirm's screen, the composer's NCCL's defaults with every configuration, else the first round
     (NCCL's defaults at every size beside the zero-shot rows)."""
+    from ncclrl.agents.search.confirm import job_gpu_s
     from ncclrl.agents.search.run import Search
 
     ev = Evaluator(problem, lambda *_a: [], 0.0, samples=samples)
@@ -192,8 +193,7 @@ def _first_job_gpu_s(problem, controller, cfg: SearchConfig, samples: int) -> tu
         search.start = lambda: None  # the first round's points, not measured
         first = [int(i) for i in sp.default[: sp.n_cells]] + [int(i) for i in search.zs.rows.values()]
         idx, n, what = [i for i in dict.fromkeys(first) if i >= 0], samples, "the first round"
-    t = np.exp(search.model.mean[idx])
-    return float(ev.cost.launch_s * ev.nranks + (ev.cost.point_wall_s(t, n) * ev.nranks).sum()), what
+    return job_gpu_s(search, idx, n), what
 
 
 def _share(speedup: float, optimum: float) -> float:

@@ -21,6 +21,7 @@ from ncclrl.agents.problem import Decision, Problem
 from ncclrl.agents.suite import Instance, gridded, recorded_points
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
+from ncclrl.costmodel.noise import pooled_median
 from ncclrl.costmodel.space import KNOB_FIELDS, Point
 from ncclrl.costmodel.topology import Topology, load_topology
 from ncclrl.costmodel.units import parse_bytes
@@ -427,11 +428,10 @@ def sweep_reference(frame, topo: Topology, sizes: dict[int, list[int]],
     df = frame[frame.status == "ok"]
     key = df[list(KNOB_FIELDS)].astype(int).astype(str).agg("/".join, axis=1)
     # a point's truth: the geometric mean of its recorded jobs' medians, as a fresh replay draws around
-    logs: dict[tuple, list[float]] = {}
+    jobs: dict[tuple, list[list[float]]] = {}
     for r, k in zip(df.itertuples(index=False), key, strict=True):
-        logs.setdefault((r.collective, int(r.nbytes), r.algo, r.proto, int(r.channels), k), []).append(
-            float(np.log(np.median(r.samples_us))))
-    med = {x: float(np.exp(np.mean(v))) for x, v in logs.items()}
+        jobs.setdefault((r.collective, int(r.nbytes), r.algo, r.proto, int(r.channels), k), []).append(r.samples_us)
+    med = {x: pooled_median(v) for x, v in jobs.items()}
     out: dict[str, Any] = {"per_conf": {}, "points": int(len(df)), "_weights": weights}
     for k in sorted(set(key)):
         pairs = []

@@ -44,6 +44,14 @@ from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.noise import _quantile
 
 
+def job_gpu_s(search, idx: list[int], samples: int) -> float:
+    """Predicted GPU-seconds of one job measuring the points ``idx`` of ``search`` at ``samples``
+    calls each (the model's posterior times; before any measurement, the prior's)."""
+    ev = search.ev
+    t = np.exp(search.model.mean[idx])
+    return float(ev.cost.launch_s * ev.nranks + (ev.cost.point_wall_s(t, samples) * ev.nranks).sum())
+
+
 @dataclass
 class ConfirmConfig:
     """Settings of the screen-confirm-explore run.
@@ -291,10 +299,7 @@ class ConfirmController:
                 ph.leaders[c] = ranked[: self.cfg.leaders]
 
     def _cost(self, search, idx: list[int], samples: int) -> float:
-        """Predicted GPU-seconds of one job measuring ``idx`` (posterior times)."""
-        ev = search.ev
-        t = np.exp(search.model.mean[idx])
-        return float(ev.cost.launch_s * ev.nranks + (ev.cost.point_wall_s(t, samples) * ev.nranks).sum())
+        return job_gpu_s(search, idx, samples)
 
     def _horizon_gpu_s(self, search) -> float:
         from ncclrl.agents.problem import predicted_sweep_gpu_s
