@@ -34,9 +34,11 @@ a hierarchical offset per group rather than the Bayesian linear correction over 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 from scipy.special import ndtr, ndtri
@@ -191,6 +193,17 @@ class ComposeProblem:
     @property
     def size(self) -> int:
         return len(self.knob)
+
+    @cached_property
+    def noise_key(self) -> int:
+        """This problem's part of its runs' noise seeds (from its name, truth and calls): two problems
+        judged with the same draw number get independent job noise; every method on one problem and
+        draw gets the same (common random numbers per problem, never across problems)."""
+        h = hashlib.blake2b(digest_size=8)
+        for part in (self.name.encode(), np.ascontiguousarray(self.truth).tobytes(),
+                     np.ascontiguousarray(self.calls).tobytes()):
+            h.update(part)
+        return int.from_bytes(h.digest(), "little") >> 1
 
     def sweep_gpu_s(self) -> float:
         """GPU-time of one full sweep on the expected truth: one job per knob setting, every point."""
@@ -824,8 +837,10 @@ class Outcome:
 def play(problem: ComposeProblem, composer: Composer, seed: int, cfg: ComposeConfig | None = None,
          noise_seed: int | None = None) -> Outcome:
     """One run of ``composer`` on ``problem``; the noise of run ``seed`` is the same for every
-    composer (common random numbers)."""
-    run = ComposeRun(problem, np.random.default_rng([seed if noise_seed is None else noise_seed, 7]), cfg)
+    composer on this problem (common random numbers) and independent of every other problem's
+    (:attr:`ComposeProblem.noise_key`)."""
+    run = ComposeRun(problem, np.random.default_rng([seed if noise_seed is None else noise_seed, 7,
+                                                     problem.noise_key]), cfg)
     composer.reset(run, np.random.default_rng([seed, 11]))
     while run.step(composer.act(run)):
         pass

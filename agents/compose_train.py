@@ -230,7 +230,8 @@ class ComposeEnv(gym.Env):
         self.index = int(self.np_random.choice(len(self.problems), p=self.weights))
         noise_seed = int(self.np_random.integers(1 << 31))
         self.noise_seed = noise_seed
-        self.run = ComposeRun(self.problems[self.index], np.random.default_rng([noise_seed, 7]), self.cfg)
+        p = self.problems[self.index]
+        self.run = ComposeRun(p, np.random.default_rng([noise_seed, 7, p.noise_key]), self.cfg)
         self.value = self.run.net_value()
         return self._obs(), {}
 

@@ -109,6 +109,35 @@ def test_runs_with_the_same_seed_draw_the_same_noise(problems):
     assert a == b
 
 
+class _FirstJobOnly:
+    """Runs NCCL's defaults' first job, then stops; keeps the run to read its noise."""
+
+    name = "first"
+
+    def reset(self, run, rng):
+        self.run = run
+
+    def act(self, run):
+        return FIRST if not run.history else None
+
+
+def _first_job_shift(p, draw: int) -> float:
+    c = _FirstJobOnly()
+    play(p, c, draw)
+    at = c.run.n > 0
+    return float((c.run.ysum[at] - p.truth[at]).mean() / p.noise.shift_sd)
+
+
+def test_problems_judged_with_one_draw_number_get_independent_noise(problems):
+    # the first job's standardized shift, per problem and draw: were a draw's noise stream shared by
+    # its problems, each problem's shifts would follow the same sequence over the draws
+    s = np.array([[_first_job_shift(p, d) for d in range(12)] for p in problems])
+    r = np.corrcoef(s)[np.triu_indices(len(problems), 1)]
+    assert np.abs(r).mean() < 0.4, r
+    # the same problem and draw: the same noise, whichever method runs (common random numbers)
+    assert _first_job_shift(problems[0], 3) == _first_job_shift(problems[0], 3)
+
+
 def test_the_environment_passes_gymnasiums_checks_and_its_return_is_the_net_value(problems):
     env = ComposeEnv(problems, paired="")
     check_env(env, skip_render_check=True)
