@@ -300,66 +300,226 @@ def calibrated_problems(n: int, stream: int, fit: GenFit = FIT) -> list[GenProbl
     return [draw_calibrated(np.random.default_rng([stream, i]), fit) for i in range(n)]
 
 
+# -- fitting ----------------------------------------------------------------------------------------
+
+#: the seed stream of the common calls vectors (:func:`calls_vector`) of the fit and its figures
+CALLS_STREAM = 20261128
+#: how many common calls vectors
+N_CALLS = 64
+
+
+def common_calls(n: int = N_CALLS) -> list[np.ndarray]:
+    """The calls vectors the fit and its figures apply to measured and generated problems alike."""
+    return [calls_vector(np.random.default_rng([CALLS_STREAM, j])) for j in range(n)]
+
+
+@dataclass(frozen=True)
+class View:
+    """What a measured source covers, to compare a generated problem with it like for like: its
+    sizes (``lo`` to ``hi`` bytes) and whether it measured knob settings beside NCCL's defaults."""
+
+    knobs: bool = True
+    lo: int = 0
+    hi: int = 1 << 62
+
+
+@dataclass
+class Sample:
+    """Uncalibrated problems of one family (:func:`draw_raw`), as :func:`best_per_knob` tables, with
+    each problem's standard normal draw of its gain and its calls vector (``i mod`` the vectors)."""
+
+    tables: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    z: np.ndarray
+    weights: list[np.ndarray]
+
+    @classmethod
+    def draw(cls, family: str, n: int, stream: int, fit: GenFit | None = None,
+             vectors: Sequence[np.ndarray] | None = None) -> Sample:
+        vectors = common_calls() if vectors is None else vectors
+        tables, z = [], np.random.default_rng([stream, 1 << 20]).standard_normal(n)
+        for i in range(n):
+            problem, oracle, *_ = draw_raw(np.random.default_rng([stream, i]), fit, [family])
+            tables.append(best_per_knob(problem, oracle.times))
+        return cls(tables, z, [calls_at(vectors[i % len(vectors)], t[2]) for i, t in enumerate(tables)])
+
+    def optima(self, gain: float, gain_sd: float = 0.0, calls: bool = True, view: View | None = None) -> np.ndarray:
+        """Each problem's optimum at gain ``gain exp(gain_sd z)`` (calls-weighted, or one call per
+        size), as ``view`` sees it (default: every size and knob setting)."""
+        view = view or View()
+        g = gain * np.exp(gain_sd * self.z)
+        out = []
+        for (b, n, nb), gi, w in zip(self.tables, g, self.weights, strict=True):
+            at = (nb >= view.lo) & (nb <= view.hi)
+            out.append(optimum_of(scaled(b[:, at], n[at], gi), n[at], w[at] if calls else None, view.knobs)
+                       if at.any() else 0.0)
+        return np.array(out)
+
+
+def fit_gain(sample: Sample, target: float, view: View | None = None, lo: float = 1e-3, hi: float = 4.0) -> float:
+    """The gain at which the sample's median calls-weighted optimum in ``view`` is ``target``
+    (bisection in log gain; the median grows with the gain); clipped to ``[lo, hi]``."""
+    a, b = math.log(lo), math.log(hi)
+    for _ in range(40):
+        m = (a + b) / 2
+        if np.median(sample.optima(math.exp(m), view=view)) < target:
+            a = m
+        else:
+            b = m
+    return math.exp((a + b) / 2)
+
+
+def fit_family(sample: Sample, targets: Sequence[tuple[float, View]]) -> tuple[float, float, list[float]]:
+    """A family's gain and gain sd from its fit sources' figures and views
+    (docs/explanation/generator.md): each source's own gain, their geometric mean and the sd of
+    their logs (0 with one source). ``(gain, gain_sd, per-source gains)``."""
+    own = [fit_gain(sample, t, v) for t, v in targets]
+    logs = np.log(own)
+    return float(np.exp(logs.mean())), float(logs.std(ddof=1)) if len(own) > 1 else 0.0, own
+
+
 # -- measured sources ------------------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[1]
+#: NCCL's default knobs in a recording's or grid's point keys
+BASE = (0, 0, 0, 0, 0)
+
+
+def recorded_tables(recorded: Mapping[tuple, list[list[float]]]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per collective of a recording or grid (points ``(knobs, collective, nbytes, key)`` -> each
+    job's samples), :func:`best_per_knob` on its truth (each point's pooled median over its jobs),
+    at the sizes within the generator's range where NCCL's defaults were measured; a knob setting
+    missing a size cannot be the table's there (infinitely slow)."""
+    from ncclrl.costmodel.noise import pooled_median
+    from ncclrl.costmodel.space import DEFAULT
+
+    truth = {x: pooled_median(v) for x, v in recorded.items() if v}
+    out = []
+    for c in sorted({x[1] for x in truth}):
+        base = {x[2]: t for x, t in truth.items() if x[1] == c and x[0] == BASE and x[3] == DEFAULT}
+        sizes = sorted(s for s, t in base.items() if DRAW.min_bytes <= s <= DRAW.max_bytes and np.isfinite(t))
+        if not sizes:
+            continue
+        knobs = [BASE, *sorted({x[0] for x in truth if x[1] == c and x[0] != BASE})]
+        ki, si = {k: i for i, k in enumerate(knobs)}, {s: i for i, s in enumerate(sizes)}
+        best = np.full((len(knobs), len(sizes)), np.inf)
+        for x, t in truth.items():
+            if x[1] == c and x[2] in si and np.isfinite(t):
+                best[ki[x[0]], si[x[2]]] = min(best[ki[x[0]], si[x[2]]], t)
+        out.append((best, np.array([base[s] for s in sizes]), np.array(sizes, dtype=np.int64)))
+    return out
 
 
 @dataclass
 class Source:
-    """One measured communicator shape on one machine: its problems (one per collective) with truth.
+    """One measured communicator shape on one machine (docs/explanation/generator.md).
 
     :param name: what it is
     :param family: its platform family
-    :param kind: ``recorded`` (a host's sweep in this repository) or ``grid`` (a public grid)
-    :param instances: one :class:`ncclrl.agents.suite.Instance` per collective
+    :param kind: ``recorded`` (a host's recording in this repository) or ``grid`` (a public grid)
+    :param parts: per recording of it, :func:`recorded_tables` (one entry per collective)
+    :param depth: per recording, the median number of jobs a point was measured in
+    :param noise: its fitted job noise (``None``: none of its own)
+    :param noise_source: where that comes from
     """
 
     name: str
     family: str
     kind: str
-    instances: list = field(default_factory=list)
+    parts: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
+    depth: list[float]
+    noise: JobNoise | None = None
+    noise_source: str = ""
 
-    def tables(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """:func:`best_per_knob` of each collective, sizes within the generator's range."""
-        out = []
-        for inst in self.instances:
-            best, nccl, nbytes = best_per_knob(inst.problem, inst.oracle.times)
-            keep = (nbytes >= DRAW.min_bytes) & (nbytes <= DRAW.max_bytes) & np.isfinite(nccl)
-            out.append((best[:, keep], nccl[keep], nbytes[keep]))
-        return out
+    @property
+    def view(self) -> View:
+        """What it covers: its sizes, and knob settings if any recording has more than NCCL's defaults."""
+        nb = np.concatenate([t[2] for part in self.parts for t in part])
+        return View(any(t[0].shape[0] > 1 for part in self.parts for t in part), int(nb.min()), int(nb.max()))
+
+    def figure(self, fn) -> float:
+        """The source's figure of ``fn(best, nccl, nbytes) -> float`` (or a list of floats: their
+        median): the median over its recordings of each recording's median over its collectives."""
+        return float(np.median([np.median([np.median(fn(*t)) for t in part]) for part in self.parts]))
 
 
-#: the recorded hosts: (name, stores (the first holds the sweep, the others its repeats), preset,
-#: launch, collectives); paths relative to the repository
-RECORDED: tuple[tuple[str, tuple[str, ...], str, str, tuple[str, ...]], ...] = (
-    ("h200 1x4 NVLink", ("data/h200x4-2026-11-21/store.sqlite",), "h200-1x4", "torch",
-     ("allreduce", "allgather", "reducescatter")),
-    ("h200 2x2 sockets", ("",), "h200-2x2-sock", "nccl", ("allreduce",)),
-    ("h200 2x1 sockets", ("data/h200x2-2026-11-22/store.sqlite",), "h200-2x1-sock", "nccl", ("allreduce",)),
+#: the recorded hosts: name, preset, launch, recordings (store relative to the repository; ``""``:
+#: the recording that ships, ``envs/recordings``; the tags of its sweep)
+RECORDED: tuple[tuple[str, str, str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = (
+    ("h200 1x4 NVLink", "h200-1x4", "torch", (("data/h200x4-2026-11-21/store.sqlite", ("sweep",)),)),
+    ("h200 2x2 sockets", "h200-2x2-sock", "nccl", (("", ("sweep", "sweep-repeat")),)),
+    ("h200 2x1 sockets", "h200-2x1-sock", "nccl", (("data/h200x2-2026-11-22/store.sqlite", ("sweep",)),)),
 )
 
 
-def recorded_sources() -> list[Source]:
-    """The recorded hosts of :data:`RECORDED` (the 2x2 socket host: the recording that ships,
-    ``envs/recordings``, its sweep and re-recorded repeats pooled)."""
-    from ncclrl.agents.suite import replayed
+def _store_recorded(path: str, preset: str, launch: str, tags: tuple[str, ...]):
+    """A store's sweep of ``preset``: its rows (with a ``job`` column) and its points' jobs."""
+    from ncclrl.costmodel.space import KNOB_FIELDS
+    from ncclrl.costmodel.topology import load_topology
+    from ncclrl.envs.replay import recorded_sweep, shipped_recording
+    from ncclrl.envs.store import job_ids
 
+    topo = load_topology(preset)
+    frame = recorded_sweep(path or shipped_recording(preset), topo, launch, tags, status="ok")
+    frame = frame.assign(job=job_ids(frame))
+    rec: dict[tuple, list[list[float]]] = {}
+    for r in frame.itertuples(index=False):
+        kn = tuple(int(getattr(r, f)) for f in KNOB_FIELDS)
+        rec.setdefault((kn, N.COLLECTIVES.index(r.collective), int(r.nbytes), (r.algo, r.proto, int(r.channels))),
+                       []).append(list(r.samples_us))
+    return frame, rec
+
+
+def _store_noise(frame, name: str) -> JobNoise | None:
+    """The job noise fitted on a store's repeated jobs of each knob setting (``None``: none repeated)."""
+    from ncclrl.costmodel.noise import fit
+    from ncclrl.costmodel.space import KNOB_FIELDS
+
+    f = frame.assign(group=[tuple(int(getattr(r, k)) for k in KNOB_FIELDS) + (r.collective,)
+                            for r in frame.itertuples(index=False)],
+                     point=list(zip(frame.algo, frame.proto, frame.channels, strict=True)))
+    try:
+        return fit(f[["group", "job", "point", "nbytes", "samples_us"]], min_points=3, source=name).noise
+    except ConfigError:
+        return None
+
+
+def recorded_sources(extra: Sequence = ()) -> list[Source]:
+    """The recorded hosts of :data:`RECORDED` (and ``extra`` entries of its form). Job noise: the
+    shipped fit for the host and launch (``conf/noise/job_noise.yaml``), else one fitted on the
+    recording's repeated jobs."""
+    from ncclrl.costmodel.noise import load_fits
+
+    fits = load_fits()
     out = []
-    for name, stores, preset, launch, colls in RECORDED:
-        paths = [str(ROOT / s) if s else "" for s in stores]
-        if not paths[0]:
-            from ncclrl.envs.replay import shipped_recording
-
-            paths[0] = str(shipped_recording(preset))
-        insts = [replayed(paths if len(paths) > 1 else paths[0], preset, launch, c) for c in colls]
-        out.append(Source(name, family_of(preset), "recorded", insts))
+    for name, preset, launch, recs in (*RECORDED, *extra):
+        parts, depth, frames = [], [], []
+        for path, tags in recs:
+            frame, rec = _store_recorded(str(ROOT / path) if path else "", preset, launch, tags)
+            parts.append(recorded_tables(rec))
+            depth.append(float(np.median([len(v) for v in rec.values()])))
+            frames.append(frame)
+        key = f"{preset}/{launch}"
+        if key in fits:
+            noise, src = JobNoise.load(key), f"the shipped fit {key}"
+        else:
+            noise = next((n for n in (_store_noise(f, name) for f in frames) if n is not None), None)
+            src = "fitted on its repeated jobs" if noise is not None else ""
+        out.append(Source(name, family_of(preset), "recorded", parts, depth, noise, src))
     return out
 
 
 def grid_sources(root: str | Path | None = None) -> list[Source]:
-    """The public grids (:data:`ncclrl.envs.grids.PUBLIC_GRIDS`), read from the shared data folder."""
-    from ncclrl.agents.suite import public_gridded
-    from ncclrl.envs.grids import PUBLIC_GRIDS
+    """The public grids (:data:`ncclrl.envs.grids.PUBLIC_GRIDS`), read from the shared data folder;
+    job noise: the grid's own repeated runs (:func:`ncclrl.agents.suite.grid_noise`), else none."""
+    from ncclrl.agents.suite import grid_noise
+    from ncclrl.costmodel.topology import load_topology
+    from ncclrl.envs.grids import PUBLIC_GRIDS, read_public_grid
 
-    return [Source(name, g.family, "grid", [public_gridded(name, root)]) for name, g in PUBLIC_GRIDS.items()]
+    out = []
+    for name, g in PUBLIC_GRIDS.items():
+        grid = read_public_grid(name, load_topology(g.topology), root)
+        noise = grid_noise(grid, f"{name}: its own repeated runs")
+        out.append(Source(name, g.family, "grid", [recorded_tables(grid.recorded)],
+                          [float(np.median([len(v) for v in grid.recorded.values()]))], noise,
+                          "its own repeated runs" if noise is not None else ""))
+    return out
