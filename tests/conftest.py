@@ -55,6 +55,11 @@ SLOW_FIXTURES = {
 # 7-9 (about 1 s on an idle one), outside the modules and fixtures above. Listed by module; a name
 # covers every parametrization.
 SLOW_TESTS = {
+    "test_stopping.py": (
+        "test_a_larger_pay_factor_never_runs_more_jobs",
+        "test_following_the_rules_choice_reproduces_the_default_run",
+        "test_the_environment_passes_gymnasiums_checks_and_pays_the_lead_over_the_rule",
+    ),
     "test_baselines.py": (
         "test_afnfa_does_not_depend_on_the_hash_seed",
         "test_benchmark_ci_suite_is_reproducible",

@@ -70,6 +70,8 @@ class ConfirmConfig:
     :param sd_prior: prior guess of the sd (log) of one job's paired difference (a candidate's
         log time minus NCCL's choice's, in the same job), worth ``prior_dof`` degrees of freedom
     :param prior_dof: weight of that guess
+    :param pay_factor: after the screen, a job runs while its expected value over the horizon exceeds
+        this many times its predicted GPU-time (the stopping rule; 1: it must pay for itself)
     :param knob_pairs: pairs of jobs a knob setting needs before it is accepted
     :param size_risk: a knob setting is refused once a size of its table is measured slower than NCCL's
         plain default by ``delta`` at this level (one-sided): its table changes every size
@@ -86,6 +88,7 @@ class ConfirmConfig:
     prior_dof: float = 4.0
     size_risk: float = 0.25
     knob_pairs: int = 5
+    pay_factor: float = 1.0
 
     def check(self) -> None:
         for name in ("screen_samples", "confirm_samples", "leaders"):
@@ -101,6 +104,8 @@ class ConfirmConfig:
             raise ConfigError("confirm.horizon_sweeps", f"must be >= 0, got {self.horizon_sweeps}")
         if not 0 < self.size_risk < 0.5:
             raise ConfigError("confirm.size_risk", f"must be in (0, 0.5), got {self.size_risk}")
+        if not self.pay_factor > 0:
+            raise ConfigError("confirm.pay_factor", f"must be > 0, got {self.pay_factor}")
         if not (self.sd_prior > 0 and self.prior_dof >= 0):
             raise ConfigError("confirm.sd_prior", "sd_prior must be > 0 and prior_dof >= 0")
 
@@ -377,15 +382,33 @@ class ConfirmController:
         pairs = [(i, int(sp.default[ph.knob * nc + c])) for c, ls in ph.leaders.items() for i in ls]
         return paired_test(sp, self._jobs_of(search), pairs, set(ph.confirm), self._thr(search), self.cfg)
 
-    def _confirm_points(self, search, ph: Phase) -> list[int]:
+    def _confirm_points(self, search, ph: Phase, pay: bool = True) -> list[int]:
         """NCCL's choice at every size with an undecided leader, and those leaders; ``[]`` when none
-        is left, the phase has had its jobs, or the job does not pay."""
+        is left, the phase has had its jobs, or (``pay``) the job does not pay."""
         if ph.asked >= self.cfg.max_confirm_jobs:
             if self._open_leaders(search, ph):
                 self.stop_reason = (f"the leaders had their {self.cfg.max_confirm_jobs} confirmation jobs "
                                     "(confirm.max_confirm_jobs); the undecided ones keep NCCL's choice")
             return []
+        idx, value, why = self.confirm_plan(search, ph)
+        if not idx:
+            if why:
+                self.stop_reason = why
+            return []
+        cost = self._cost(search, idx, self.cfg.confirm_samples)
+        if pay and (1 - math.exp(-value)) * self._horizon_gpu_s(search) < self.cfg.pay_factor * cost:
+            self.stop_reason = "no confirmation job pays for its GPU-time over the horizon"
+            return []
+        return idx
+
+    def confirm_plan(self, search, ph: Phase, mark: bool = True) -> tuple[list[int], float, str]:
+        """The next confirmation job of ``ph``'s leaders before the horizon is weighed: its points
+        (the most valuable sizes per GPU-second first, as many as the budget left can take through
+        the jobs they still need), its value (the expected log gain it may add to the table) and,
+        when it is empty, why (\"\": no leader left open). Leaders the tests have decided are marked
+        (``mark``; else the plan changes nothing)."""
         sp = search.space
+        decided = ph.decided if mark else dict(ph.decided)
         nc = sp.n_cells
         thr = self._thr(search)
         alpha = search.cfg.decision.alpha
@@ -396,13 +419,13 @@ class ConfirmController:
             d = int(sp.default[ph.knob * nc + c])
             open_, v = [], 0.0
             for i in ls:
-                if i in ph.decided:
+                if i in decided:
                     continue
                 t = tests[(i, d)]
                 if t.passes(thr, alpha / 4):
-                    ph.decided[i] = "confirmed"
+                    decided[i] = "confirmed"
                 elif t.refuted(thr):
-                    ph.decided[i] = "refuted"
+                    decided[i] = "refuted"
                 else:
                     open_.append(i)
                     if t.jobs:
@@ -426,18 +449,12 @@ class ConfirmController:
             idx += pts
             spent, jobs_needed, value = spent + cost * need, max(jobs_needed, need), value + v
         if parts and not idx:
-            self.stop_reason = "the budget left cannot confirm any leader"
-            return []
-        if not idx:
-            return []
-        cost = self._cost(search, idx, self.cfg.confirm_samples)
-        if (1 - math.exp(-value)) * self._horizon_gpu_s(search) < cost:
-            self.stop_reason = "no confirmation job pays for its GPU-time over the horizon"
-            return []
-        return idx
+            return [], 0.0, "the budget left cannot confirm any leader"
+        return idx, value, ""
 
-    def _explore(self, search) -> list[int]:
-        """Jobs under the other knob settings, best predicted first (the module's docs, point 3)."""
+    def _explore(self, search, pay: bool = True) -> list[int]:
+        """Jobs under the other knob settings, best predicted first (the module's docs, point 3); a
+        new setting only where (``pay``) its screen and pairs pay over the horizon."""
         sp = search.space
         nc = sp.n_cells
         base = self.phases[0]
@@ -455,6 +472,29 @@ class ConfirmController:
                 idx = list(dict.fromkeys([*[int(i) for i in sp.default[:nc]], *t0.values(),
                                           *self._open_leaders(search, base)]))
                 return self._ask(search, "confirm", 0, idx, self.cfg.confirm_samples)
+        plan = self.explore_plan(search)
+        if isinstance(plan, str):
+            self.stop_reason = plan
+            return []
+        k, screen, cost, value = plan
+        if search.ev.remaining < cost:
+            self.stop_reason = (f"the budget left cannot screen and confirm another knob setting (next: "
+                                f"{sp.problem.knobs[k].env()}, {cost:.0f} GPU-s)")
+            return []
+        if pay and value < self.cfg.pay_factor * cost:
+            self.stop_reason = (f"no knob setting left whose screen and confirmation pay over the horizon (next: "
+                                f"{sp.problem.knobs[k].env()}, {cost:.0f} GPU-s)")
+            return []
+        self.phases.append(Phase(k))
+        return self._ask(search, "screen", k, screen, self.cfg.screen_samples)
+
+    def explore_plan(self, search) -> tuple[int, list[int], float, float] | str:
+        """The next knob setting to explore, best predicted first: (setting, its screen's points,
+        the GPU-s of its screen and the pairs a verdict needs at the least, its value over the
+        horizon in GPU-s); or why there is none."""
+        sp = search.space
+        nc = sp.n_cells
+        base = self.phases[0]
         tried = {p.knob for p in self.phases}
         zs_gain = []
         plain = sp.prior[sp.default[:nc]]
@@ -466,8 +506,7 @@ class ConfirmController:
             if np.isfinite(best).all():
                 zs_gain.append((sp.log_gain(plain, best), k))
         if not zs_gain:
-            self.stop_reason = "every knob setting explored"
-            return []
+            return "every knob setting explored"
         g, k = max(zs_gain)
         screen = self._knob_screen_points(search, k)
         pair = self._cost(search, [ph_i for ph_i in sorted(set(self._base_table(search).values()))],
@@ -479,16 +518,7 @@ class ConfirmController:
         # the prior is no judge of knob settings (it misses what sockets and inlining do): at least 5%,
         # at even odds
         value = (1 - math.exp(-max(g - gain_now, math.log(1.05)))) * self._horizon_gpu_s(search) * 0.5
-        if search.ev.remaining < cost:
-            self.stop_reason = (f"the budget left cannot screen and confirm another knob setting (next: "
-                                f"{sp.problem.knobs[k].env()}, {cost:.0f} GPU-s)")
-            return []
-        if value < cost:
-            self.stop_reason = (f"no knob setting left whose screen and confirmation pay over the horizon (next: "
-                                f"{sp.problem.knobs[k].env()}, {cost:.0f} GPU-s)")
-            return []
-        self.phases.append(Phase(k))
-        return self._ask(search, "screen", k, screen, self.cfg.screen_samples)
+        return k, screen, cost, value
 
     def _knob_screen_points(self, search, k: int) -> list[int]:
         """A knob setting's screen: per size, NCCL's choice under it, the configurations NCCL's
