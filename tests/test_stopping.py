@@ -79,7 +79,10 @@ def test_the_environment_passes_gymnasiums_checks_and_pays_the_lead_over_the_rul
     while not done:  # following the rule: a lead of exactly 0
         obs, r, done, _, info = env.step(follow_the_rule(obs, env.action_masks()))
         total += r
-    assert total == pytest.approx(0.0, abs=1e-9) and info["net_value"] == pytest.approx(info["rule"])
+    assert total == pytest.approx(0.0, abs=1e-9) and not env.ctl.departed
+    tp = problems[env.index]  # the rule's own run on that problem and noise: the same net value
+    assert run_once(tp, ConfirmController(rule_config(tp)), env.noise_seed).net_value == pytest.approx(
+        info["net_value"], abs=1e-9)
     env.reset(seed=2)
     _, r, done, _, info = env.step(STOP)
     assert done and r == pytest.approx(info["net_value"] - info["rule"])

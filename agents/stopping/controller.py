@@ -53,6 +53,8 @@ class StopController(ConfirmController):
         self.policy = policy
         self.action: int | None = None
         self.choices: list[int] = []  # the actions taken, in order
+        self.departed = False  # whether an action differed from the rule's choice (else the run is the rule's)
+        self.rule_choice = STOP
 
     def fresh(self) -> StopController:
         return StopController(self.cfg, self.policy)
@@ -151,6 +153,7 @@ class StopController(ConfirmController):
         if not 0 <= a < len(ACTIONS) or not mask[a]:
             a = STOP
         self.choices.append(a)
+        self.departed |= a != self.rule_choice
         base = self.phases[0]
         if a == EXPLORE:
             job = self._explore(search, pay=False)

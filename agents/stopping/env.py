@@ -11,7 +11,8 @@ Observation space
     ``Box(-inf, inf, (N_FEATURES,))``: :data:`FEATURES`.
 Rewards
     0 until the run ends; then its net value (points) minus the rule's (the default
-    :class:`ConfirmController`) on the same problem and noise seed.
+    :class:`ConfirmController`) on the same problem and noise seed (0 without a run of the rule
+    where every choice was the rule's: the run is then the rule's).
 Episode end
     The agent stops, or no job is left (budget, leaders, knob settings).
 """
@@ -107,7 +108,9 @@ class ConfirmStopEnv(gym.Env):
         info: dict[str, Any] = {"net_value": mine.net_value}
         reward = mine.net_value
         if self.paired:
-            ref = run_once(tp, ConfirmController(rule_config(tp)), self.noise_seed).net_value
+            # a run that took the rule's choice every time is the rule's run (the same noise seed)
+            ref = run_once(tp, ConfirmController(rule_config(tp)), self.noise_seed).net_value if ctl.departed \
+                else mine.net_value
             info["rule"] = ref
             reward -= ref
         return obs, float(reward), True, False, info

@@ -21,7 +21,7 @@ class StopTrainConfig:
     :param tensorboard: folder of the TensorBoard curves ("" none)
     """
 
-    total_timesteps: int = 6_000
+    total_timesteps: int = 12_000
     n_envs: int = 4
     n_steps: int = 128
     batch_size: int = 128
