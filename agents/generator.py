@@ -1,27 +1,29 @@
 """A problem generator calibrated on measured hosts and grids.
 
-The simulated training problems (:func:`ncclrl.agents.compose.draw_full`) promise more than the
-measured ones give: the best table and knob setting saves a median 45% of the step's communication
-time over NCCL's defaults in simulation (83% on socket platforms) against 46% on the recorded
-2 nodes x 2 GPUs socket host and 6-18% on the public grids. This module draws the same problems
-(platform, collective, calls per step, budget, served GPU-time, as :func:`draw_full` draws them)
-and then calibrates each problem's truth per platform family (docs/explanation/generator.md):
+The simulated training problems (:func:`ncclrl.agents.compose.draw_full`) are not the measured ones:
+their best tables save a share of the step's communication time over NCCL's defaults unlike what
+the recorded hosts and the public grids show, and from other sources (docs/results/generator.md).
+This module draws the same problems (platform, collective, calls per step, budget, served
+GPU-time, as :func:`draw_full` draws them) and calibrates each problem's truth per platform family
+(docs/explanation/generator.md):
 
-- a gain scale ``gain`` (lambda) per family, applied to every point of the truth, every knob setting
-  included: ``log t' = log t_nccl(size) + lambda (log t - log t_nccl(size))``, ``t_nccl`` NCCL's
-  choice under NCCL's default knobs at that size; lambda < 1 shrinks every gain and every loss over
-  NCCL's defaults alike, so which configuration is best at a size does not change, only by how much;
+- two gain scales per family, applied to every point of the truth: ``gain`` (per-call
+  configurations) and ``knob_gain`` (knob settings; the committed fit ties the two: one gain).
+  With ``t_nccl(size)`` NCCL's choice under NCCL's default knobs and ``t_nccl,k(size)`` NCCL's
+  choice under knob setting ``k``, a point of ``k`` becomes ``log t' = log t_nccl + knob_gain
+  (log t_nccl,k - log t_nccl) + gain (log t - log t_nccl,k)``. Below 1 a scale shrinks every gain
+  and every loss alike: which configuration is the fastest under a knob setting does not change,
+  only by how much. Each problem draws its scales around the family's (``gain_sd``,
+  ``knob_gain_sd``: sd of their logs);
 - the share of platforms with effects the simulator lacks and their strength
-  (:class:`ncclrl.costmodel.platforms.Quirks`), per family;
+  (:class:`ncclrl.costmodel.platforms.Quirks`), per family (kept at :class:`Draw`'s);
 - the family's job noise: one of the fitted :class:`ncclrl.costmodel.noise.JobNoise` of the family's
   measured hosts and grids, drawn per problem.
 
-The figures the fit rests on, and its held-out check, are in docs/results/generator.md
-(``python docs/results/scripts/generator_fit.py``). :data:`FIT` holds the committed fit.
-
-The measured sources (:func:`recorded_sources`, :func:`grid_sources`) and the optimum of a truth under
-calls per step (:func:`best_per_knob`, :func:`optimum_of`) are here too, so that the fit, the tests and
-the figures compute them one way.
+:data:`FIT` holds the committed fit (``python docs/results/scripts/generator_fit.py`` prints it and
+its held-out check). The measured sources (:func:`recorded_sources`, :func:`grid_sources`) and the
+optimum of a truth (:class:`Table`) are here too, so that the fit, the tests and the figures compute
+them one way.
 """
 
 from __future__ import annotations
@@ -49,34 +51,39 @@ DRAW = Draw()
 #: size bands by upper bound (bytes, inclusive), as :data:`ncclrl.agents.compose.BAND_EDGES`
 BANDS = ((64 << 10, "<=64KiB"), (1 << 20, "<=1MiB"), ((64 << 20) - 1, "<64MiB"), (1 << 62, ">=64MiB"))
 
+_PARAMS = ("gain", "gain_sd", "knob_gain", "knob_gain_sd", "misspecified", "strength", "noise")
+
 
 # -- the fit -------------------------------------------------------------------------------------
-
-def _noise(shift: float, resid: Sequence[float], sample: Sequence[float], df: float, source: str) -> JobNoise:
-    return JobNoise(shift_sd=shift, resid_sds=tuple(resid), sample_sds=tuple(sample), resid_df=df, source=source)
-
 
 @dataclass(frozen=True, eq=False)
 class GenFit:
     """The generator's parameters per family (keys: :data:`ncclrl.costmodel.platforms.FAMILIES`).
 
-    :param gain: lambda, the gain scale of the truth (module docs); 1: the simulator's own gains
-    :param gain_sd: sd of log lambda across a family's problems (0: every problem at ``gain``)
+    :param gain: the per-call configurations' gain scale (module docs); 1: the simulator's own
+    :param gain_sd: sd of its log across a family's problems
+    :param knob_gain: the knob settings' gain scale
+    :param knob_gain_sd: sd of its log across a family's problems
     :param misspecified: share of platforms with :class:`ncclrl.costmodel.platforms.Quirks`
     :param strength: range of the quirks' strength (uniform)
     :param noise: the family's job noises; each problem draws one
     :param source: what the numbers were fitted on
+    :param tied: one standard normal draw moves both scales of a problem (else one each)
     """
 
     gain: Mapping[str, float]
     gain_sd: Mapping[str, float]
+    knob_gain: Mapping[str, float]
+    knob_gain_sd: Mapping[str, float]
     misspecified: Mapping[str, float]
     strength: Mapping[str, tuple[float, float]]
     noise: Mapping[str, tuple[JobNoise, ...]]
     source: str = ""
+    #: one draw moves both scales (a problem's knob gain is its gain times ``knob_gain / gain``)
+    tied: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("gain", "gain_sd", "misspecified", "strength", "noise"):
+        for name in _PARAMS:
             d = getattr(self, name)
             missing = [f for f in FAMILIES if f not in d]
             extra = [f for f in d if f not in FAMILIES]
@@ -84,11 +91,15 @@ class GenFit:
                 raise ConfigError(f"generator.{name}", f"needs one entry per family ({', '.join(FAMILIES)}); "
                                   f"missing {missing}, unknown {extra}")
         for f in FAMILIES:
-            g, s, m = self.gain[f], self.gain_sd[f], self.misspecified[f]
-            if not (math.isfinite(g) and g > 0):
-                raise ConfigError(f"generator.gain.{f}", f"must be a finite number > 0, got {g}")
-            if not (math.isfinite(s) and s >= 0):
-                raise ConfigError(f"generator.gain_sd.{f}", f"must be a finite sd >= 0, got {s}")
+            for name in ("gain", "knob_gain"):
+                g = getattr(self, name)[f]
+                if not (isinstance(g, int | float) and math.isfinite(g) and g > 0):
+                    raise ConfigError(f"generator.{name}.{f}", f"must be a finite number > 0, got {g}")
+            for name in ("gain_sd", "knob_gain_sd"):
+                s = getattr(self, name)[f]
+                if not (isinstance(s, int | float) and math.isfinite(s) and s >= 0):
+                    raise ConfigError(f"generator.{name}.{f}", f"must be a finite sd >= 0, got {s}")
+            m = self.misspecified[f]
             if not 0 <= m <= 1:
                 raise ConfigError(f"generator.misspecified.{f}", f"must be in [0, 1], got {m}")
             lo, hi = self.strength[f]
@@ -100,89 +111,138 @@ class GenFit:
 
     def replace(self, **kw) -> GenFit:
         """The same fit with some families' parameters changed: ``gain={"socket": 0.3}`` and so on."""
-        d = {k: dict(getattr(self, k)) for k in ("gain", "gain_sd", "misspecified", "strength", "noise")}
+        d = {k: dict(getattr(self, k)) for k in _PARAMS}
         for k, v in kw.items():
             if k not in d:
                 raise ConfigError(f"generator.{k}", f"unknown parameter; allowed: {', '.join(d)}")
             d[k].update(v)
-        return GenFit(**d, source=self.source)
+        return GenFit(**d, source=self.source, tied=self.tied)
 
 
-def _host_noise(name: str) -> JobNoise:
-    return JobNoise.load(name)
+def _noise(shift: float, resid: tuple[float, ...], sample: tuple[float, ...], df: float, samples: int,
+           source: str) -> JobNoise:
+    return JobNoise(shift_sd=shift, resid_sds=resid, sample_sds=sample, resid_df=df, fit_samples=samples,
+                    source=source)
 
 
-#: the committed fit. PROVISIONAL: gains set by hand from a first look at the measured optima, not
-#: yet fitted (docs/explanation/generator.md says how the fit is made and checked).
+#: the committed fit (docs/results/generator.md: ``python docs/results/scripts/generator_fit.py
+#: --mechanism preregistered``, 400 problems per family, stream 777): one gain for per-call
+#: configurations and knob settings alike (``tied``), fitted on the recorded H200 hosts (1x4 NVLink,
+#: 2x2 and 2x1 sockets) and the six public grids; each family's gain the geometric mean of its
+#: sources' own, its sd the sd of their logs. Quirks as :class:`Draw`'s. Job noise: the shipped fits
+#: of the H200 hosts (``conf/noise/job_noise.yaml``) and the public grids' own repeated runs (their
+#: fit's numbers here: the grids are not in the repository).
 FIT = GenFit(
-    gain={"nvlink": 0.3, "infiniband": 0.5, "socket": 0.4},
-    gain_sd={"nvlink": 0.0, "infiniband": 0.0, "socket": 0.0},
+    gain={"nvlink": 0.512, "infiniband": 1.667, "socket": 1.135},
+    gain_sd={"nvlink": 0.348, "infiniband": 0.834, "socket": 0.51},
+    knob_gain={"nvlink": 0.512, "infiniband": 1.667, "socket": 1.135},
+    knob_gain_sd={"nvlink": 0.348, "infiniband": 0.834, "socket": 0.51},
     misspecified={f: DRAW.misspecified for f in FAMILIES},
     strength={f: DRAW.strength for f in FAMILIES},
-    noise={"nvlink": (_host_noise("h200-1x4/nccl"), _host_noise("h200-1x4/torch")),
-           "infiniband": (_host_noise("pooled"),),
-           "socket": (_host_noise("h200-2x2-sock/nccl"), _host_noise("h200-2x1-sock/nccl"))},
-    source="provisional: gains set by hand, not fitted",
+    noise={
+        "nvlink": (JobNoise.load("h200-1x4/torch"),
+                   _noise(0.0379, (0.0378, 0.0378, 0.0378, 0.0378, 0.0198, 0.0172, 0.0172), (0.0,) * 7, math.inf, 1,
+                          "a100-1x8-step: its own repeated runs")),
+        "infiniband": (
+            _noise(0.0047, (0.2517, 0.2517, 0.2517, 0.0985, 0.0272, 0.0108, 0.0029),
+                   (0.0193, 0.0193, 0.0193, 0.0125, 0.0052, 0.0028, 0.001), 2.05, 2, "p5en-2n: its own repeated runs"),
+            _noise(0.0054, (0.2186, 0.2186, 0.2186, 0.1004, 0.0579, 0.0262, 0.0124),
+                   (0.125, 0.125, 0.125, 0.016, 0.0079, 0.0048, 0.0015), 2.05, 2, "p5en-16n: its own repeated runs"),
+            _noise(0.0, (0.1659, 0.1659, 0.1659, 0.0833, 0.0431, 0.0326, 0.0117),
+                   (0.019, 0.019, 0.019, 0.0189, 0.0149, 0.0064, 0.002), 2.05, 2, "p5en-128n: its own repeated runs")),
+        "socket": (JobNoise.load("h200-2x2-sock/nccl"), JobNoise.load("h200-2x1-sock/nccl")),
+    },
+    source="generator_fit.py --mechanism preregistered (2026-11-28)",
+    tied=True,
 )
 
 
 # -- the truth's optimum -------------------------------------------------------------------------
 
-def calibrated_times(problem: Problem, times: Mapping[tuple[tuple[int, ...], int], np.ndarray],
-                     gain: float) -> dict[tuple[tuple[int, ...], int], np.ndarray]:
-    """Every point's time with its log gain over NCCL's choice under NCCL's defaults (at its size)
-    scaled by ``gain`` (module docs); a point that cannot run stays infinitely slow."""
+def _scale(t: np.ndarray, own: np.ndarray, ref: np.ndarray, gain: float, knob_gain: float) -> np.ndarray:
+    """Times ``t`` under a knob setting whose NCCL's choice takes ``own`` (inf: it cannot run;
+    ``ref`` then anchors its points), NCCL's defaults' ``ref``, with both gains scaled (module docs)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        anchor = np.where(np.isfinite(own), np.log(own), np.log(ref))
+        top = np.log(ref) + knob_gain * (anchor - np.log(ref))
+        lt = np.log(t)
+        return np.where(np.isfinite(lt), np.exp(top + gain * (lt - anchor)), np.inf)
+
+
+def calibrated_times(problem: Problem, times: Mapping[tuple[tuple[int, ...], int], np.ndarray], gain: float,
+                     knob_gain: float) -> dict[tuple[tuple[int, ...], int], np.ndarray]:
+    """Every point's time with its gains scaled (module docs); a point that cannot run stays
+    infinitely slow. ``times``: per (knobs, collective), ``[configuration, size]`` with NCCL's choice first."""
     out = {}
     for (kn, c), t in times.items():
-        ref = np.log(times[(problem.base.knobs, c)][0])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            lt = np.log(t)
-            out[(kn, c)] = np.where(np.isfinite(lt), np.exp(ref + gain * (lt - ref)), np.inf)
+        out[(kn, c)] = _scale(t, t[0][None, :], times[(problem.base.knobs, c)][0][None, :], gain, knob_gain)
     return out
 
 
-def best_per_knob(problem: Problem, times: Mapping[tuple[tuple[int, ...], int], np.ndarray]
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per knob setting and cell (:meth:`Problem.cells` order), the fastest point's time; NCCL's
-    defaults' time per cell; each cell's bytes. ``(best [knobs, cells], nccl [cells], nbytes [cells])``."""
-    best = np.array([np.concatenate([np.min(times[(k.knobs, c)], axis=0) for c in problem.colls])
-                     for k in problem.knobs])
-    nccl = np.concatenate([times[(problem.base.knobs, c)][0] for c in problem.colls])
-    nbytes = np.array([s for c in problem.colls for s in problem.sizes[c]], dtype=np.int64)
-    return best, nccl, nbytes
+@dataclass
+class Table:
+    """A truth reduced to what its optimum needs, per knob setting (NCCL's defaults first) and size:
+    the fastest point's time (``best``), NCCL's choice's (``own``, inf where it cannot run), the sizes."""
 
+    best: np.ndarray
+    own: np.ndarray
+    nbytes: np.ndarray
 
-def scaled(best: np.ndarray, nccl: np.ndarray, gain: float) -> np.ndarray:
-    """:func:`calibrated_times` on the output of :func:`best_per_knob` (the scale is monotone per
-    size, so the fastest point stays the fastest)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(np.isfinite(best), nccl * np.exp(gain * np.log(best / nccl)), np.inf)
+    @classmethod
+    def of(cls, problem: Problem, times: Mapping[tuple[tuple[int, ...], int], np.ndarray]) -> Table:
+        """Of a problem's truth (every cell, :meth:`Problem.cells` order)."""
+        best = np.array([np.concatenate([np.min(times[(k.knobs, c)], axis=0) for c in problem.colls])
+                         for k in problem.knobs])
+        own = np.array([np.concatenate([times[(k.knobs, c)][0] for c in problem.colls]) for k in problem.knobs])
+        nbytes = np.array([s for c in problem.colls for s in problem.sizes[c]], dtype=np.int64)
+        return cls(best, own, nbytes)
 
+    @property
+    def nccl(self) -> np.ndarray:
+        return self.own[0]
 
-def optimum_of(best: np.ndarray, nccl: np.ndarray, calls: np.ndarray | None = None, knobs: bool = True) -> float:
-    """Fraction of the step's communication time (``sum calls x time``; ``calls`` ``None``: one
-    call per size) the best table saves over NCCL's defaults, under the best knob setting
-    (``knobs=False``: NCCL's default knobs only)."""
-    w = np.ones(len(nccl)) if calls is None else np.asarray(calls, dtype=float)
-    rows = best if knobs else best[:1]
-    base = float(np.dot(w, nccl))
-    return max(0.0, max(1.0 - float(np.dot(w, np.where(np.isfinite(r), r, np.inf))) / base for r in rows))
+    def scaled(self, gain: float, knob_gain: float) -> Table:
+        """:func:`calibrated_times` on the table (both scales are monotone per knob setting and size,
+        so the fastest point stays the fastest)."""
+        ref = self.own[:1]
+        return Table(_scale(self.best, self.own, ref, gain, knob_gain),
+                     _scale(self.own, self.own, ref, gain, knob_gain), self.nbytes)
 
+    def within(self, lo: int, hi: int) -> Table:
+        at = (self.nbytes >= lo) & (self.nbytes <= hi)
+        return Table(self.best[:, at], self.own[:, at], self.nbytes[at])
 
-def band_of_bytes(nbytes: np.ndarray) -> np.ndarray:
-    return np.searchsorted(np.array([b for b, _ in BANDS]), np.asarray(nbytes), side="left")
+    def _totals(self, calls: np.ndarray | None) -> np.ndarray:
+        w = np.ones(len(self.nbytes)) if calls is None else np.asarray(calls, dtype=float)
+        with np.errstate(invalid="ignore"):
+            return np.array([float(np.dot(w, r)) if np.isfinite(r).all() else np.inf for r in self.best])
 
+    def optimum(self, calls: np.ndarray | None = None, knobs: bool = True) -> float:
+        """Fraction of the step's communication time (``sum calls x time``; ``calls`` ``None``: one
+        call per size) the best table saves over NCCL's defaults, under the best knob setting
+        (``knobs=False``: NCCL's default knobs only)."""
+        if not len(self.nbytes):
+            return 0.0
+        w = np.ones(len(self.nbytes)) if calls is None else np.asarray(calls, dtype=float)
+        tot = self._totals(w)
+        return max(0.0, 1.0 - float(np.min(tot if knobs else tot[:1])) / float(np.dot(w, self.nccl)))
 
-def band_shares(best: np.ndarray, nccl: np.ndarray, nbytes: np.ndarray, calls: np.ndarray | None = None) -> np.ndarray:
-    """Each size band's share of the optimum's saving (under its best knob setting; sums to 1 where
-    there is a saving)."""
-    w = np.ones(len(nccl)) if calls is None else np.asarray(calls, dtype=float)
-    k = int(np.argmax([-np.dot(w, np.where(np.isfinite(r), r, np.inf)) for r in best]))
-    save = w * (nccl - best[k])
-    b = band_of_bytes(nbytes)
-    out = np.array([save[b == i].sum() for i in range(len(BANDS))])
-    tot = save.sum()
-    return out / tot if tot > 0 else np.zeros(len(BANDS))
+    def mean_saving(self, knobs: bool = True) -> float:
+        """The mean over sizes of each size's fractional saving, under the knob setting where that mean
+        is largest (``knobs=False``: NCCL's default knobs only): every size counts alike, whatever its time."""
+        rows = self.best if knobs else self.best[:1]
+        with np.errstate(invalid="ignore"):
+            v = [float(np.mean(1.0 - r / self.nccl)) for r in rows if np.isfinite(r).all()]
+        return max(0.0, max(v)) if v and len(self.nbytes) else 0.0
+
+    def band_shares(self, calls: np.ndarray | None = None) -> np.ndarray:
+        """Each size band's share of the optimum's saving (under its best knob setting; sums to 1
+        where there is a saving)."""
+        w = np.ones(len(self.nbytes)) if calls is None else np.asarray(calls, dtype=float)
+        save = w * (self.nccl - self.best[int(np.argmin(self._totals(w)))])
+        b = np.searchsorted(np.array([e for e, _ in BANDS]), self.nbytes, side="left")
+        out = np.array([save[b == i].sum() for i in range(len(BANDS))])
+        return out / save.sum() if save.sum() > 0 else np.zeros(len(BANDS))
 
 
 def calls_vector(rng: np.random.Generator, sigma: float = DRAW.calls_sigma) -> np.ndarray:
@@ -212,8 +272,8 @@ class GenProblem:
     serve_gpu_s: float
     name: str
     family: str
-    #: the gain scale this problem's truth was drawn with
-    gain: float = 1.0
+    #: the gain scales this problem's truth was drawn with (per-call configurations, knob settings)
+    gains: tuple[float, float] = (1.0, 1.0)
     #: the seed stream of this problem's jobs (each :meth:`measure` seed is a stream within it)
     noise_seed: int = 0
     _recorded: dict | None = field(default=None, repr=False)
@@ -234,8 +294,8 @@ class GenProblem:
         return self._recorded
 
     def measure(self, seed: int) -> Measure:
-        """Fresh jobs around the truth with :attr:`noise`
-        (:func:`ncclrl.agents.problem.replay_measure`), one independent noise stream per seed and per problem."""
+        """Fresh jobs around the truth with :attr:`noise` (:func:`ncclrl.agents.problem.replay_measure`),
+        one independent noise stream per seed and per problem."""
         return replay_measure(self.recorded(), np.random.default_rng([self.noise_seed, int(seed)]), self.noise)
 
     def compose(self) -> ComposeProblem:
@@ -243,10 +303,12 @@ class GenProblem:
         return ComposeProblem.from_problem(self.problem, self.oracle, self.noise, self.budget_gpu_s, self.serve_gpu_s,
                                            self.calls, self.name, self.family)
 
+    def table(self) -> Table:
+        return Table.of(self.problem, self.oracle.times)
+
     def optimum(self) -> float:
         """Fraction of the step's communication time (calls-weighted) the best table and knob setting save."""
-        best, nccl, _ = best_per_knob(self.problem, self.oracle.times)
-        return optimum_of(best, nccl, self.calls)
+        return self.table().optimum(self.calls)
 
 
 def _families(families: Sequence[str] | None) -> tuple[str, ...]:
@@ -281,18 +343,20 @@ def draw_raw(rng: np.random.Generator, fit: GenFit | None = None, families: Sequ
 
 
 def draw_calibrated(rng: np.random.Generator, fit: GenFit = FIT, families: Sequence[str] | None = None) -> GenProblem:
-    """One calibrated problem: :func:`draw_raw`, its truth scaled by the family's gain (drawn around
-    ``fit.gain`` with ``fit.gain_sd``), one of the family's job noises, a budget of 0.25-1 sweep of
+    """One calibrated problem: :func:`draw_raw`, its truth's gains scaled by the family's (each drawn
+    around ``fit``'s with its sd), one of the family's job noises, a budget of 0.25-1 sweep of
     GPU-time and a served GPU-time of 3-300 sweeps (log-uniform), as ``Draw`` draws them."""
     problem, raw, calls, name, fam = draw_raw(rng, fit, families)
-    gain = float(fit.gain[fam] * np.exp(fit.gain_sd[fam] * rng.standard_normal()))
-    oracle = Oracle(problem, times=calibrated_times(problem, raw.times, gain))
+    z = rng.standard_normal(2)
+    gains = (float(fit.gain[fam] * np.exp(fit.gain_sd[fam] * z[0])),
+             float(fit.knob_gain[fam] * np.exp(fit.knob_gain_sd[fam] * z[0 if fit.tied else 1])))
+    oracle = Oracle(problem, times=calibrated_times(problem, raw.times, *gains))
     noises = fit.noise[fam]
     noise = noises[int(rng.integers(len(noises)))]
     sweep = oracle.sweep_gpu_s(DEFAULT_JOB_COST, 5)
     budget = sweep * float(rng.uniform(*DRAW.budget))
     serve = sweep * float(np.exp(rng.uniform(*np.log(DRAW.horizon))))
-    return GenProblem(problem, oracle, noise, calls, budget, serve, name, fam, gain, int(rng.integers(1 << 62)))
+    return GenProblem(problem, oracle, noise, calls, budget, serve, name, fam, gains, int(rng.integers(1 << 62)))
 
 
 def calibrated_problems(n: int, stream: int, fit: GenFit = FIT) -> list[GenProblem]:
@@ -325,10 +389,10 @@ class View:
 
 @dataclass
 class Sample:
-    """Uncalibrated problems of one family (:func:`draw_raw`), as :func:`best_per_knob` tables, with
-    each problem's standard normal draw of its gain and its calls vector (``i mod`` the vectors)."""
+    """Uncalibrated problems of one family (:func:`draw_raw`) as :class:`Table`, with each problem's
+    standard normal draws of its two gains and its calls vector (``i mod`` the vectors)."""
 
-    tables: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    tables: list[Table]
     z: np.ndarray
     weights: list[np.ndarray]
 
@@ -336,45 +400,68 @@ class Sample:
     def draw(cls, family: str, n: int, stream: int, fit: GenFit | None = None,
              vectors: Sequence[np.ndarray] | None = None) -> Sample:
         vectors = common_calls() if vectors is None else vectors
-        tables, z = [], np.random.default_rng([stream, 1 << 20]).standard_normal(n)
+        tables, z = [], np.random.default_rng([stream, 1 << 20]).standard_normal((n, 2))
         for i in range(n):
             problem, oracle, *_ = draw_raw(np.random.default_rng([stream, i]), fit, [family])
-            tables.append(best_per_knob(problem, oracle.times))
-        return cls(tables, z, [calls_at(vectors[i % len(vectors)], t[2]) for i, t in enumerate(tables)])
+            tables.append(Table.of(problem, oracle.times))
+        return cls(tables, z, [calls_at(vectors[i % len(vectors)], t.nbytes) for i, t in enumerate(tables)])
 
-    def optima(self, gain: float, gain_sd: float = 0.0, calls: bool = True, view: View | None = None) -> np.ndarray:
-        """Each problem's optimum at gain ``gain exp(gain_sd z)`` (calls-weighted, or one call per
-        size), as ``view`` sees it (default: every size and knob setting)."""
+    def scaled(self, gain: float, gain_sd: float, knob_gain: float, knob_gain_sd: float,
+               tied: bool = False) -> list[Table]:
+        """Each problem's table with its gains drawn around ``gain`` and ``knob_gain`` with their sds
+        (``tied``: one draw moves both)."""
+        g = gain * np.exp(gain_sd * self.z[:, 0])
+        k = knob_gain * np.exp(knob_gain_sd * self.z[:, 0 if tied else 1])
+        return [t.scaled(a, b) for t, a, b in zip(self.tables, g, k, strict=True)]
+
+    def optima(self, gains: Sequence[float], calls: bool = True, view: View | None = None,
+               tied: bool = False) -> np.ndarray:
+        """Each problem's optimum with ``gains`` (gain, its sd, knob gain, its sd) as ``view`` sees it
+        (default: every size and knob setting), calls-weighted or one call per size."""
         view = view or View()
-        g = gain * np.exp(gain_sd * self.z)
         out = []
-        for (b, n, nb), gi, w in zip(self.tables, g, self.weights, strict=True):
-            at = (nb >= view.lo) & (nb <= view.hi)
-            out.append(optimum_of(scaled(b[:, at], n[at], gi), n[at], w[at] if calls else None, view.knobs)
-                       if at.any() else 0.0)
+        for t, w in zip(self.scaled(*gains, tied=tied), self.weights, strict=True):
+            at = (t.nbytes >= view.lo) & (t.nbytes <= view.hi)
+            out.append(t.within(view.lo, view.hi).optimum(w[at] if calls else None, view.knobs))
         return np.array(out)
 
 
-def fit_gain(sample: Sample, target: float, view: View | None = None, lo: float = 1e-3, hi: float = 4.0) -> float:
-    """The gain at which the sample's median calls-weighted optimum in ``view`` is ``target``
-    (bisection in log gain; the median grows with the gain); clipped to ``[lo, hi]``."""
+def _bisect(f, target: float, lo: float = 1e-3, hi: float = 4.0) -> float:
+    """The x in [lo, hi] (bisection in log x) where the increasing ``f(x)`` reaches ``target``."""
     a, b = math.log(lo), math.log(hi)
-    for _ in range(40):
+    for _ in range(30):
         m = (a + b) / 2
-        if np.median(sample.optima(math.exp(m), view=view)) < target:
+        if f(math.exp(m)) < target:
             a = m
         else:
             b = m
     return math.exp((a + b) / 2)
 
 
-def fit_family(sample: Sample, targets: Sequence[tuple[float, View]]) -> tuple[float, float, list[float]]:
-    """A family's gain and gain sd from its fit sources' figures and views
-    (docs/explanation/generator.md): each source's own gain, their geometric mean and the sd of
-    their logs (0 with one source). ``(gain, gain_sd, per-source gains)``."""
-    own = [fit_gain(sample, t, v) for t, v in targets]
-    logs = np.log(own)
-    return float(np.exp(logs.mean())), float(logs.std(ddof=1)) if len(own) > 1 else 0.0, own
+def fit_source(sample: Sample, view: View, optimum: float, default_knobs_optimum: float) -> tuple[float, float | None]:
+    """One source's own gains (docs/explanation/generator.md): the per-call gain at which the
+    sample's median calls-weighted optimum under NCCL's default knobs, in the source's sizes, is the
+    source's; then, where the source measured knob settings, the knob gain at which the median
+    optimum in its view is its optimum (``None`` where it did not)."""
+    plain = View(False, view.lo, view.hi)
+    gain = _bisect(lambda g: float(np.median(sample.optima((g, 0.0, 1.0, 0.0), view=plain))),
+                   default_knobs_optimum)
+    if not view.knobs:
+        return gain, None
+    return gain, _bisect(lambda k: float(np.median(sample.optima((gain, 0.0, k, 0.0), view=view))), optimum)
+
+
+def family_gains(own: Sequence[tuple[float, float | None]]) -> tuple[float, float, float, float]:
+    """A family's ``(gain, gain_sd, knob_gain, knob_gain_sd)`` from its sources' own gains: the median
+    and the sd of the logs (0 with one source); a family with no knob gain measured gets its per-call
+    gain and sd for the knob settings too."""
+    def med_sd(v):
+        logs = np.log(v)
+        return float(np.exp(np.median(logs))), float(logs.std(ddof=1)) if len(v) > 1 else 0.0
+    g, gs = med_sd([a for a, _ in own])
+    ks = [b for _, b in own if b is not None]
+    k, kss = med_sd(ks) if ks else (g, gs)
+    return g, gs, k, kss
 
 
 # -- measured sources ------------------------------------------------------------------------------
@@ -384,9 +471,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BASE = (0, 0, 0, 0, 0)
 
 
-def recorded_tables(recorded: Mapping[tuple, list[list[float]]]) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def recorded_tables(recorded: Mapping[tuple, list[list[float]]]) -> list[Table]:
     """Per collective of a recording or grid (points ``(knobs, collective, nbytes, key)`` -> each
-    job's samples), :func:`best_per_knob` on its truth (each point's pooled median over its jobs),
+    job's samples), the :class:`Table` of its truth (each point's pooled median over its jobs),
     at the sizes within the generator's range where NCCL's defaults were measured; a knob setting
     missing a size cannot be the table's there (infinitely slow)."""
     from ncclrl.costmodel.noise import pooled_median
@@ -402,10 +489,13 @@ def recorded_tables(recorded: Mapping[tuple, list[list[float]]]) -> list[tuple[n
         knobs = [BASE, *sorted({x[0] for x in truth if x[1] == c and x[0] != BASE})]
         ki, si = {k: i for i, k in enumerate(knobs)}, {s: i for i, s in enumerate(sizes)}
         best = np.full((len(knobs), len(sizes)), np.inf)
+        own = np.full((len(knobs), len(sizes)), np.inf)
         for x, t in truth.items():
             if x[1] == c and x[2] in si and np.isfinite(t):
                 best[ki[x[0]], si[x[2]]] = min(best[ki[x[0]], si[x[2]]], t)
-        out.append((best, np.array([base[s] for s in sizes]), np.array(sizes, dtype=np.int64)))
+                if x[3] == DEFAULT:
+                    own[ki[x[0]], si[x[2]]] = t
+        out.append(Table(best, own, np.array(sizes, dtype=np.int64)))
     return out
 
 
@@ -425,7 +515,7 @@ class Source:
     name: str
     family: str
     kind: str
-    parts: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
+    parts: list[list[Table]]
     depth: list[float]
     noise: JobNoise | None = None
     noise_source: str = ""
@@ -433,21 +523,21 @@ class Source:
     @property
     def view(self) -> View:
         """What it covers: its sizes, and knob settings if any recording has more than NCCL's defaults."""
-        nb = np.concatenate([t[2] for part in self.parts for t in part])
-        return View(any(t[0].shape[0] > 1 for part in self.parts for t in part), int(nb.min()), int(nb.max()))
+        nb = np.concatenate([t.nbytes for part in self.parts for t in part])
+        return View(any(t.best.shape[0] > 1 for part in self.parts for t in part), int(nb.min()), int(nb.max()))
 
     def figure(self, fn) -> float:
-        """The source's figure of ``fn(best, nccl, nbytes) -> float`` (or a list of floats: their
-        median): the median over its recordings of each recording's median over its collectives."""
-        return float(np.median([np.median([np.median(fn(*t)) for t in part]) for part in self.parts]))
+        """The source's figure of ``fn(table) -> float`` (or a list of floats: their median): the
+        median over its recordings of each recording's median over its collectives."""
+        return float(np.median([np.median([np.median(fn(t)) for t in part]) for part in self.parts]))
 
 
-#: the recorded hosts: name, preset, launch, recordings (store relative to the repository; ``""``:
-#: the recording that ships, ``envs/recordings``; the tags of its sweep)
-RECORDED: tuple[tuple[str, str, str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = (
-    ("h200 1x4 NVLink", "h200-1x4", "torch", (("data/h200x4-2026-11-21/store.sqlite", ("sweep",)),)),
-    ("h200 2x2 sockets", "h200-2x2-sock", "nccl", (("", ("sweep", "sweep-repeat")),)),
-    ("h200 2x1 sockets", "h200-2x1-sock", "nccl", (("data/h200x2-2026-11-22/store.sqlite", ("sweep",)),)),
+#: the recorded hosts: name, family, preset, recordings (store relative to the repository, ``""``: the
+#: recording that ships, ``envs/recordings``; launch; the tags of its sweep)
+RECORDED: tuple[tuple[str, str, str, tuple[tuple[str, str, tuple[str, ...]], ...]], ...] = (
+    ("h200 1x4 NVLink", "nvlink", "h200-1x4", (("data/h200x4-2026-11-21/store.sqlite", "torch", ("sweep",)),)),
+    ("h200 2x2 sockets", "socket", "h200-2x2-sock", (("", "nccl", ("sweep", "sweep-repeat")),)),
+    ("h200 2x1 sockets", "socket", "h200-2x1-sock", (("data/h200x2-2026-11-22/store.sqlite", "nccl", ("sweep",)),)),
 )
 
 
@@ -485,26 +575,26 @@ def _store_noise(frame, name: str) -> JobNoise | None:
 
 def recorded_sources(extra: Sequence = ()) -> list[Source]:
     """The recorded hosts of :data:`RECORDED` (and ``extra`` entries of its form). Job noise: the
-    shipped fit for the host and launch (``conf/noise/job_noise.yaml``), else one fitted on the
-    recording's repeated jobs."""
+    shipped fit for the host and its first recording's launch (``conf/noise/job_noise.yaml``), else
+    one fitted on its recordings' repeated jobs."""
     from ncclrl.costmodel.noise import load_fits
 
     fits = load_fits()
     out = []
-    for name, preset, launch, recs in (*RECORDED, *extra):
+    for name, family, preset, recs in (*RECORDED, *extra):
         parts, depth, frames = [], [], []
-        for path, tags in recs:
+        for path, launch, tags in recs:
             frame, rec = _store_recorded(str(ROOT / path) if path else "", preset, launch, tags)
             parts.append(recorded_tables(rec))
             depth.append(float(np.median([len(v) for v in rec.values()])))
             frames.append(frame)
-        key = f"{preset}/{launch}"
+        key = f"{preset}/{recs[0][1]}"
         if key in fits:
             noise, src = JobNoise.load(key), f"the shipped fit {key}"
         else:
             noise = next((n for n in (_store_noise(f, name) for f in frames) if n is not None), None)
             src = "fitted on its repeated jobs" if noise is not None else ""
-        out.append(Source(name, family_of(preset), "recorded", parts, depth, noise, src))
+        out.append(Source(name, family, "recorded", parts, depth, noise, src))
     return out
 
 
