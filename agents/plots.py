@@ -510,12 +510,18 @@ def plot_step_times(steps, path: str | Path, summary: Mapping[str, Any] | None =
 COMPOSER_TAGS = {"compose/net_value": ("net value per episode (0: NCCL's defaults)", "net value (points)"),
                  "compose/vs_baseline": ("lead over sweep-then-race (same problem and noise; 0: a tie)",
                                          "lead (points)")}
+#: the stopping agent's curves (docs/explanation/stopping.md)
+STOP_TAGS = {"stop/net_value": ("net value per episode (0: NCCL's defaults)", "net value (points)"),
+             "stop/vs_rule": ("lead over the default run's own rule (same problem and noise; 0: a tie)",
+                              "lead (points)")}
 
 
-def composer_scalars(source: str | Path) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
+def composer_scalars(source: str | Path,
+                     tags: dict | None = None) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
     """The composer's training curves per run: ``{run: {tag: (steps, values)}}``, from a TensorBoard
     folder (SB3's logger: one subfolder per run, or a run's own folder) or SB3's ``progress.csv``
-    (``time/total_timesteps`` and the tags as columns)."""
+    (``time/total_timesteps`` and the tags as columns); ``tags``: which curves (default: the composer's)."""
+    tags = COMPOSER_TAGS if tags is None else tags
     src = Path(source)
     if src.is_file():
         import pandas as pd
@@ -523,7 +529,7 @@ def composer_scalars(source: str | Path) -> dict[str, dict[str, tuple[np.ndarray
         d = pd.read_csv(src)
         step = d["time/total_timesteps"].to_numpy(float)
         runs = {src.parent.name or src.stem: {t: (step[d[t].notna()], d[t].dropna().to_numpy(float))
-                                              for t in COMPOSER_TAGS if t in d}}
+                                              for t in tags if t in d}}
         return runs
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -534,7 +540,7 @@ def composer_scalars(source: str | Path) -> dict[str, dict[str, tuple[np.ndarray
         acc.Reload()
         have = acc.Tags().get("scalars", [])
         out[run.name] = {t: (np.array([e.step for e in acc.Scalars(t)], float),
-                             np.array([e.value for e in acc.Scalars(t)], float)) for t in COMPOSER_TAGS if t in have}
+                             np.array([e.value for e in acc.Scalars(t)], float)) for t in tags if t in have}
     return out
 
 
@@ -550,23 +556,26 @@ def smooth(values: np.ndarray, window: int = 9) -> np.ndarray:
     return (c[hi] - c[lo]) / (hi - lo)
 
 
-def plot_composer_curves(source: str | Path, path: str | Path, title: str = "") -> dict[str, Any]:
+def plot_composer_curves(source: str | Path, path: str | Path, title: str = "", tags: dict | None = None,
+                         xlabel: str = "training steps (jobs composed)") -> dict[str, Any]:
     """The job composer's training curves (``ncclrl composer``'s ``run_dir/tensorboard``, or a
     ``progress.csv``): mean net value per episode and its lead over the paired baseline
     (sweep-then-race on the same problem and noise), against training steps, each run (training
     seed) raw (thin) and as a running mean over 9 points (thick), a line at 0. Everything is in
-    simulation. Returns per run and curve the last smoothed value."""
+    simulation. ``tags``: other curves (:data:`STOP_TAGS`: the stopping agent's, against its rule).
+    Returns per run and curve the last smoothed value."""
+    tags = COMPOSER_TAGS if tags is None else tags
     plt = pyplot()
-    runs = composer_scalars(source)
+    runs = composer_scalars(source, tags)
     fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.4), squeeze=False)
     colors = plt.get_cmap("tab10")
     out: dict[str, Any] = {"runs": {}}
-    for i, (run, tags) in enumerate(runs.items()):
+    for i, (run, got) in enumerate(runs.items()):
         out["runs"][run] = {}
-        for ax, tag in zip(axes[0], COMPOSER_TAGS, strict=True):
-            if tag not in tags or not len(tags[tag][0]):
+        for ax, tag in zip(axes[0], tags, strict=True):
+            if tag not in got or not len(got[tag][0]):
                 continue
-            x, y = tags[tag]
+            x, y = got[tag]
             ax.plot(x, y, "-", color=colors(i), lw=0.7, alpha=0.35)
             s = smooth(y)
             ax.plot(x, s, "-", color=colors(i), lw=2.0, label=run)[0].set_gid(
@@ -574,10 +583,10 @@ def plot_composer_curves(source: str | Path, path: str | Path, title: str = "") 
             out["runs"][run][tag] = float(s[-1])
     from matplotlib.ticker import FuncFormatter
 
-    for ax, (head, ylabel) in zip(axes[0], COMPOSER_TAGS.values(), strict=True):
+    for ax, (head, ylabel) in zip(axes[0], tags.values(), strict=True):
         ax.set_title(head, fontsize=9)
         ax.set_ylabel(ylabel)
-        ax.set_xlabel("training steps (jobs composed)")
+        ax.set_xlabel(xlabel)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1000:g}k" if v else "0"))
         ax.axhline(0, color=NCCL_COLOR, lw=0.8)
         ax.grid(alpha=0.3)
