@@ -44,6 +44,9 @@ from ncclrl.agents.search import (
     SearchConfig,
     strategy_path,
 )
+from ncclrl.agents.stopping import PolicyStopper, StopController
+from ncclrl.agents.stopping.policy import SHIPPED as STOPPER
+from ncclrl.agents.stopping.policy import is_stopper
 from ncclrl.agents.suite import Instance
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
@@ -74,7 +77,11 @@ from ncclrl.runners.live import (
 )
 from ncclrl.runners.progress import progress
 
+#: the strategies built into finetune (a strategy can also be a path to a trained one's JSON)
+BUILT_IN = ("confirm", "confirm-ppo", "jobs", "ppo")
 logger = logging.getLogger(__name__)
+
+
 @dataclass
 class FinetuneCommand(TunedLiveConfig):
     """Fine-tune: a tuning run of the search strategy on live (or replayed) measurements under a
@@ -87,9 +94,11 @@ class FinetuneCommand(TunedLiveConfig):
     :param strategy: the search strategy: confirm (a screening job, knob settings in pairs of jobs, then
         jobs confirming each size's leaders beside NCCL's choice; the table keeps a row only where the
         confirmation jobs alone show it delta faster: docs/explanation/confirm.md), jobs (whole jobs by
-        expected improvement per GPU-second), ppo (the
-        PPO job composer installed with ncclrl: which job next, and when to stop), shipped (the learned
-        per-point strategy installed with ncclrl), or a strategy.json or composer.json that ncclrl pretrain wrote
+        expected improvement per GPU-second), confirm-ppo (confirm's screen, then the learned stopping agent
+        installed with ncclrl choosing each job: confirm, explore a knob setting or stop;
+        docs/explanation/stopping.md), ppo (the PPO job composer installed with ncclrl: which job next, and
+        when to stop), shipped (the learned per-point strategy installed with ncclrl), or a strategy.json,
+        composer.json or stopper.json
     :param horizon: strategy=confirm: the GPU-time the exported table will serve in these collectives (a
         GPU-time, or ``Nsweep``); a job runs only while its expected gain over that horizon pays for it, and a
         horizon that cannot repay a screen and two confirmation jobs measures nothing
@@ -133,9 +142,9 @@ class FinetuneCommand(TunedLiveConfig):
             if self.backend != "replay" or self.grid:
                 raise ConfigError("compare", "strategies are compared on a replayed recording: set backend=replay "
                                   "(without grid=)")
-            if other not in ("confirm", "jobs", "ppo") and not strategy_path(other).is_file():
-                raise ConfigError("compare", f"no strategy {other!r}; allowed: confirm, jobs, ppo, shipped, or a "
-                                  "strategy.json or composer.json")
+            if other not in BUILT_IN and not strategy_path(other).is_file():
+                raise ConfigError("compare", f"no strategy {other!r}; allowed: {', '.join(BUILT_IN)}, shipped, or a "
+                                  "strategy.json, composer.json or stopper.json")
         if self.calibrate not in CALIBRATE:
             raise ConfigError("calibrate", f"allowed: {', '.join(CALIBRATE)}; got {self.calibrate!r}")
         check_load(self.load, self.load_n, self.backend)
@@ -148,10 +157,9 @@ class FinetuneCommand(TunedLiveConfig):
             raise ConfigError(f"search.{e.field}", str(e).split(": ", 1)[1]) from None
         parse_budget(self.horizon, 1.0, "horizon")
         self.confirm.check()
-        if self.strategy not in ("confirm", "jobs", "ppo") and not strategy_path(self.strategy).is_file():
-            raise ConfigError("strategy", f"no strategy at {strategy_path(self.strategy)}; use confirm, jobs, ppo, "
-                              "shipped "
-                              "or the strategy.json or composer.json that ncclrl pretrain wrote")
+        if self.strategy not in BUILT_IN and not strategy_path(self.strategy).is_file():
+            raise ConfigError("strategy", f"no strategy at {strategy_path(self.strategy)}; use {', '.join(BUILT_IN)}, "
+                              "shipped, or a strategy.json, composer.json or stopper.json")
         if not self.serve_steps > 0:
             raise ConfigError("serve_steps", f"must be > 0, got {self.serve_steps}")
         if self.profile:
@@ -208,7 +216,8 @@ def _fingerprint(paths: dict[str, Path]) -> str:
 
 def _strategy_name(name: str) -> str:
     return {"ppo": "the learned job composer", "jobs": "whole jobs by expected improvement",
-            "confirm": "screen, confirm, explore", "shipped": "the learned per-point strategy"}.get(name, name)
+            "confirm": "screen, confirm, explore", "shipped": "the learned per-point strategy",
+            "confirm-ppo": "screen, then the learned stopping agent"}.get(name, name)
 
 
 def _compare(args: DictConfig, other: str) -> dict[str, Any]:
@@ -266,12 +275,12 @@ def _run_finetune(args: DictConfig, out=None) -> dict[str, Any]:
     if args["backend"] == "torch":  # before the store opens
         check_launch(args, topo, "backend=replay with a recorded sweep (replay_store=) or grid (grid=)")
     jobs = args["strategy"] in ("jobs", "confirm")  # built in: no strategy file
-    spath = None if jobs else \
-        composer_path("shipped") if args["strategy"] == "ppo" else strategy_path(args["strategy"])
-    if args["strategy"] == "confirm":
+    spath = None if jobs else composer_path("shipped") if args["strategy"] == "ppo" else \
+        STOPPER if args["strategy"] == "confirm-ppo" else strategy_path(args["strategy"])
+    if args["strategy"] == "confirm" or is_stopper(spath):
         ccfg: ConfirmConfig = OmegaConf.to_object(args["confirm"]) if isinstance(args["confirm"], DictConfig) \
             else args["confirm"]
-        controller = ConfirmController(ccfg)
+        controller = ConfirmController(ccfg) if spath is None else StopController(ccfg, PolicyStopper.load(spath))
     elif jobs:
         controller = JobController()
     elif is_composer(spath):

@@ -108,3 +108,21 @@ def test_a_saved_stopper_loads_and_acts_the_same(tmp_path):
     assert q(x, m) == p(x, m) and m[q(x, m)]
     with pytest.raises(ConfigError, match="stopper"):
         PolicyStopper([(rng.normal(size=(3, 8)), rng.normal(size=8))] + layers[1:], {})
+
+
+def test_finetune_runs_a_stopping_agent_from_its_json_on_the_shipped_recording(tmp_path):
+    import json
+
+    from ncclrl.runners.finetune import parse_args, run_finetune
+
+    rng = np.random.default_rng(1)
+    layers = [(rng.normal(size=(N_FEATURES, 8)), rng.normal(size=8)),
+              (rng.normal(size=(8, len(ACTIONS))), rng.normal(size=len(ACTIONS)))]
+    path = PolicyStopper(layers, {"note": "random weights"}).save(tmp_path / "stopper.json")
+    args = parse_args(["backend=replay", "topology=h200-2x2-sock", f"strategy={path}", "budget=0.5sweep",
+                       f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'out'}"])
+    summary = run_finetune(args)
+    assert summary["gpu_s"] <= summary["budget_gpu_s"] * (1 + 1e-9) and summary["jobs"] >= 1
+    info = json.loads((tmp_path / "out" / "finetune.json").read_text())
+    assert info["provenance"]["strategy"] == str(path) and info["provenance"]["strategy_sha256"]
+    assert summary["sizes_slower_on_sweep"] == 0

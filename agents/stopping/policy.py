@@ -3,6 +3,7 @@ invalid actions masked, the most probable valid action taken; weights ``.npz`` +
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -40,3 +41,16 @@ class PolicyStopper:
         if meta.get("features") != list(FEATURES) or meta.get("actions") != list(ACTIONS):
             raise ConfigError("stopper", f"{path} was trained on other features or actions; train it again")
         return cls(layers, meta)
+
+
+def is_stopper(path: str | Path | None) -> bool:
+    """Whether the JSON at ``path`` is a stopping agent's (its actions are :data:`ACTIONS`)."""
+    if path is None:
+        return False
+    p = Path(path)
+    if p.suffix.lower() == ".npz":
+        p = p.with_suffix(".json")
+    try:
+        return json.loads(p.read_text()).get("actions") == list(ACTIONS)
+    except (OSError, ValueError, AttributeError):
+        return False
