@@ -5,6 +5,7 @@ on training problems, judge on unseen problems, and replay recorded hosts and gr
     python docs/results/scripts/stopping_experiment.py tune-rule OUT
     python docs/results/scripts/stopping_experiment.py judge OUT --agents OUT/stopper-seed0.json,OUT/stopper-seed1.json
     python docs/results/scripts/stopping_experiment.py replays OUT --agents ...
+    python docs/results/scripts/stopping_experiment.py curves OUT   # OUT/tb -> OUT/training.png
 
 Training problems: the calibrated generator's seed stream 1; judged problems: stream 2. Every
 run's job noise comes from its own problem's stream and draw (``measure(seed)``); the methods on
@@ -211,9 +212,20 @@ def cmd_replays(a) -> int:
     return 0
 
 
+def cmd_curves(a) -> int:
+    from ncclrl.agents.plots import STOP_TAGS, plot_composer_curves
+
+    out = Path(a.out)
+    res = plot_composer_curves(out / "tb", out / "training.png", tags=STOP_TAGS, xlabel="training decisions",
+                               title="PPO stopping agent, training on the calibrated generator's problems (thin: "
+                                     "each logged mean; thick: running mean of 9)")
+    print(json.dumps(res["runs"], indent=1))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("train", "tune-rule", "judge", "replays"))
+    ap.add_argument("what", choices=("train", "tune-rule", "judge", "replays", "curves"))
     ap.add_argument("out")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--agents", default="")
@@ -221,7 +233,8 @@ def main() -> int:
     ap.add_argument("--procs", type=int, default=2)
     a = ap.parse_args()
     Path(a.out).mkdir(parents=True, exist_ok=True)
-    return {"train": cmd_train, "tune-rule": cmd_tune_rule, "judge": cmd_judge, "replays": cmd_replays}[a.what](a)
+    return {"train": cmd_train, "tune-rule": cmd_tune_rule, "judge": cmd_judge, "replays": cmd_replays,
+            "curves": cmd_curves}[a.what](a)
 
 
 if __name__ == "__main__":
