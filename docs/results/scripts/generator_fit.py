@@ -1,8 +1,8 @@
 """The calibrated problem generator's fit and its held-out check (docs/results/generator.md).
 
-    nice python docs/results/scripts/generator_fit.py              # every figure, the fit, the check
-    nice python docs/results/scripts/generator_fit.py --one-gain   # the first mechanism: one gain for both
-    nice python docs/results/scripts/generator_fit.py --n 100      # fewer generated problems per family
+    nice python docs/results/scripts/generator_fit.py                          # every figure, the fit, the check
+    nice python docs/results/scripts/generator_fit.py --mechanism two-gains    # the others tried (MECHANISMS)
+    nice python docs/results/scripts/generator_fit.py --stream 778             # another sample of problems
 
 The public grids are read from NCCLRL_SHARED_DATA (or ../shared/data beside the checkout).
 
@@ -11,9 +11,8 @@ The public grids are read from NCCLRL_SHARED_DATA (or ../shared/data beside the 
    one call per size), what its best knob setting adds over per-call configurations alone, the size
    bands that carry the saving, its job noise.
 2. The generator before calibration (gain 1: the simulator's truth as ``draw_full`` draws it), per family.
-3. The fit: each source's own gains, each family's gains and their sds (``--one-gain``: one gain
-   per source fitted on its optimum in its view, the family's the geometric mean, docs/explanation/generator.md's
-   first mechanism).
+3. The fit: each source's own gains, each family's gains and their sds (:data:`MECHANISMS`; the
+   default is the one written down before the fit, docs/explanation/generator.md).
 4. The held-out check (leave one source out within its family) and checks B and C.
 5. The calibrated generator (``draw_calibrated`` with the fit), per family, and the fit as Python.
 """
@@ -123,7 +122,7 @@ def family_matched(sample: G.Sample, srcs, own, figs) -> tuple[float, float, flo
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=400, help="generated problems per family")
-    ap.add_argument("--mechanism", choices=MECHANISMS, default="matched", help="how the gains are fitted")
+    ap.add_argument("--mechanism", choices=MECHANISMS, default="preregistered", help="how the gains are fitted")
     ap.add_argument("--stream", type=int, default=STREAM, help="seed stream of the generated problems")
     args = ap.parse_args()
     tied = args.mechanism != "two-gains"
@@ -249,7 +248,10 @@ def main() -> None:
         print(f"| {f} | {drawn} | {rng5(g['cw'])} | {pct(np.median(g['eq']))} | {pct(g['mean'])} | "
               f"{pct(g['add'])} / {pct(g['add_eq'])} | {bands(g['bands_eq'])} ({bands(g['bands_cw'])}) |")
 
-    print("\n## The fit as Python (agents/generator.py FIT)\n")
+    same = all(abs(fitted[f][0] - G.FIT.gain[f]) < 5e-4 and abs(fitted[f][1] - G.FIT.gain_sd[f]) < 5e-4
+               and abs(fitted[f][2] - G.FIT.knob_gain[f]) < 5e-4 for f in FAMILIES) and tied == G.FIT.tied
+    print(f"\n## The fit as Python (agents/generator.py FIT; the committed FIT is this fit: "
+          f"{'yes' if same else 'no'})\n")
     for i, name in enumerate(("gain", "gain_sd", "knob_gain", "knob_gain_sd")):
         print(f"{name}={ {f: round(fitted[f][i], 3) for f in FAMILIES} },")
     for f in FAMILIES:
