@@ -125,18 +125,19 @@ def _noise(shift: float, resid: tuple[float, ...], sample: tuple[float, ...], df
                     source=source)
 
 
-#: the committed fit (docs/results/generator.md: ``python docs/results/scripts/generator_fit.py
-#: --mechanism preregistered``, 400 problems per family, stream 777): one gain for per-call
-#: configurations and knob settings alike (``tied``), fitted on the recorded H200 hosts (1x4 NVLink,
-#: 2x2 and 2x1 sockets) and the six public grids; each family's gain the geometric mean of its
-#: sources' own, its sd the sd of their logs. Quirks as :class:`Draw`'s. Job noise: the shipped fits
-#: of the H200 hosts (``conf/noise/job_noise.yaml``) and the public grids' own repeated runs (their
-#: fit's numbers here: the grids are not in the repository).
+#: the committed fit (docs/results/generator.md: ``python docs/results/scripts/generator_fit.py``,
+#: 400 problems per family, stream 777): one gain for per-call configurations and knob settings
+#: alike (``tied``), fitted on the recorded H200 hosts (1x4 NVLink; 2x2, 2x1 and 4x1 sockets; the
+#: recordings of data/h200x4-2026-11-28/knobs included) and the six public grids; each family's
+#: gain the geometric mean of its sources' own, its sd the sd of their logs. Quirks as
+#: :class:`Draw`'s. Job noise: the shipped fits of the H200 hosts (``conf/noise/job_noise.yaml``),
+#: the 4x1 host's fitted on its repeated jobs, and the public grids' own repeated runs (their fit's
+#: numbers here: the grids are not in the repository).
 FIT = GenFit(
-    gain={"nvlink": 0.512, "infiniband": 1.667, "socket": 1.135},
-    gain_sd={"nvlink": 0.348, "infiniband": 0.834, "socket": 0.51},
-    knob_gain={"nvlink": 0.512, "infiniband": 1.667, "socket": 1.135},
-    knob_gain_sd={"nvlink": 0.348, "infiniband": 0.834, "socket": 0.51},
+    gain={"nvlink": 0.516, "infiniband": 1.667, "socket": 0.989},
+    gain_sd={"nvlink": 0.336, "infiniband": 0.834, "socket": 0.52},
+    knob_gain={"nvlink": 0.516, "infiniband": 1.667, "socket": 0.989},
+    knob_gain_sd={"nvlink": 0.336, "infiniband": 0.834, "socket": 0.52},
     misspecified={f: DRAW.misspecified for f in FAMILIES},
     strength={f: DRAW.strength for f in FAMILIES},
     noise={
@@ -150,7 +151,10 @@ FIT = GenFit(
                    (0.125, 0.125, 0.125, 0.016, 0.0079, 0.0048, 0.0015), 2.05, 2, "p5en-16n: its own repeated runs"),
             _noise(0.0, (0.1659, 0.1659, 0.1659, 0.0833, 0.0431, 0.0326, 0.0117),
                    (0.019, 0.019, 0.019, 0.0189, 0.0149, 0.0064, 0.002), 2.05, 2, "p5en-128n: its own repeated runs")),
-        "socket": (JobNoise.load("h200-2x2-sock/nccl"), JobNoise.load("h200-2x1-sock/nccl")),
+        "socket": (JobNoise.load("h200-2x2-sock/nccl"), JobNoise.load("h200-2x1-sock/nccl"),
+                   _noise(0.0, (0.077, 0.0489, 0.0465, 0.0751, 0.0873, 0.1257, 0.1257),
+                          (0.0456, 0.0406, 0.0386, 0.0553, 0.0475, 0.0614, 0.0614), math.inf, 5,
+                          "h200 4x1 sockets: fitted on its repeated jobs")),
     },
     source="generator_fit.py --mechanism preregistered (2026-11-28)",
     tied=True,
@@ -535,9 +539,14 @@ class Source:
 #: the recorded hosts: name, family, preset, recordings (store relative to the repository, ``""``: the
 #: recording that ships, ``envs/recordings``; launch; the tags of its sweep)
 RECORDED: tuple[tuple[str, str, str, tuple[tuple[str, str, tuple[str, ...]], ...]], ...] = (
-    ("h200 1x4 NVLink", "nvlink", "h200-1x4", (("data/h200x4-2026-11-21/store.sqlite", "torch", ("sweep",)),)),
-    ("h200 2x2 sockets", "socket", "h200-2x2-sock", (("", "nccl", ("sweep", "sweep-repeat")),)),
+    ("h200 1x4 NVLink", "nvlink", "h200-1x4", (("data/h200x4-2026-11-21/store.sqlite", "torch", ("sweep",)),
+                                               ("data/h200x4-2026-11-28/knobs/1x4.sqlite", "nccl", ("sweep-repeat",)))),
+    ("h200 2x2 sockets", "socket", "h200-2x2-sock", (("", "nccl", ("sweep", "sweep-repeat")),
+                                                     ("data/h200x4-2026-11-28/knobs/2x2.sqlite", "nccl",
+                                                      ("sweep-repeat",)))),
     ("h200 2x1 sockets", "socket", "h200-2x1-sock", (("data/h200x2-2026-11-22/store.sqlite", "nccl", ("sweep",)),)),
+    ("h200 4x1 sockets", "socket", "h200-4x1-sock", (("data/h200x4-2026-11-28/knobs/4x1.sqlite", "nccl",
+                                                      ("sweep-repeat",)),)),
 )
 
 
@@ -592,7 +601,8 @@ def recorded_sources(extra: Sequence = ()) -> list[Source]:
         if key in fits:
             noise, src = JobNoise.load(key), f"the shipped fit {key}"
         else:
-            noise = next((n for n in (_store_noise(f, name) for f in frames) if n is not None), None)
+            noise = next((n for n in (_store_noise(f, f"{name}: fitted on its repeated jobs") for f in frames)
+                          if n is not None), None)
             src = "fitted on its repeated jobs" if noise is not None else ""
         out.append(Source(name, family, "recorded", parts, depth, noise, src))
     return out

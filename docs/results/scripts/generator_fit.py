@@ -90,7 +90,7 @@ def sample_figures(smp: G.Sample, gains, tied: bool = False) -> dict:
 
 
 def bands(v) -> str:
-    return " / ".join(f"{100 * x:.0f}" for x in v)
+    return " / ".join(str(round(100 * x)) for x in v)
 
 
 def one_gain(sample: G.Sample, s: G.Source, fig: dict) -> tuple[float, float]:
