@@ -118,3 +118,14 @@ def test_a_strategy_s_weights_given_for_the_strategy_load_through_the_json_besid
     lone.write_bytes(shipped.with_suffix(".npz").read_bytes())
     with pytest.raises(ConfigError, match="^strategy: .*holds a strategy's weights"):
         PolicyController.load(lone)
+
+
+def test_a_store_of_re_recorded_sweeps_alone_replays_and_one_without_any_sweep_is_refused():
+    from ncclrl.costmodel.errors import ConfigError
+
+    root = Path(__file__).resolve().parents[1] / "data" / "h200x4-2026-11-28"
+    topo = load_topology("h200-4x1-sock")
+    rows = recorded_sweep(root / "knobs" / "4x1.sqlite", topo, "nccl", ("sweep", "sweep-repeat"), status="ok")
+    assert len(rows) > 1000 and set(rows.tag) == {"sweep-repeat"}
+    with pytest.raises(ConfigError, match="no sweep of h200-4x1-sock"):
+        recorded_sweep(root / "repeats" / "sweep.sqlite", topo, "nccl", ("sweep", "sweep-repeat"))

@@ -33,8 +33,15 @@ def available(name: str) -> bool:
 def recorded_instance(name: str):
     """The recording ``name`` as a benchmark instance (its truth, fresh job noise per seed)."""
     from ncclrl.agents.suite import public_gridded, replayed
+    from ncclrl.costmodel.platforms import FAMILIES
 
     if name in HOSTS:
         stores, topo, launch = HOSTS[name]
-        return replayed([str(ROOT / s) for s in stores], topo, launch, "allreduce")
-    return public_gridded(name)
+        inst = replayed([str(ROOT / s) for s in stores], topo, launch, "allreduce")
+        if inst.family not in FAMILIES:  # a preset no family of the generator draws: by its network
+            inst.family = "socket" if inst.problem.topo.net.kind == "socket" else "nvlink"
+        inst.name = name
+        return inst
+    inst = public_gridded(name)
+    inst.name = name
+    return inst
