@@ -36,11 +36,11 @@ from pathlib import Path
 import numpy as np
 
 from ncclrl.agents.compose import ComposeProblem, Draw, wide_knobs
-from ncclrl.agents.problem import Measure, Oracle, Problem, replay_measure
+from ncclrl.agents.problem import Measure, Oracle, Problem, truth_measure
 from ncclrl.costmodel import nccl as N
 from ncclrl.costmodel.errors import ConfigError
 from ncclrl.costmodel.jobcost import DEFAULT_JOB_COST
-from ncclrl.costmodel.noise import JobNoise
+from ncclrl.costmodel.noise import JobNoise, pooled_median
 from ncclrl.costmodel.platforms import FAMILIES, Quirks, draw_platform, family_of
 from ncclrl.costmodel.space import size_grid
 
@@ -281,6 +281,7 @@ class GenProblem:
     #: the seed stream of this problem's jobs (each :meth:`measure` seed is a stream within it)
     noise_seed: int = 0
     _recorded: dict | None = field(default=None, repr=False)
+    _truth: dict | None = field(default=None, repr=False)
 
     def recorded(self) -> dict:
         """Every point the truth can run, as a recording of one job of one sample at its expected time."""
@@ -300,7 +301,9 @@ class GenProblem:
     def measure(self, seed: int) -> Measure:
         """Fresh jobs around the truth with :attr:`noise` (:func:`ncclrl.agents.problem.replay_measure`),
         one independent noise stream per seed and per problem."""
-        return replay_measure(self.recorded(), np.random.default_rng([self.noise_seed, int(seed)]), self.noise)
+        if self._truth is None:  # each point's expected median, once per problem
+            self._truth = {x: pooled_median(v) for x, v in self.recorded().items() if v}
+        return truth_measure(self._truth, np.random.default_rng([self.noise_seed, int(seed)]), self.noise)
 
     def compose(self) -> ComposeProblem:
         """The problem as :class:`ncclrl.agents.compose.ComposeProblem` (budget and served GPU-time set)."""

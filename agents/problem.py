@@ -435,8 +435,14 @@ def replay_measure(recorded: dict[tuple[tuple[int, ...], int, int, Key], list[li
     :param noise: the job noise (default: the pooled fit, :meth:`JobNoise.load`;
         :meth:`JobNoise.zero`: every job measures the truth)
     """
+    return truth_measure({x: pooled_median(v) for x, v in recorded.items() if v}, rng, noise)
+
+
+def truth_measure(truth: dict[tuple[tuple[int, ...], int, int, Key], float], rng: np.random.Generator,
+                  noise: JobNoise | None = None) -> Measure:
+    """``measure`` drawing each call as one new job around ``truth`` (per point, its expected median,
+    us), as :func:`replay_measure` does around a recording's pooled medians."""
     noise = JobNoise.load() if noise is None else noise
-    truth = {x: pooled_median(v) for x, v in recorded.items() if v}
 
     def measure(k: Point, pts: list[Point], samples: int, tag: str) -> list[list[float] | None]:
         keys = [(k.knobs, N.COLLECTIVES.index(p.collective), p.nbytes, (p.algo, p.proto, p.channels)) for p in pts]
