@@ -60,6 +60,7 @@ SLOW_TESTS = {
         "test_following_the_rules_choice_reproduces_the_default_run",
         "test_the_environment_passes_gymnasiums_checks_and_pays_the_lead_over_the_rule",
         "test_finetune_runs_a_stopping_agent_from_its_json_on_the_shipped_recording",
+        "test_finetune_runs_the_installed_stopping_agent",
     ),
     "test_baselines.py": (
         "test_afnfa_does_not_depend_on_the_hash_seed",

@@ -126,3 +126,14 @@ def test_finetune_runs_a_stopping_agent_from_its_json_on_the_shipped_recording(t
     info = json.loads((tmp_path / "out" / "finetune.json").read_text())
     assert info["provenance"]["strategy"] == str(path) and info["provenance"]["strategy_sha256"]
     assert summary["sizes_slower_on_sweep"] == 0
+
+
+def test_finetune_runs_the_installed_stopping_agent(tmp_path):
+    from ncclrl.runners.finetune import parse_args, run_finetune
+
+    args = parse_args(["backend=replay", "topology=h200-2x2-sock", "strategy=confirm-ppo", "budget=0.5sweep",
+                       f"store={tmp_path / 'ft.sqlite'}", f"out={tmp_path / 'out'}"])
+    summary = run_finetune(args)
+    assert summary["gpu_s"] <= summary["budget_gpu_s"] * (1 + 1e-9) and summary["jobs"] >= 1
+    assert summary["sizes_slower_on_sweep"] == 0
+    assert PolicyStopper.load().meta["train"]["seed"] == 0
