@@ -457,13 +457,7 @@ def train(problems: list[ComposeProblem], cfg: TrainConfig, compose: ComposeConf
             return True
 
     model.learn(cfg.total_timesteps, callback=Track(), tb_log_name=f"compose-seed{cfg.seed}")
-    layers = []
-    net = model.policy.mlp_extractor.policy_net
-    for m in net:
-        if isinstance(m, torch.nn.Linear):
-            layers.append((m.weight.detach().numpy().T.astype(np.float64), m.bias.detach().numpy().astype(np.float64)))
-    head = model.policy.action_net
-    layers.append((head.weight.detach().numpy().T.astype(np.float64), head.bias.detach().numpy().astype(np.float64)))
+    layers = mlp.policy_layers(model)
     meta = {"macros": cfg.macros, "train": asdict(cfg), "compose": asdict(compose), "problems": len(problems),
             "episodes": Track.episodes, "train_s": round(time.time() - t0, 1)}
     log(f"# trained {plural(cfg.total_timesteps, 'step')} ({plural(Track.episodes, 'episode')}) in "

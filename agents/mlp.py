@@ -44,3 +44,15 @@ def load(path: str | Path, key: str, hint: str) -> tuple[Layers, dict[str, Any]]
     with np.load(js.with_suffix(".npz"), allow_pickle=False) as z:
         layers = [(z[f"w{i}"], z[f"b{i}"]) for i in range(int(meta["layers"]))]
     return layers, meta
+
+
+def policy_layers(model) -> Layers:
+    """The policy network of an SB3 actor-critic ``model`` (an MLP extractor of linear layers and
+    its action head) as numpy layers for :func:`forward`."""
+    import torch
+
+    def arrays(m) -> tuple[np.ndarray, np.ndarray]:
+        return m.weight.detach().numpy().T.astype(np.float64), m.bias.detach().numpy().astype(np.float64)
+
+    net = model.policy.mlp_extractor.policy_net
+    return [*(arrays(m) for m in net if isinstance(m, torch.nn.Linear)), arrays(model.policy.action_net)]

@@ -47,6 +47,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from ncclrl.agents import mlp
 from ncclrl.agents.online import (
     ACTIONS,
     COMMIT_BEST,
@@ -453,10 +454,7 @@ def train(problems: list[OnlineProblem], tcfg: TrainConfig, cfg: SimConfig | Non
                         policy_kwargs={"net_arch": {"pi": [tcfg.hidden, tcfg.hidden], "vf": [tcfg.hidden, tcfg.hidden]},
                                        "activation_fn": torch.nn.Tanh})
     model.learn(tcfg.total_timesteps)
-    layers = [(m.weight.detach().numpy().T.astype(np.float64), m.bias.detach().numpy().astype(np.float64))
-              for m in model.policy.mlp_extractor.policy_net if isinstance(m, torch.nn.Linear)]
-    head = model.policy.action_net
-    layers.append((head.weight.detach().numpy().T.astype(np.float64), head.bias.detach().numpy().astype(np.float64)))
+    layers = mlp.policy_layers(model)
     meta = {"train": asdict(tcfg), "sim": asdict(cfg), "paired_kw": paired_kw or {}, "problems": len(problems),
             "max_rounds": cfg.max_rounds, "train_s": round(time.time() - t0, 1)}
     log(f"# seed {tcfg.seed}: trained {tcfg.total_timesteps} steps in {time.time() - t0:.0f} s")

@@ -5,8 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
-import numpy as np
-
+from ncclrl.agents import mlp
 from ncclrl.agents.stopping.env import ConfirmStopEnv
 from ncclrl.agents.stopping.policy import PolicyStopper
 from ncclrl.agents.stopping.run import TuningProblem
@@ -70,10 +69,7 @@ def train(problems: list[TuningProblem], cfg: StopTrainConfig, log=print) -> Pol
             return True
 
     model.learn(cfg.total_timesteps, callback=Track(), tb_log_name=f"stop-seed{cfg.seed}")
-    layers = [(m.weight.detach().numpy().T.astype(np.float64), m.bias.detach().numpy().astype(np.float64))
-              for m in model.policy.mlp_extractor.policy_net if isinstance(m, torch.nn.Linear)]
-    head = model.policy.action_net
-    layers.append((head.weight.detach().numpy().T.astype(np.float64), head.bias.detach().numpy().astype(np.float64)))
+    layers = mlp.policy_layers(model)
     log(f"# trained {cfg.total_timesteps} decisions ({Track.episodes} episodes) in {time.time() - t0:.0f} s")
     return PolicyStopper(layers, {"train": asdict(cfg), "problems": len(problems), "episodes": Track.episodes,
                                   "train_s": round(time.time() - t0, 1)})
